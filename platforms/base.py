@@ -1,0 +1,237 @@
+"""The adapter contract: what every platform adapter gives the gateway and takes from it.
+
+An adapter turns platform events into `InboundMessage`s and sends replies; routing, sessions and
+commands stay in the gateway. Adapters know `gateway.source` and this module, nothing else of the
+gateway.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from gateway.source import Platform, SessionSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class InboundMessage:
+    source: SessionSource
+    text: str
+    message_id: str  # platform message (or event) id: the de-duplication key
+    mentioned: bool = False  # the bot was @-mentioned
+    reply_to_bot: bool = False  # the message replies to one of the bot's messages
+    reply_to_message_id: str | None = None
+    timestamp: float = field(default_factory=time.time)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_command(self) -> bool:
+        return self.text.lstrip().startswith("/")
+
+
+MessageHandler = Callable[[InboundMessage], Awaitable[None]]
+# aiohttp handler for a webhook route; typed loosely so this module needs no aiohttp import.
+WebhookHandler = Callable[[Any], Awaitable[Any]]
+
+
+@dataclass
+class AdapterHealth:
+    ready: bool
+    detail: str = ""
+    last_event_at: float | None = None
+
+
+class PlatformAdapter(abc.ABC):
+    """Base class for platform adapters.
+
+    Subclasses set `platform` and `max_message_length`, and implement `start`, `stop`, `send`.
+    `mark_alive()` should be called on every event received and every successful poll; the
+    watchdog (see `Watchdog`) uses it for readiness.
+    """
+
+    platform: Platform
+    max_message_length: int = 4000
+
+    def __init__(self) -> None:
+        self._ready = False
+        self._ready_detail = "not started"
+        self.last_alive: float | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def start(self, on_message: MessageHandler) -> None:
+        """Connect and begin delivering inbound messages to `on_message`. Returns once started."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Disconnect and release resources."""
+
+    # -- outbound --------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+        """Send `text` (already split to fit) to the chat of `source`; return platform message ids."""
+
+    async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
+        """Replace the text of a message the bot sent. Default: not supported (no-op)."""
+
+    async def send_typing(self, source: SessionSource) -> None:
+        """Show a typing/working hint. Default: nothing."""
+
+    def webhook_handlers(self) -> dict[str, WebhookHandler]:
+        """Routes (path -> aiohttp handler) this adapter serves on the gateway's HTTP port."""
+        return {}
+
+    def bot_commands(self, commands: dict[str, str]) -> None:
+        """Receive the gateway's command list (name -> help) e.g. for a bot menu. Default: ignore."""
+
+    # -- length ----------------------------------------------------------------------------
+    def message_length(self, text: str) -> int:
+        """Length as the platform counts it (Telegram: UTF-16 code units)."""
+        return len(text)
+
+    def split(self, text: str) -> list[str]:
+        return split_message(text, self.max_message_length, self.message_length)
+
+    # -- health ----------------------------------------------------------------------------
+    def mark_alive(self) -> None:
+        self.last_alive = time.monotonic()
+
+    def set_ready(self, ready: bool, detail: str = "") -> None:
+        if ready != self._ready:
+            log.info("adapter %s ready=%s %s", self.platform.value, ready, detail)
+        self._ready, self._ready_detail = ready, detail
+
+    def health(self) -> AdapterHealth:
+        return AdapterHealth(self._ready, self._ready_detail, self.last_alive)
+
+
+def utf16_length(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def split_message(text: str, limit: int, length: Callable[[str], int] = len) -> list[str]:
+    """Split `text` into chunks of at most `limit` units (as `length` counts them).
+
+    Prefers paragraph, then line, then word boundaries. A code fence cut in two is closed at the
+    end of one chunk and reopened (with its language tag) at the start of the next, so every chunk
+    renders on its own.
+    """
+    if limit < 20:
+        raise ValueError("limit too small to split safely")
+    if length(text) <= limit:
+        return [text] if text else []
+    chunks: list[str] = []
+    fence: str | None = None  # the opening fence line ("```py") when inside a code block
+    rest = text
+    while rest:
+        prefix = fence + "\n" if fence else ""
+        budget = limit - length(prefix)
+        # reserve room for a closing fence in case this chunk ends inside a block
+        reserve = length("\n```")
+        if length(rest) + length(prefix) <= limit:
+            chunks.append(prefix + rest)
+            break
+        cut = _find_cut(rest, budget - reserve, length)
+        piece, rest = rest[:cut], rest[cut:]
+        fence_after = _fence_state(piece, fence)
+        body = prefix + piece.rstrip("\n") if fence_after else prefix + piece
+        if fence_after:
+            body += "\n```"
+        chunks.append(body.rstrip() if not fence_after else body)
+        fence = fence_after
+        rest = rest.lstrip("\n") if not fence else rest.lstrip("\n")
+    return [c for c in chunks if c.strip()]
+
+
+def _fence_state(piece: str, fence: str | None) -> str | None:
+    """Given the state before `piece`, return the open fence line after it (None if closed)."""
+    for line in piece.split("\n"):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = None if fence else stripped
+    return fence
+
+
+def _find_cut(text: str, budget: int, length: Callable[[str], int]) -> int:
+    """Largest index <= fits-in-budget, preferring paragraph/line/space boundaries."""
+    lo, hi = 1, len(text)
+    # binary search the longest prefix within budget (length is monotonic in prefix size)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if length(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    best = lo
+    window = text[:best]
+    for sep in ("\n\n", "\n", " "):
+        pos = window.rfind(sep)
+        if pos > best // 2:
+            return pos + len(sep)
+    # never split a surrogate pair / combining sequence start
+    return best
+
+
+class Backoff:
+    """Jittered exponential back-off for reconnect loops: base * 2^n, capped, with full jitter."""
+
+    def __init__(self, base: float = 1.0, cap: float = 60.0) -> None:
+        self.base, self.cap, self.attempt = base, cap, 0
+
+    def next_delay(self) -> float:
+        delay = min(self.cap, self.base * (2**self.attempt))
+        self.attempt += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.next_delay())
+
+
+class Watchdog:
+    """Flips an adapter to not-ready and calls `on_stale` when nothing was heard for `timeout` s."""
+
+    def __init__(
+        self,
+        adapter: PlatformAdapter,
+        timeout: float,
+        on_stale: Callable[[], Awaitable[None]],
+        interval: float | None = None,
+    ) -> None:
+        self.adapter, self.timeout, self.on_stale = adapter, timeout, on_stale
+        self.interval = interval if interval is not None else max(0.05, timeout / 4)
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.adapter.mark_alive()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            last = self.adapter.last_alive or 0.0
+            if time.monotonic() - last > self.timeout:
+                self.adapter.set_ready(False, f"no event or poll for {self.timeout:.0f}s; reconnecting")
+                try:
+                    await self.on_stale()
+                except Exception:  # a failing reconnect must not kill the watchdog
+                    log.exception("watchdog reconnect of %s failed", self.adapter.platform.value)
+                self.adapter.mark_alive()

@@ -1,0 +1,292 @@
+"""Model endpoint settings and one call to it, over the official `openai` client.
+
+Settings come from config (`model.*`, and `auxiliary.*` which falls back to `model.*` field by
+field) with the environment as a last resort: OPENAI_BASE_URL, OPENAI_API_KEY, CHINWAG_MODEL.
+The client is built with `max_retries=0`: the SDK's hidden retries would multiply our own (the
+agent loop and the recap code each decide how often to retry), and a turn's wall time must be ours
+to bound. The API key never appears in a repr, a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping
+
+import openai
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_CONTEXT_WINDOW = 128_000
+NOT_CONFIGURED_TEXT = (
+    "No model is configured: set OPENAI_BASE_URL (and OPENAI_API_KEY) or model.base_url in config.yaml."
+)
+# Local OpenAI-compatible servers (llama.cpp, vLLM, Ollama) need no key, but the SDK insists on one.
+_PLACEHOLDER_KEY = "not-needed"
+
+
+class EmptyCompletion(RuntimeError):
+    """The endpoint answered 200 but with no choices."""
+
+
+class ModelNotConfigured(RuntimeError):
+    def __init__(self, message: str = NOT_CONFIGURED_TEXT) -> None:
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    base_url: str | None
+    api_key: str | None = field(default=None, repr=False)
+    name: str = DEFAULT_MODEL
+    timeout: float = 60.0
+    context_window: int = DEFAULT_CONTEXT_WINDOW
+    max_tokens: int | None = None
+
+    @property
+    def is_configured(self) -> bool:
+        """A base URL (any compatible server) or a key (the default OpenAI endpoint) is enough."""
+        return bool(self.base_url or self.api_key)
+
+    def describe(self) -> str:
+        """For logs and /status: endpoint and model, never the key."""
+        where = self.base_url or ("api.openai.com" if self.api_key else "not configured")
+        return f"{self.name} @ {where}"
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any] | None,
+        role: str = "model",
+        env: Mapping[str, str] | None = None,
+    ) -> "ModelSettings":
+        """Build settings for `role` ("model" or "auxiliary") from the whole config dict.
+
+        "auxiliary" takes each field from `auxiliary.*` when set, else from `model.*`, else the
+        environment; "model" takes `model.*`, else the environment.
+        """
+        if role not in ("model", "auxiliary"):
+            raise ValueError(f"role must be 'model' or 'auxiliary', got {role!r}")
+        env = os.environ if env is None else env
+        config = config or {}
+        sections = [config.get("model") or {}]
+        if role == "auxiliary":
+            sections.insert(0, config.get("auxiliary") or {})
+        for section in sections:
+            if not isinstance(section, Mapping):
+                raise ValueError(f"config section for {role} must be a mapping, got {type(section).__name__}")
+
+        def pick(key: str, env_name: str | None = None) -> Any:
+            for section in sections:
+                value = section.get(key)
+                if value not in (None, ""):
+                    return value
+            return (env.get(env_name) or None) if env_name else None
+
+        def number(key: str, default: Any, kind: type) -> Any:
+            value = pick(key)
+            if value is None:
+                return default
+            try:
+                result = kind(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{role}.{key} must be a number, got {value!r}") from None
+            if result <= 0:
+                raise ValueError(f"{role}.{key} must be positive, got {value!r}")
+            return result
+
+        base_url = pick("base_url", "OPENAI_BASE_URL")
+        return cls(
+            base_url=str(base_url).rstrip("/") if base_url else None,
+            api_key=pick("api_key", "OPENAI_API_KEY"),
+            name=str(pick("name", "CHINWAG_MODEL") or DEFAULT_MODEL),
+            timeout=number("timeout", 60.0, float),
+            context_window=number("context_window", DEFAULT_CONTEXT_WINDOW, int),
+            max_tokens=number("max_tokens", None, int),
+        )
+
+
+def make_client(settings: ModelSettings) -> openai.AsyncOpenAI:
+    """An AsyncOpenAI client for these settings; raises ModelNotConfigured when there is no endpoint."""
+    if not settings.is_configured:
+        raise ModelNotConfigured()
+    log.debug("model client for %s", settings.describe())
+    return openai.AsyncOpenAI(
+        base_url=settings.base_url or None,
+        api_key=settings.api_key or _PLACEHOLDER_KEY,
+        timeout=settings.timeout,
+        max_retries=0,
+    )
+
+
+@dataclass
+class Completion:
+    message: dict[str, Any]  # OpenAI-style assistant message: role, content, [tool_calls], [reasoning]
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.message.get("content") or ""
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return self.message.get("tool_calls") or []
+
+
+OnDelta = Callable[[str], Awaitable[None]]
+
+
+async def complete(
+    client: openai.AsyncOpenAI,
+    settings: ModelSettings,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    on_delta: OnDelta | None = None,
+) -> Completion:
+    """One chat completion. With `on_delta`, the reply is streamed and each text piece is awaited
+    through it as it arrives; the result is the same either way. Errors are the SDK's exceptions."""
+    kwargs: dict[str, Any] = {"model": settings.name, "messages": messages}
+    if tools:
+        kwargs["tools"] = tools
+    if temperature is not None:
+        kwargs["temperature"] = temperature
+    limit = max_tokens if max_tokens is not None else settings.max_tokens
+    if limit is not None:
+        kwargs["max_tokens"] = limit
+    if on_delta is not None:
+        return await _complete_streaming(client, kwargs, on_delta)
+
+    response = await client.chat.completions.create(**kwargs)
+    if not response.choices:
+        raise EmptyCompletion("the model returned no choices")
+    choice = response.choices[0]
+    raw = choice.message
+    message: dict[str, Any] = {"role": "assistant", "content": raw.content}
+    if raw.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments or ""}}
+            for c in raw.tool_calls
+            if getattr(c, "function", None) is not None
+        ]
+    reasoning = _extra_field(raw, "reasoning_content") or _extra_field(raw, "reasoning")
+    if reasoning:
+        message["reasoning"] = reasoning
+    usage = response.usage
+    return Completion(
+        message=message,
+        prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
+        completion_tokens=(usage.completion_tokens or 0) if usage else 0,
+        finish_reason=choice.finish_reason,
+    )
+
+
+def _extra_field(obj: Any, name: str) -> str | None:
+    """Non-standard fields some compatible servers add (e.g. reasoning_content)."""
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "model_extra", None) or {}
+        value = extra.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+async def _complete_streaming(client: openai.AsyncOpenAI, kwargs: dict[str, Any], on_delta: OnDelta) -> Completion:
+    stream = await client.chat.completions.create(
+        **kwargs, stream=True, stream_options={"include_usage": True}
+    )
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish: str | None = None
+    prompt_tokens = completion_tokens = 0
+    try:
+        async for chunk in stream:
+            if chunk.usage:
+                prompt_tokens = chunk.usage.prompt_tokens or 0
+                completion_tokens = chunk.usage.completion_tokens or 0
+            for choice in chunk.choices:
+                delta = choice.delta
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+                piece = _extra_field(delta, "reasoning_content")
+                if piece:
+                    reasoning.append(piece)
+                if delta.content:
+                    text.append(delta.content)
+                    await on_delta(delta.content)
+                for call in delta.tool_calls or []:
+                    slot = calls.setdefault(call.index, {"id": None, "name": "", "arguments": ""})
+                    if call.id:
+                        slot["id"] = call.id
+                    if call.function is not None:
+                        slot["name"] += call.function.name or ""
+                        slot["arguments"] += call.function.arguments or ""
+    finally:
+        await stream.close()
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": slot["id"] or f"call_{index}", "type": "function",
+             "function": {"name": slot["name"], "arguments": slot["arguments"]}}
+            for index, slot in sorted(calls.items())
+        ]
+    if reasoning:
+        message["reasoning"] = "".join(reasoning)
+    return Completion(message, prompt_tokens, completion_tokens, finish)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short, key-free sentence about a failed model call, for the person and the logs."""
+    if isinstance(exc, ModelNotConfigured):
+        return NOT_CONFIGURED_TEXT
+    if isinstance(exc, openai.APITimeoutError):
+        return "the model did not answer in time"
+    if isinstance(exc, openai.RateLimitError):
+        return "the model service is rate-limiting requests (429)"
+    if isinstance(exc, openai.AuthenticationError):
+        return "the model service refused the API key (401)"
+    if isinstance(exc, openai.APIStatusError):
+        return f"the model service returned an error ({exc.status_code}): {_short(_error_message(exc))}"
+    if isinstance(exc, openai.APIConnectionError):
+        return "could not reach the model service"
+    return f"the model call failed: {type(exc).__name__}: {_short(str(exc))}"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth one more try: rate limits, server errors, dropped connections (not timeouts)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return False
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, openai.APIConnectionError)
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The server's Retry-After in seconds, when it sent one."""
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _error_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        return json.dumps(body)[:200]
+    return str(body or exc.message)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,247 @@
+"""A fake OpenAI-compatible endpoint on 127.0.0.1, for running the real `openai` client in tests.
+
+    async with FakeOpenAI() as fake:
+        client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="k", max_retries=0)
+        fake.push("hello")                                   # plain text reply
+        fake.push(Reply(tool_calls=[ToolCall("memory", {"action": "add"})]))
+        fake.push(Reply(status=429, error="slow down"))      # an API error
+        fake.push(lambda body: "computed from " + body["model"])
+        ...
+        fake.requests        # every POST /v1/chat/completions body (parsed JSON), in order
+        fake.headers         # the matching request headers
+
+With nothing queued, the reply is "echo: <last user message>". `fake.delay` slows every reply;
+`fake.gate` (an asyncio.Event) makes every reply wait until it is set; `Reply.wait` does the same
+for one reply. `await fake.wait_requests(n)` waits until n requests have arrived.
+Streaming (`"stream": true`) is served as server-sent events, in chunks, like the real API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Union
+
+from aiohttp import web
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)  # a str is sent verbatim (bad JSON tests)
+    id: str | None = None
+
+
+@dataclass
+class Reply:
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    status: int = 200
+    error: str | dict[str, Any] | None = None  # body message for status >= 400 (dict sent as-is)
+    delay: float = 0.0
+    wait: asyncio.Event | None = None
+    finish_reason: str | None = None  # default: "tool_calls" when there are tool calls, else "stop"
+    usage: tuple[int, int] | None = None  # (prompt, completion); default estimated from lengths
+    headers: dict[str, str] = field(default_factory=dict)
+    reasoning: str | None = None  # sent as `reasoning_content` like several compatible servers
+    raw: str | None = None  # a raw (possibly broken) response body, sent with `status`
+
+
+Script = Union[Reply, str, Callable[[dict[str, Any]], Any]]
+
+
+def _estimate(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):  # content parts
+                return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return content or ""
+    return ""
+
+
+class FakeOpenAI:
+    def __init__(self, models: tuple[str, ...] = ("fake-model",)) -> None:
+        self.models = models
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.delay: float = 0.0
+        self.gate: asyncio.Event | None = None
+        self.chunk_size = 4  # characters per streamed content chunk
+        self._script: deque[Script] = deque()
+        self._arrived = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._counter = 0
+        self.port = 0
+        self.cancelled = 0  # requests whose client went away before the reply was sent
+
+    # --- scripting -----------------------------------------------------------------------
+    def push(self, *items: Script) -> None:
+        self._script.extend(items)
+
+    @property
+    def pending(self) -> int:
+        return len(self._script)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def wait_requests(self, n: int, timeout: float = 5.0) -> None:
+        async def _wait() -> None:
+            async with self._arrived:
+                await self._arrived.wait_for(lambda: len(self.requests) >= n)
+
+        await asyncio.wait_for(_wait(), timeout)
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def __aenter__(self) -> "FakeOpenAI":
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.gate is not None:
+            self.gate.set()  # release anything still parked so shutdown is quick
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # --- handlers ------------------------------------------------------------------------
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
+        return web.json_response({"object": "list", "data": data})
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        item: Any = self._script.popleft() if self._script else None
+        if callable(item) and not isinstance(item, Reply):
+            item = item(body)
+        if item is None:
+            return Reply(text="echo: " + _last_user_text(body))
+        if isinstance(item, str):
+            return Reply(text=item)
+        if isinstance(item, Reply):
+            return item
+        raise TypeError(f"unsupported scripted reply {item!r}")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "bad json"}}, status=400)
+        reply = self._next_reply(body)
+        async with self._arrived:
+            self.requests.append(body)
+            self.headers.append(dict(request.headers))
+            self._arrived.notify_all()
+        try:
+            if self.delay or reply.delay:
+                await asyncio.sleep(self.delay + reply.delay)
+            for event in (self.gate, reply.wait):
+                if event is not None:
+                    await event.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+        if reply.raw is not None:
+            return web.Response(text=reply.raw, status=reply.status, content_type="application/json")
+        if reply.status >= 400:
+            error = reply.error if isinstance(reply.error, dict) else {
+                "message": reply.error or f"error {reply.status}",
+                "type": "server_error" if reply.status >= 500 else "invalid_request_error",
+                "code": None,
+            }
+            return web.json_response({"error": error}, status=reply.status, headers=reply.headers)
+        if body.get("stream"):
+            return await self._stream(request, body, reply)
+        return web.json_response(self._completion(body, reply), headers=reply.headers)
+
+    def _ids(self, reply: Reply) -> list[str]:
+        ids = []
+        for call in reply.tool_calls:
+            self._counter += 1
+            ids.append(call.id or f"call_{self._counter}")
+        return ids
+
+    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
+        if reply.usage is not None:
+            prompt, completion = reply.usage
+        else:
+            prompt = _estimate(json.dumps(body.get("messages") or [], ensure_ascii=False))
+            out = (reply.text or "") + "".join(
+                c.name + (c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments))
+                for c in reply.tool_calls
+            )
+            completion = _estimate(out)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    @staticmethod
+    def _args(call: ToolCall) -> str:
+        return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+
+    def _finish(self, reply: Reply) -> str:
+        return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": c.name, "arguments": self._args(c)}}
+                for cid, c in zip(self._ids(reply), reply.tool_calls)
+            ]
+        return {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake-model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": self._finish(reply)}],
+            "usage": self._usage(body, reply),
+        }
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
+        await response.prepare(request)
+        base = {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", "fake-model"),
+        }
+
+        async def send(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
+            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""})
+        text = reply.text or ""
+        for i in range(0, len(text), self.chunk_size):
+            await send({"content": text[i : i + self.chunk_size]})
+        for index, (cid, call) in enumerate(zip(self._ids(reply), reply.tool_calls)):
+            args = self._args(call)
+            half = len(args) // 2  # arguments arrive in pieces, as they do from real servers
+            await send({"tool_calls": [{"index": index, "id": cid, "type": "function",
+                                        "function": {"name": call.name, "arguments": args[:half]}}]})
+            await send({"tool_calls": [{"index": index, "function": {"arguments": args[half:]}}]})
+        await send({}, self._finish(reply))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunk = {**base, "choices": [], "usage": self._usage(body, reply)}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response

@@ -154,10 +154,13 @@ class Query:
         return " AND ".join(parts)
 
     def highlight_words(self) -> list[str]:
-        """Plain strings to look for when cutting a snippet (longest first)."""
+        """Plain strings to mark in a snippet (longest first)."""
         words = {t.text.lower() for t in self.content_terms if t.text}
         for t in self.content_terms:
-            words.update(tok.lower() for tok in t.tokens if len(tok) > 1 or CJK_CHAR.match(tok))
+            if not t.cjk:
+                words.update(tok.lower() for tok in t.tokens if len(tok) > 1)
+            elif len(t.tokens) > 2:
+                words.update("".join(t.tokens[i : i + 2]) for i in range(len(t.tokens) - 1))
         return sorted(words, key=len, reverse=True)
 
 
@@ -188,8 +191,9 @@ def parse_query(query: str | bytes | None) -> Query:
 
     pending_or = False
     seen: set[tuple[str, bool]] = set()
+    only_operators = all(not q and p in _OPERATORS for p, q in pieces)
     for raw, quoted in pieces:
-        if not quoted and raw in _OPERATORS:
+        if not quoted and raw in _OPERATORS and not only_operators:
             pending_or = raw == "OR" and bool(result.terms)
             continue
         for term in _terms_of(raw, quoted):
@@ -258,9 +262,8 @@ def make_snippet(content: str, words: list[str], width: int = 160) -> str:
     if start + width < len(content):
         window += "…"
     window = " ".join(window.split())
-    for w in words:
-        if not w:
-            continue
-        window = re.sub(re.escape(w), lambda m: "«" + m.group() + "»", window, flags=re.IGNORECASE)
-    window = re.sub("«+", "«", re.sub("»+", "»", window))
-    return window
+    marks = [w for w in words if w]
+    if not marks:
+        return window
+    pattern = re.compile("|".join(re.escape(w) for w in marks), re.IGNORECASE)
+    return pattern.sub(lambda m: "«" + m.group() + "»", window)

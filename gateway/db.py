@@ -1,0 +1,732 @@
+"""`SessionDB`: the SQLite source of truth for sessions and messages.
+
+Writes go through one `GroupCommitWriter` thread (see gateway/writer.py): a write returns once it is
+committed, and concurrent writes from many chats share one transaction. Reads use one connection
+per thread, so they never wait for the writer (WAL). Sync methods block the calling thread; the
+`a…` variants await the same write without blocking the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+from gateway import search
+from gateway.fts import ident_text, index_text
+from gateway.schema import SCHEMA_VERSION, SchemaTooNew, migrate
+from gateway.writer import CommitListener, GroupCommitWriter
+
+__all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_session_id"]
+
+ROLES = ("user", "assistant", "tool", "system")
+MAX_CONTENT_CHARS = 4_000_000
+TITLE_MAX = 100
+PREVIEW_CHARS = 200
+EVENT_TTL_SECONDS = 8 * 24 * 3600  # Feishu redelivers for up to ~7 h; keep a week of ids
+
+SESSION_FIELDS = (
+    "user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name",
+    "model", "title", "parent_session_id", "started_at",
+)
+MESSAGE_FIELDS = (
+    "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count", "finish_reason",
+    "reasoning", "platform_message_id", "user_id",
+)
+
+
+class UnknownSession(KeyError):
+    def __str__(self) -> str:
+        return f"no session with id {self.args[0]!r}"
+
+
+class TitleTaken(ValueError):
+    pass
+
+
+def new_session_id(now: float | None = None) -> str:
+    stamp = datetime.fromtimestamp(now if now is not None else time.time(), tz=timezone.utc)
+    return f"{stamp:%Y%m%d_%H%M%S}_{secrets.token_hex(4)}"
+
+
+def sanitize_title(title: str | None) -> str | None:
+    if title is None:
+        return None
+    text = re.sub(r"[\x00-\x1f\x7f\u200b-\u200f\u2028-\u202e\ufeff]", " ", str(title))
+    text = " ".join(text.split())[:TITLE_MAX].strip()
+    return text or None
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.row_factory = sqlite3.Row
+    for pragma in (
+        "busy_timeout = 30000",
+        "foreign_keys = ON",
+        "synchronous = FULL",  # WAL + FULL: a committed append survives power loss
+        "cache_size = -32000",
+        "temp_store = MEMORY",
+    ):
+        conn.execute(f"PRAGMA {pragma}")
+    return conn
+
+
+def _json_or_none(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+class SessionDB:
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        if self.path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        setup = _connect(self.path)
+        try:
+            setup.execute("PRAGMA journal_mode = WAL")
+            migrate(setup, path=self.path)
+        finally:
+            setup.close()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._writer = GroupCommitWriter(lambda: _connect(self.path))
+        self._closed = False
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._writer.close()
+        with self._readers_lock:
+            for conn in self._readers:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._readers.clear()
+
+    def __enter__(self) -> "SessionDB":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path)
+            conn.execute("PRAGMA query_only = ON")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run fn(conn) on this thread's read connection, in one snapshot."""
+        conn = self._reader()
+        conn.execute("BEGIN")
+        try:
+            return fn(conn)
+        finally:
+            conn.execute("COMMIT")
+
+    async def aread(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Await any read method in a worker thread: `await db.aread("get_session", sid)`."""
+        return await asyncio.to_thread(getattr(self, method), *args, **kwargs)
+
+    def write(self, op: Callable[[sqlite3.Connection, list], Any]) -> Any:
+        """Run op(conn, events) in the writer's transaction; return once committed."""
+        return self._writer.submit(op).result()
+
+    async def awrite(self, op: Callable[[sqlite3.Connection, list], Any]) -> Any:
+        return await asyncio.wrap_future(self._writer.submit(op))
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        self._writer.add_listener(listener)
+
+    @property
+    def commit_stats(self) -> tuple[int, int]:
+        """(commits, writes): writes / commits is the group-commit batching factor."""
+        return self._writer.batches, self._writer.ops
+
+    # -- sessions: writes ------------------------------------------------------------------------
+    def _op_create_session(self, session_id: str, source: str, fields: dict) -> Callable:
+        unknown = set(fields) - set(SESSION_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown session field(s): {', '.join(sorted(unknown))}")
+        if not session_id or not isinstance(session_id, str):
+            raise ValueError("session_id must be a non-empty string")
+        values = dict(fields)
+        if "title" in values:
+            values["title"] = sanitize_title(values["title"])
+        now = time.time()
+        started = float(values.pop("started_at", None) or now)
+        source = str(getattr(source, "value", source))
+
+        def op(conn: sqlite3.Connection, events: list) -> None:
+            cols = ["id", "source", "started_at", "last_active_at", *values]
+            params = [session_id, source, started, started, *values.values()]
+            updates = ", ".join(["source = excluded.source", *(f"{c} = excluded.{c}" for c in values)])
+            try:
+                conn.execute(
+                    f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+                    f"ON CONFLICT(id) DO UPDATE SET {updates}",
+                    params,
+                )
+            except sqlite3.IntegrityError as exc:
+                raise TitleTaken(f"title {values.get('title')!r} is already used") from exc
+            if values.get("user_id"):
+                conn.execute(
+                    "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
+                    (session_id, values["user_id"]),
+                )
+            events.append(("session", self._session_row(conn, session_id)))
+
+        return op
+
+    def create_session(self, session_id: str, source: str, **fields: Any) -> None:
+        self.write(self._op_create_session(session_id, source, fields))
+
+    async def acreate_session(self, session_id: str, source: str, **fields: Any) -> None:
+        await self.awrite(self._op_create_session(session_id, source, fields))
+
+    def _update_session(self, session_id: str, sql: str, params: Iterable) -> Callable:
+        def op(conn: sqlite3.Connection, events: list) -> None:
+            if conn.execute(sql, (*params, session_id)).rowcount == 0:
+                raise UnknownSession(session_id)
+            events.append(("session", self._session_row(conn, session_id)))
+
+        return op
+
+    def end_session(self, session_id: str, reason: str = "ended") -> None:
+        self.write(self._update_session(
+            session_id, "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ?", (time.time(), reason)
+        ))
+
+    def reopen_session(self, session_id: str) -> None:
+        self.write(self._update_session(
+            session_id, "UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", ()
+        ))
+
+    def add_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        self.write(self._update_session(
+            session_id,
+            "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = ?",
+            (int(input_tokens or 0), int(output_tokens or 0)),
+        ))
+
+    def set_title(self, session_id: str, title: str | None) -> str | None:
+        clean = sanitize_title(title)
+
+        def op(conn: sqlite3.Connection, events: list) -> str | None:
+            try:
+                changed = conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id)).rowcount
+            except sqlite3.IntegrityError:
+                raise TitleTaken(f"another session is already titled {clean!r}") from None
+            if not changed:
+                raise UnknownSession(session_id)
+            events.append(("session", self._session_row(conn, session_id)))
+            return clean
+
+        return self.write(op)
+
+    # -- messages: writes ------------------------------------------------------------------------
+    def _op_append(self, session_id: str, role: str, content: Any, fields: dict) -> Callable:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        unknown = set(fields) - set(MESSAGE_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
+        if content is not None and not isinstance(content, str):
+            content = json.dumps(content, ensure_ascii=False)
+        if content is not None and len(content) > MAX_CONTENT_CHARS:
+            raise ValueError(
+                f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}"
+            )
+        row = {k: fields.get(k) for k in MESSAGE_FIELDS}
+        row["tool_calls"] = _json_or_none(row["tool_calls"])
+        row["timestamp"] = float(row["timestamp"] or time.time())
+        words, idents = index_text(content), ident_text(content)  # computed off the writer thread
+        preview = " ".join(content.split())[:PREVIEW_CHARS] if role == "user" and content else None
+
+        def op(conn: sqlite3.Connection, events: list) -> int:
+            updated = conn.execute(
+                "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
+                "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?",
+                (row["timestamp"], preview, session_id),
+            ).rowcount
+            if not updated:
+                raise UnknownSession(session_id)
+            cur = conn.execute(
+                f"INSERT INTO messages (session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
+                f"VALUES (?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})",
+                (session_id, role, content, *row.values()),
+            )
+            message_id = cur.lastrowid
+            if words:
+                conn.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)", (message_id, words))
+            if idents:
+                conn.execute("INSERT INTO messages_ident (rowid, content) VALUES (?, ?)", (message_id, idents))
+            if role == "user" and row["user_id"]:
+                conn.execute(
+                    "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
+                    (session_id, row["user_id"]),
+                )
+            events.append(("message", {
+                "id": message_id, "session_id": session_id, "role": role, "content": content,
+                **row, "active": 1, "compacted": 0,
+            }))
+            return message_id
+
+        return op
+
+    def append_message(self, session_id: str, role: str, content: Any, **fields: Any) -> int:
+        return self.write(self._op_append(session_id, role, content, fields))
+
+    async def aappend_message(self, session_id: str, role: str, content: Any, **fields: Any) -> int:
+        return await self.awrite(self._op_append(session_id, role, content, fields))
+
+    def _flag_op(self, session_id: str, where: str, params: tuple, active: int, compacted: int | None) -> Callable:
+        def op(conn: sqlite3.Connection, events: list) -> int:
+            sets = "active = ?" + (", compacted = ?" if compacted is not None else "")
+            values = (active,) if compacted is None else (active, compacted)
+            changed = conn.execute(
+                f"UPDATE messages SET {sets} WHERE session_id = ? AND active = 1 {where}",
+                (*values, session_id, *params),
+            ).rowcount
+            if changed:
+                conn.execute(
+                    "UPDATE sessions SET message_count = MAX(0, message_count - ?) WHERE id = ?",
+                    (changed, session_id),
+                )
+                events.append(("rewrite", {"session_id": session_id}))
+            return changed
+
+        return op
+
+    def rewind(self, session_id: str, exchanges: int = 1) -> int:
+        """`/undo`: hide the last `exchanges` user turns and all that followed. They stay stored."""
+        exchanges = max(1, int(exchanges))
+
+        def op(conn: sqlite3.Connection, events: list) -> int:
+            users = conn.execute(
+                "SELECT id FROM messages WHERE session_id = ? AND active = 1 AND role = 'user' "
+                "ORDER BY id DESC LIMIT ?",
+                (session_id, exchanges),
+            ).fetchall()
+            if not users:
+                return 0
+            return self._flag_op(session_id, "AND id >= ?", (users[-1]["id"],), 0, None)(conn, events)
+
+        return self.write(op)
+
+    def supersede_after(self, session_id: str, message_id: int) -> int:
+        """`/retry`: hide what followed `message_id` from the conversation; it stays searchable."""
+        return self.write(self._flag_op(session_id, "AND id > ?", (int(message_id),), 0, 1))
+
+    def mark_compacted(self, session_id: str, up_to_id: int | None = None) -> int:
+        where, params = ("AND id <= ?", (int(up_to_id),)) if up_to_id is not None else ("", ())
+        return self.write(self._flag_op(session_id, where, params, 0, 1))
+
+    # -- deletion and retention ------------------------------------------------------------------
+    @staticmethod
+    def _delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
+        for row in conn.execute("SELECT id, content FROM messages WHERE session_id = ?", (session_id,)):
+            words, idents = index_text(row["content"]), ident_text(row["content"])
+            # contentless FTS5: a delete must repeat exactly the text that was indexed
+            if words:
+                conn.execute(
+                    "INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', ?, ?)",
+                    (row["id"], words),
+                )
+            if idents:
+                conn.execute(
+                    "INSERT INTO messages_ident (messages_ident, rowid, content) VALUES ('delete', ?, ?)",
+                    (row["id"], idents),
+                )
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM session_participants WHERE session_id = ?", (session_id,))
+        parent = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        conn.execute(
+            "UPDATE sessions SET parent_session_id = ? WHERE parent_session_id = ?",
+            (parent[0] if parent else None, session_id),
+        )
+        conn.execute("DELETE FROM session_keys WHERE session_id = ?", (session_id,))
+        return conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+
+    def delete_session(self, session_id: str) -> bool:
+        def op(conn: sqlite3.Connection, events: list) -> bool:
+            deleted = self._delete_session_rows(conn, session_id)
+            if deleted:
+                events.append(("session_deleted", {"id": session_id}))
+            return deleted
+
+        return self.write(op)
+
+    def prune(self, older_than_days: float, keep: Iterable[str] = ()) -> int:
+        """Delete sessions whose last activity is older than the cutoff (not those in `keep`)."""
+        cutoff = time.time() - float(older_than_days) * 86400
+        keep_set = set(keep)
+        victims = [
+            sid for sid in self.read(lambda c: [r[0] for r in c.execute(
+                "SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,)
+            )])
+            if sid not in keep_set
+        ]
+
+        def op_for(batch: list[str]) -> Callable:
+            def op(conn: sqlite3.Connection, events: list) -> int:
+                n = 0
+                for sid in batch:
+                    if self._delete_session_rows(conn, sid):
+                        events.append(("session_deleted", {"id": sid}))
+                        n += 1
+                return n
+
+            return op
+
+        total = sum(self.write(op_for(victims[i : i + 200])) for i in range(0, len(victims), 200))
+        self.write(lambda conn, events: conn.execute(
+            "DELETE FROM processed_events WHERE seen_at < ?", (time.time() - EVENT_TTL_SECONDS,)
+        ))
+        return total
+
+    def optimize(self) -> None:
+        """Merge FTS segments and refresh the planner's statistics."""
+        def op(conn: sqlite3.Connection, events: list) -> None:
+            conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+            conn.execute("INSERT INTO messages_ident (messages_ident) VALUES ('optimize')")
+            conn.execute("PRAGMA optimize")
+
+        self.write(op)
+
+    def vacuum(self) -> None:
+        # VACUUM cannot run inside the writer's transaction; use a private connection.
+        conn = _connect(self.path)
+        try:
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+
+    def rebuild_fts(self, progress: Callable[[int], None] | None = None) -> int:
+        """Rebuild both full-text indexes from messages.content (after a tokenizer change)."""
+        def op(conn: sqlite3.Connection, events: list) -> int:
+            conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('delete-all')")
+            conn.execute("INSERT INTO messages_ident (messages_ident) VALUES ('delete-all')")
+            n = 0
+            for row in conn.execute("SELECT id, content FROM messages WHERE content IS NOT NULL"):
+                words, idents = index_text(row["content"]), ident_text(row["content"])
+                if words:
+                    conn.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)", (row["id"], words))
+                if idents:
+                    conn.execute("INSERT INTO messages_ident (rowid, content) VALUES (?, ?)", (row["id"], idents))
+                n += 1
+                if progress and n % 1000 == 0:
+                    progress(n)
+            return n
+
+        return self.write(op)
+
+    # -- routing entries and inbound de-duplication ---------------------------------------------
+    def set_key_entry(
+        self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
+    ) -> None:
+        now = time.time()
+
+        def op(conn: sqlite3.Connection, events: list) -> None:
+            conn.execute(
+                "INSERT INTO session_keys (session_key, session_id, origin, created_at, updated_at, reason) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_key) DO UPDATE SET "
+                "session_id = excluded.session_id, origin = COALESCE(excluded.origin, origin), "
+                "updated_at = excluded.updated_at, reason = excluded.reason",
+                (session_key, session_id, _json_or_none(origin), now, now, reason),
+            )
+            events.append(("key", self._key_row(conn, session_key)))
+
+        self.write(op)
+
+    def delete_key_entry(self, session_key: str) -> None:
+        def op(conn: sqlite3.Connection, events: list) -> None:
+            if conn.execute("DELETE FROM session_keys WHERE session_key = ?", (session_key,)).rowcount:
+                events.append(("key_deleted", {"session_key": session_key}))
+
+        self.write(op)
+
+    @staticmethod
+    def _op_mark_seen(platform: str, event_id: str) -> Callable:
+        def op(conn: sqlite3.Connection, events: list) -> bool:
+            return conn.execute(
+                "INSERT OR IGNORE INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
+                (str(platform), str(event_id), time.time()),
+            ).rowcount == 1
+
+        return op
+
+    def mark_event_seen(self, platform: str, event_id: str) -> bool:
+        """True the first time this (platform, event id) is seen; persisted across restarts."""
+        return self.write(self._op_mark_seen(platform, event_id))
+
+    async def amark_event_seen(self, platform: str, event_id: str) -> bool:
+        return await self.awrite(self._op_mark_seen(platform, event_id))
+
+    # -- import ----------------------------------------------------------------------------------
+    def import_records(self, records: list[dict], skip_existing: bool = False) -> int:
+        """Import `{"session": {...}, "messages": [...]}` records in one transaction: all or nothing."""
+        ops = []
+        for n, record in enumerate(records, 1):
+            session = dict(record.get("session") or {})
+            sid, source = session.pop("id", None), session.pop("source", None)
+            if not sid or not source:
+                raise ValueError(f"record {n}: session needs 'id' and 'source'")
+            fields = {k: v for k, v in session.items() if k in SESSION_FIELDS}
+            create = self._op_create_session(sid, source, fields)
+            extra = {k: session.get(k) for k in ("ended_at", "end_reason", "input_tokens", "output_tokens")}
+            appends = []
+            for m, msg in enumerate(record.get("messages") or [], 1):
+                if not isinstance(msg, dict) or msg.get("role") not in ROLES:
+                    raise ValueError(f"record {n} ({sid}), message {m}: needs a role in {ROLES}")
+                mfields = {k: msg.get(k) for k in MESSAGE_FIELDS if msg.get(k) is not None}
+                appends.append((self._op_append(sid, msg["role"], msg.get("content"), mfields), msg))
+            ops.append((sid, create, extra, appends))
+
+        def op(conn: sqlite3.Connection, events: list) -> int:
+            imported = 0
+            for sid, create, extra, appends in ops:
+                if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():
+                    if skip_existing:
+                        continue
+                    raise ValueError(f"session {sid} already exists (use --skip-existing)")
+                create(conn, events)
+                for append, msg in appends:
+                    mid = append(conn, events)
+                    if not msg.get("active", 1) or msg.get("compacted"):
+                        conn.execute(
+                            "UPDATE messages SET active = ?, compacted = ? WHERE id = ?",
+                            (int(msg.get("active", 1)), int(msg.get("compacted", 0)), mid),
+                        )
+                conn.execute(
+                    "UPDATE sessions SET ended_at = ?, end_reason = ?, input_tokens = COALESCE(?, 0), "
+                    "output_tokens = COALESCE(?, 0), message_count = "
+                    "(SELECT COUNT(*) FROM messages WHERE session_id = ? AND active = 1) WHERE id = ?",
+                    (extra["ended_at"], extra["end_reason"], extra["input_tokens"], extra["output_tokens"], sid, sid),
+                )
+                imported += 1
+            return imported
+
+        return self.write(op)
+
+    # -- reads -----------------------------------------------------------------------------------
+    @staticmethod
+    def _session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
+        row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return dict(row) if row else None
+
+    @staticmethod
+    def _key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
+        row = conn.execute("SELECT * FROM session_keys WHERE session_key = ?", (session_key,)).fetchone()
+        if not row:
+            return None
+        entry = dict(row)
+        entry["origin"] = json.loads(entry["origin"]) if entry["origin"] else None
+        return entry
+
+    def get_session(self, session_id: str) -> dict | None:
+        return self._session_row(self._reader(), session_id)
+
+    def get_key_entry(self, session_key: str) -> dict | None:
+        return self._key_row(self._reader(), session_key)
+
+    def list_key_entries(self) -> list[dict]:
+        rows = self._reader().execute("SELECT session_key FROM session_keys ORDER BY session_key").fetchall()
+        return [self._key_row(self._reader(), r[0]) for r in rows]
+
+    def find_session(self, ref: str) -> dict | None:
+        """An exact id, a unique id prefix (>= 6 characters), or an exact title (any case)."""
+        ref = (ref or "").strip()
+        if not ref:
+            return None
+        conn = self._reader()
+        row = self._session_row(conn, ref)
+        if row:
+            return row
+        if len(ref) >= 6 and re.fullmatch(r"[0-9a-f_]+", ref):
+            ids = conn.execute(
+                "SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")
+            ).fetchall()
+            if len(ids) == 1:
+                return self._session_row(conn, ids[0][0])
+        hit = conn.execute("SELECT id FROM sessions WHERE title = ? COLLATE NOCASE LIMIT 1", (ref,)).fetchone()
+        return self._session_row(conn, hit[0]) if hit else None
+
+    def list_sessions_rich(
+        self,
+        source: str | None = None,
+        user_id: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        exclude_sources: Iterable[str] | None = None,
+        titled_only: bool = False,
+    ) -> list[dict]:
+        where, params = [], []
+        if source:
+            where.append("s.source = ?")
+            params.append(str(getattr(source, "value", source)))
+        excluded = [s for s in (exclude_sources or []) if s]
+        if excluded:
+            where.append(f"s.source NOT IN ({','.join('?' * len(excluded))})")
+            params += excluded
+        if user_id:
+            where.append(
+                "(s.user_id = ? OR s.id IN (SELECT session_id FROM session_participants WHERE user_id = ?))"
+            )
+            params += [user_id, user_id]
+        if titled_only:
+            where.append("s.title IS NOT NULL")
+        sql = (
+            "SELECT s.id, s.title, s.source, s.user_id, s.session_key, s.chat_type, s.chat_name, "
+            "s.started_at, s.last_active_at, s.ended_at, s.end_reason, s.message_count, s.preview, "
+            "s.parent_session_id FROM sessions s"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY s.last_active_at DESC, s.id DESC LIMIT ? OFFSET ?"
+        )
+        return [dict(r) for r in self._reader().execute(sql, [*params, int(limit), int(offset)])]
+
+    def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict]:
+        sql = "SELECT * FROM messages WHERE session_id = ?" + ("" if include_inactive else " AND active = 1")
+        return [dict(r) for r in self._reader().execute(sql + " ORDER BY id", (session_id,))]
+
+    def get_messages_as_conversation(self, session_id: str) -> list[dict]:
+        out = []
+        for row in self.get_messages(session_id):
+            msg: dict[str, Any] = {"role": row["role"], "content": row["content"]}
+            if row["tool_calls"]:
+                try:
+                    msg["tool_calls"] = json.loads(row["tool_calls"])
+                except ValueError:
+                    pass
+            if row["role"] == "tool":
+                msg["tool_call_id"] = row["tool_call_id"]
+                if row["tool_name"]:
+                    msg["name"] = row["tool_name"]
+            out.append(msg)
+        return out
+
+    def export_session(self, session_id: str) -> dict:
+        def snapshot(conn: sqlite3.Connection) -> dict:
+            session = self._session_row(conn, session_id)
+            if session is None:
+                raise UnknownSession(session_id)
+            messages = []
+            for row in conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)):
+                msg = {k: v for k, v in dict(row).items() if v is not None and k != "session_id"}
+                if "tool_calls" in msg:
+                    try:
+                        msg["tool_calls"] = json.loads(msg["tool_calls"])
+                    except ValueError:
+                        pass
+                messages.append(msg)
+            return {"session": session, "messages": messages}
+
+        return self.read(snapshot)
+
+    def search_messages(
+        self,
+        query: str,
+        role_filter: Iterable[str] | None = None,
+        exclude_sources: Iterable[str] | None = None,
+        limit: int = 20,
+        offset: int = 0,
+    ) -> list[dict]:
+        return self.read(lambda conn: search.search_messages(conn, query, role_filter, exclude_sources, limit, offset))
+
+    def session_participants(self, session_id: str) -> set[str]:
+        rows = self._reader().execute(
+            "SELECT user_id FROM session_participants WHERE session_id = ?", (session_id,)
+        )
+        return {r[0] for r in rows}
+
+    def children(self, session_id: str) -> list[str]:
+        rows = self._reader().execute(
+            "SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY started_at, id", (session_id,)
+        )
+        return [r[0] for r in rows]
+
+    def get_root(self, session_id: str) -> str:
+        """The first session of a compression/delegation chain. A cycle stops the walk."""
+        conn, seen, current = self._reader(), {session_id}, session_id
+        while True:
+            row = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (current,)).fetchone()
+            parent = row[0] if row else None
+            if not parent or parent in seen:
+                return current
+            seen.add(parent)
+            current = parent
+
+    def get_lineage(self, session_id: str) -> list[str]:
+        """The whole chain `session_id` belongs to: its root and every descendant, root first."""
+        root = self.get_root(session_id)
+        chain, seen, frontier = [root], {root}, [root]
+        while frontier:
+            nxt = []
+            for sid in frontier:
+                for child in self.children(sid):
+                    if child not in seen:
+                        seen.add(child)
+                        chain.append(child)
+                        nxt.append(child)
+            frontier = nxt
+        if session_id not in seen:  # a cycle that does not lead back to the walked root
+            chain.append(session_id)
+        return chain
+
+    def title_exists(self, title: str) -> bool:
+        return bool(self._reader().execute("SELECT 1 FROM sessions WHERE title = ?", (title,)).fetchone())
+
+    def next_lineage_title(self, title: str) -> str:
+        """"x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
+        m = re.fullmatch(r"(.*?) #(\d+)", title.strip())
+        base, n = (m.group(1), int(m.group(2)) + 1) if m else (title.strip(), 2)
+        base = base[: TITLE_MAX - 8]
+        while self.title_exists(f"{base} #{n}"):
+            n += 1
+        return f"{base} #{n}"
+
+    def count_sessions(self) -> int:
+        return self._reader().execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+
+    def count_messages(self) -> int:
+        return self._reader().execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+
+    def stats(self) -> dict:
+        conn = self._reader()
+        out: dict[str, Any] = {
+            "path": self.path,
+            "schema_version": SCHEMA_VERSION,
+            "sessions": self.count_sessions(),
+            "messages": self.count_messages(),
+            "hidden_messages": conn.execute("SELECT COUNT(*) FROM messages WHERE active = 0").fetchone()[0],
+            "keys": conn.execute("SELECT COUNT(*) FROM session_keys").fetchone()[0],
+        }
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+        out["db_bytes"] = page * conn.execute("PRAGMA page_count").fetchone()[0]
+        try:
+            rows = conn.execute(
+                "SELECT CASE WHEN name LIKE 'messages_fts%' THEN 'word_index' "
+                "WHEN name LIKE 'messages_ident%' THEN 'substring_index' ELSE 'tables' END AS part, "
+                "SUM(pgsize) FROM dbstat GROUP BY part"
+            ).fetchall()
+            out["bytes_by_part"] = {r[0]: r[1] for r in rows}
+        except sqlite3.Error:  # dbstat not compiled in
+            pass
+        return out

@@ -1,0 +1,370 @@
+"""Discord adapter on discord.py: gateway websocket in, REST out.
+
+Named `discord_adapter` so it never shadows the `discord` package. discord.py does the protocol work
+(heartbeats, RESUME after a dropped connection, 429 back-off from the rate-limit headers); this
+module turns its messages into `InboundMessage`s and adds what the contract asks on top: a
+reconnect-forever loop for the failures discord.py gives up on (bad token, missing intent, parser
+crashes), a liveness watchdog, and malformed events logged and skipped.
+
+Chat types: DMs are "dm"; guild text channels "channel"; threads "thread" with chat_id = the
+parent channel and thread_id = the thread, so a thread is one session shared by its members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections import OrderedDict
+from typing import Any
+
+import discord
+import yarl
+
+from gateway.source import Platform, SessionSource
+from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog
+
+log = logging.getLogger(__name__)
+
+DISCORD_LIMIT = 2000
+# plain user messages and replies; joins, pins, thread-created notices etc. are not conversation
+_CONVERSATION_TYPES = (discord.MessageType.default, discord.MessageType.reply)
+_TEXT_CHANNELS = (discord.TextChannel, discord.VoiceChannel, discord.StageChannel)
+
+
+class _LRU(OrderedDict):
+    """A small bounded map (message ids the bot sent; thread lookups)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def put(self, key: Any, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+
+def _intents() -> discord.Intents:
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True  # privileged: must be enabled in the developer portal
+    return intents
+
+
+def _guard_parsers(client: discord.Client) -> None:
+    """Make every gateway event parser log and skip a payload it cannot read.
+
+    discord.py lets a parser exception (a MESSAGE_CREATE without `content`, say) escape its event
+    loop and end the connection. The parser table lives on the client's connection state; wrapping
+    each entry keeps one bad event from costing a reconnect.
+    """
+    state = client._connection
+    for name, parser in list(state.parsers.items()):
+        state.parsers[name] = _guarded(name, parser)
+
+
+def _guarded(name: str, parser: Any) -> Any:
+    def run(data: Any) -> None:
+        try:
+            parser(data)
+        except Exception as exc:
+            log.warning("discord: malformed %s event skipped (%s: %s)", name, type(exc).__name__, exc)
+
+    return run
+
+
+class _Client(discord.Client):
+    """discord.Client that hands its events to the adapter."""
+
+    def __init__(self, adapter: "DiscordAdapter", **options: Any) -> None:
+        super().__init__(**options)
+        self.adapter = adapter
+
+    async def on_ready(self) -> None:
+        self.adapter._connected("ready")
+
+    async def on_resumed(self) -> None:
+        self.adapter._connected("resumed")
+
+    async def on_disconnect(self) -> None:
+        self.adapter.set_ready(False, "gateway disconnected; reconnecting")
+
+    async def on_socket_raw_receive(self, _msg: str) -> None:
+        # every gateway frame, heartbeat ACKs included, proves the connection alive
+        self.adapter.mark_alive()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self.adapter._handle(message)
+
+    async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
+        log.exception("discord event handler %s failed; event skipped", event_method)
+
+
+class DiscordAdapter(PlatformAdapter):
+    platform = Platform.DISCORD
+    max_message_length = DISCORD_LIMIT
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        config = dict(config or {})
+        self._token = str(config.get("token") or os.environ.get("DISCORD_BOT_TOKEN") or "").strip()
+        self.api_base = str(config.get("api_base") or "").rstrip("/")
+        self.gateway_url = str(config.get("gateway_url") or "")
+        self.watchdog_seconds = float(config.get("watchdog_seconds", 120))
+        self.reconnect_base = float(config.get("reconnect_base", 1.0))
+        self.reconnect_cap = float(config.get("reconnect_cap", 60.0))
+        # how long discord.py waits for the GUILD_CREATEs after READY before it calls us ready
+        self.guild_ready_timeout = float(config.get("guild_ready_timeout", 2.0))
+        self.ignore_bots = bool(config.get("ignore_bots", True))
+        self.client: _Client | None = None
+        self._on_message: MessageHandler | None = None
+        self._task: asyncio.Task | None = None
+        self._watchdog: Watchdog | None = None
+        self._stopping = False
+        self._backoff = Backoff(self.reconnect_base, self.reconnect_cap)
+        self._sent_ids: _LRU = _LRU(2000)  # our message ids, to recognise replies to the bot
+        self._threads: _LRU = _LRU(2000)  # channel id -> parent id (None: not a thread)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self, on_message: MessageHandler) -> None:
+        if not self._token:
+            raise ValueError("platforms.discord.token is not set (or DISCORD_BOT_TOKEN)")
+        # A base URL is a real setting (proxies, test servers); empty means real Discord.
+        if self.api_base:
+            discord.http.Route.BASE = self.api_base
+        if self.gateway_url:
+            discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.gateway_url)
+        self._on_message = on_message
+        self._stopping = False
+        self.set_ready(False, "connecting")
+        self._task = asyncio.create_task(self._run(), name="discord-adapter")
+        self._watchdog = Watchdog(self, self.watchdog_seconds, self._stale)
+        self._watchdog.start()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._watchdog:
+            await self._watchdog.stop()
+            self._watchdog = None
+        if self.client is not None:
+            await self.client.close()
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        self.set_ready(False, "stopped")
+
+    async def _run(self) -> None:
+        """Connect forever. discord.py resumes dropped connections itself; this loop covers what
+        it gives up on (rejected token, missing intent, an exception out of its event loop)."""
+        while not self._stopping:
+            client = _Client(
+                self,
+                intents=_intents(),
+                enable_debug_events=True,  # for on_socket_raw_receive (liveness)
+                guild_ready_timeout=self.guild_ready_timeout,
+                chunk_guilds_at_startup=False,
+                max_messages=None,  # referenced messages arrive inline; no cache needed
+                allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=False,
+                                                         replied_user=True),
+            )
+            _guard_parsers(client)
+            self.client = client
+            try:
+                await client.login(self._token)
+                await client.connect(reconnect=True)
+                detail = "gateway connection closed"
+            except asyncio.CancelledError:
+                await client.close()
+                raise
+            except discord.LoginFailure:
+                detail = "login failed: Discord rejected the bot token"
+            except discord.PrivilegedIntentsRequired:
+                detail = ("Discord refused the MESSAGE CONTENT intent: enable it for the bot in the "
+                          "developer portal")
+            except discord.ConnectionClosed as exc:
+                detail = f"gateway closed the connection (code {exc.code})"
+            except Exception as exc:  # never let one bad frame end the adapter
+                log.exception("discord connection failed")
+                detail = f"connection failed: {type(exc).__name__}"
+            await client.close()
+            if self._stopping:
+                return
+            self.set_ready(False, detail)
+            delay = self._backoff.next_delay()
+            log.warning("discord: %s; reconnecting in %.1fs", detail, delay)
+            await asyncio.sleep(delay)
+
+    async def _stale(self) -> None:
+        """Watchdog: nothing heard for too long. Close the socket; discord.py then RESUMEs."""
+        client = self.client
+        ws = client.ws if client is not None else None
+        if ws is not None and ws.open:
+            await ws.close(code=4000)
+
+    def _connected(self, how: str) -> None:
+        self._backoff.reset()
+        self.mark_alive()
+        self.set_ready(True, f"gateway {how}")
+
+    # -- inbound -----------------------------------------------------------------------------
+    async def _handle(self, message: discord.Message) -> None:
+        self.mark_alive()
+        try:
+            inbound = await self._convert(message)
+        except Exception:
+            log.exception("discord message %s could not be converted; skipped", getattr(message, "id", "?"))
+            return
+        if inbound is not None and self._on_message is not None:
+            await self._on_message(inbound)
+
+    async def _convert(self, message: discord.Message) -> InboundMessage | None:
+        client = self.client
+        me = client.user if client is not None else None
+        if me is None:
+            return None
+        author = message.author
+        if author.id == me.id:
+            return None  # our own message, echoed back by the gateway
+        if self.ignore_bots and author.bot:
+            return None
+        if message.type not in _CONVERSATION_TYPES:
+            return None
+
+        chat_type, chat_id, thread_id, chat_name = await self._place(message)
+        text = self._text(message, me.id)
+        if not text:
+            return None  # nothing to answer (e.g. only a mention, or an embed)
+
+        mentioned = any(u.id == me.id for u in message.mentions) or bool(
+            re.search(rf"<@!?{me.id}>", message.content)
+        )
+        guild_me = message.guild.me if message.guild is not None else None
+        if not mentioned and guild_me is not None and message.role_mentions:
+            mentioned = any(role in guild_me.roles for role in message.role_mentions)
+
+        reply_to_id, reply_to_bot = None, False
+        ref = message.reference
+        if ref is not None and ref.type == discord.MessageReferenceType.reply and ref.message_id:
+            reply_to_id = str(ref.message_id)
+            resolved = ref.resolved
+            if isinstance(resolved, discord.Message):
+                reply_to_bot = resolved.author.id == me.id
+            else:
+                reply_to_bot = ref.message_id in self._sent_ids
+
+        source = SessionSource(
+            platform=Platform.DISCORD,
+            chat_id=str(chat_id),
+            chat_type=chat_type,
+            user_id=str(author.id),
+            user_name=author.display_name,
+            thread_id=str(thread_id) if thread_id else None,
+            chat_name=chat_name,
+        )
+        return InboundMessage(
+            source=source,
+            text=text,
+            message_id=str(message.id),
+            mentioned=mentioned,
+            reply_to_bot=reply_to_bot,
+            reply_to_message_id=reply_to_id,
+            timestamp=message.created_at.timestamp(),
+            raw={"guild_id": str(message.guild.id) if message.guild else None,
+                 "channel_id": str(message.channel.id), "author_bot": author.bot,
+                 "content": message.content},
+        )
+
+    async def _place(self, message: discord.Message) -> tuple[str, int, int | None, str | None]:
+        """(chat_type, chat_id, thread_id, chat_name) for the channel the message is in."""
+        channel = message.channel
+        if isinstance(channel, discord.DMChannel):
+            return "dm", channel.id, None, None
+        if isinstance(channel, discord.GroupChannel):
+            return "group", channel.id, None, channel.name
+        if isinstance(channel, discord.Thread):
+            return "thread", channel.parent_id, channel.id, channel.name
+        if isinstance(channel, _TEXT_CHANNELS):
+            return "channel", channel.id, None, channel.name
+        if message.guild is None:
+            # the gateway omits guild_id only for DMs
+            return "dm", channel.id, None, None
+        # a guild channel missing from the cache: most likely a thread we never saw created
+        parent = await self._lookup_parent(channel.id)
+        if parent is not None:
+            return "thread", parent, channel.id, None
+        return "channel", channel.id, None, None
+
+    async def _lookup_parent(self, channel_id: int) -> int | None:
+        if channel_id in self._threads:
+            return self._threads[channel_id]
+        parent = None
+        assert self.client is not None
+        try:
+            fetched = await self.client.fetch_channel(channel_id)
+        except discord.HTTPException as exc:
+            log.warning("discord: channel %s lookup failed (%s); treating as a channel", channel_id, exc.status)
+            return None
+        if isinstance(fetched, discord.Thread):
+            parent = fetched.parent_id
+        self._threads.put(channel_id, parent)
+        return parent
+
+    @staticmethod
+    def _text(message: discord.Message, bot_id: int) -> str:
+        text = re.sub(rf"<@!?{bot_id}>", "", message.content)
+        for user in message.mentions:  # other people's mentions read as @name
+            if user.id != bot_id:
+                text = re.sub(rf"<@!?{user.id}>", "@" + user.display_name, text)
+        text = text.strip()
+        lines = [f"[attachment: {a.filename} {a.url}]" for a in message.attachments]
+        return "\n".join([text, *lines]).strip() if lines else text
+
+    # -- outbound ----------------------------------------------------------------------------
+    def _channel(self, source: SessionSource) -> discord.PartialMessageable:
+        if self.client is None:
+            raise RuntimeError("discord adapter is not started")
+        target = source.thread_id or source.chat_id
+        return self.client.get_partial_messageable(int(target))
+
+    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+        channel = self._channel(source)
+        ids: list[str] = []
+        for i, chunk in enumerate(self.split(text)):
+            reference = None
+            if reply_to and i == 0:
+                reference = discord.MessageReference(
+                    message_id=int(reply_to), channel_id=channel.id, fail_if_not_exists=False
+                )
+            try:
+                sent = await channel.send(content=chunk, reference=reference)
+            except discord.HTTPException as exc:
+                raise RuntimeError(
+                    f"discord send to {channel.id} failed: {exc.status} {exc.text}"
+                ) from exc
+            self._sent_ids.put(sent.id, True)
+            ids.append(str(sent.id))
+        return ids
+
+    async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
+        if self.message_length(text) > DISCORD_LIMIT:
+            text = text[: DISCORD_LIMIT - 1] + "…"
+        message = self._channel(source).get_partial_message(int(message_id))
+        try:
+            await message.edit(content=text)
+        except discord.HTTPException as exc:
+            raise RuntimeError(f"discord edit of {message_id} failed: {exc.status} {exc.text}") from exc
+
+    async def send_typing(self, source: SessionSource) -> None:
+        try:
+            await self._channel(source).typing()
+        except discord.HTTPException as exc:  # a hint only: never fail a turn over it
+            log.debug("discord typing failed: %s", exc.status)

@@ -1,0 +1,447 @@
+"""A fake Discord (REST API + gateway websocket) on 127.0.0.1 for end-to-end tests.
+
+The real discord.py client is pointed at it (`discord.http.Route.BASE` and
+`DiscordWebSocket.DEFAULT_GATEWAY`). It speaks the parts of the v10 protocol a bot uses:
+
+- gateway: HELLO, IDENTIFY -> READY (+ GUILD_CREATE per guild), RESUME -> replay missed events +
+  RESUMED, HEARTBEAT -> HEARTBEAT_ACK, INVALID_SESSION for an unknown session, close 4004 for a bad
+  token and 4014 when privileged intents are not allowed;
+- REST: users/@me, oauth2/applications/@me, gateway(/bot), channels/{id}, create/edit message,
+  typing; JSON bodies with `Content-Type: application/json` exactly (discord.py compares it).
+
+It records every call and gateway frame, injects inbound events, and scripts failures: 429 with
+`retry_after` (and the `Via` header discord.py expects of a genuine rate limit), 5xx, dropped and
+stalled gateway connections, and a revoked token. Like Discord, it echoes the bot's own sent
+messages back as MESSAGE_CREATE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from aiohttp import WSMsgType, web
+
+DISCORD_EPOCH_MS = 1420070400000
+MESSAGE_CONTENT_INTENT = 1 << 15
+PRIVILEGED_INTENTS = (1 << 1) | (1 << 8) | MESSAGE_CONTENT_INTENT  # members, presences, content
+
+# Discord channel types used here
+TEXT, DM, PUBLIC_THREAD = 0, 1, 11
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # exactly "application/json": aiohttp's json_response would add "; charset=utf-8", which
+    # discord.py does not recognise as JSON
+    hdrs = {"Content-Type": "application/json"}
+    hdrs.update(headers or {})
+    return web.Response(status=status, body=json.dumps(data).encode(), headers=hdrs)
+
+
+def _iso(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(ts if ts is not None else time.time(), timezone.utc).isoformat()
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    body: Any
+    headers: dict[str, str]
+    status: int = 0
+
+
+@dataclass
+class _Failure:
+    method: str
+    path: re.Pattern[str]
+    status: int
+    count: int
+    retry_after: float | None
+    body: Any
+
+
+@dataclass
+class _Conn:
+    ws: web.WebSocketResponse
+    stalled: bool = False  # stop answering heartbeats and delivering events
+    identified: bool = False
+    frames_in: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FakeDiscord:
+    def __init__(
+        self,
+        *,
+        token: str = "fake-discord-token",
+        bot_id: int = 900000000000000001,
+        bot_name: str = "chinwag",
+        heartbeat_interval_ms: int = 41250,
+        allow_privileged: bool = True,
+    ) -> None:
+        self.token = token
+        self.bot_id = bot_id
+        self.bot_name = bot_name
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.allow_privileged = allow_privileged
+        self.application_id = bot_id
+        self.echo_own_messages = True
+
+        self.guilds: dict[int, dict[str, Any]] = {}
+        self.channels: dict[int, dict[str, Any]] = {}  # every known channel/thread by id
+        self.messages: dict[int, dict[str, Any]] = {}
+
+        self.calls: list[Call] = []
+        self.sent: list[dict[str, Any]] = []  # messages the bot created (POST), in order
+        self.edits: list[dict[str, Any]] = []
+        self.typing: list[int] = []
+        self.identifies: list[dict[str, Any]] = []
+        self.resumes: list[dict[str, Any]] = []
+        self.heartbeats = 0
+        self.connections = 0
+
+        self._failures: list[_Failure] = []
+        self._ids = itertools.count(1)
+        self._conns: list[_Conn] = []
+        self._live: _Conn | None = None  # the connection of the current gateway session
+        self.session_id: str | None = None
+        self._seq = 0
+        self._events: list[dict[str, Any]] = []  # dispatches of this session, for RESUME replay
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> "FakeDiscord":
+        app = web.Application()
+        app.router.add_get("/gateway", self._ws_handler)
+        app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        for conn in list(self._conns):
+            await conn.ws.close()
+        if self._runner:
+            await self._runner.cleanup()
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    # -- world building ----------------------------------------------------------------------
+    def snowflake(self) -> int:
+        return ((int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22) + next(self._ids)
+
+    def user(self, user_id: int, name: str, *, bot: bool = False, global_name: str | None = None) -> dict:
+        data = {"id": str(user_id), "username": name, "discriminator": "0", "avatar": None,
+                "global_name": global_name}
+        if bot:
+            data["bot"] = True
+        return data
+
+    @property
+    def bot_user(self) -> dict:
+        return self.user(self.bot_id, self.bot_name, bot=True)
+
+    def add_guild(self, guild_id: int, name: str = "guild") -> dict:
+        guild = {"id": str(guild_id), "name": name, "channels": [], "threads": [], "roles": [],
+                 "member_count": 3, "unavailable": False, "features": []}
+        self.guilds[guild_id] = guild
+        return guild
+
+    def add_text_channel(self, guild_id: int, channel_id: int, name: str = "general") -> dict:
+        channel = {"id": str(channel_id), "type": TEXT, "guild_id": str(guild_id), "name": name,
+                   "position": len(self.guilds[guild_id]["channels"]), "permission_overwrites": [],
+                   "nsfw": False, "parent_id": None}
+        self.guilds[guild_id]["channels"].append(channel)
+        self.channels[channel_id] = channel
+        return channel
+
+    def add_dm(self, channel_id: int, recipient: dict) -> dict:
+        channel = {"id": str(channel_id), "type": DM, "recipients": [recipient], "last_message_id": None}
+        self.channels[channel_id] = channel
+        return channel
+
+    def thread_payload(self, guild_id: int, parent_id: int, thread_id: int, name: str, owner_id: int) -> dict:
+        return {"id": str(thread_id), "type": PUBLIC_THREAD, "guild_id": str(guild_id),
+                "parent_id": str(parent_id), "owner_id": str(owner_id), "name": name,
+                "message_count": 0, "member_count": 1, "rate_limit_per_user": 0,
+                "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
+                                    "archive_timestamp": _iso(), "locked": False}}
+
+    async def create_thread(
+        self, guild_id: int, parent_id: int, thread_id: int, name: str = "thread", *,
+        owner_id: int = 1, announce: bool = True,
+    ) -> dict:
+        """A thread appears; with `announce`, the bot hears THREAD_CREATE (else it must look it up)."""
+        thread = self.thread_payload(guild_id, parent_id, thread_id, name, owner_id)
+        self.channels[thread_id] = thread
+        if announce:
+            self.guilds[guild_id]["threads"].append(thread)
+            await self.dispatch("THREAD_CREATE", dict(thread, newly_created=True))
+        return thread
+
+    def message_payload(
+        self, channel_id: int, author: dict, content: str, *, mentions: list[dict] | None = None,
+        reply_to: dict | None = None, attachments: list[dict] | None = None, msg_type: int | None = None,
+    ) -> dict:
+        channel = self.channels.get(channel_id, {})
+        data: dict[str, Any] = {
+            "id": str(self.snowflake()), "channel_id": str(channel_id), "author": author,
+            "content": content, "timestamp": _iso(), "edited_timestamp": None, "tts": False,
+            "mention_everyone": False, "mentions": mentions or [], "mention_roles": [],
+            "attachments": attachments or [], "embeds": [], "pinned": False, "flags": 0,
+            "type": 0 if msg_type is None else msg_type,
+        }
+        if channel.get("guild_id"):
+            data["guild_id"] = channel["guild_id"]
+        if reply_to is not None:
+            data["type"] = 19 if msg_type is None else msg_type
+            data["message_reference"] = {"type": 0, "message_id": reply_to["id"],
+                                         "channel_id": reply_to["channel_id"],
+                                         "guild_id": reply_to.get("guild_id")}
+            data["referenced_message"] = reply_to
+        return data
+
+    async def user_says(self, channel_id: int, author: dict, content: str, **kw: Any) -> dict:
+        """Inject a user's message as MESSAGE_CREATE; returns the payload."""
+        data = self.message_payload(channel_id, author, content, **kw)
+        self.messages[int(data["id"])] = data
+        await self.dispatch("MESSAGE_CREATE", data)
+        return data
+
+    # -- gateway control ---------------------------------------------------------------------
+    async def dispatch(self, event: str, data: Any) -> int:
+        """Send a DISPATCH to the live session (or buffer it for a RESUME when none is live)."""
+        self._seq += 1
+        frame = {"op": 0, "t": event, "s": self._seq, "d": data}
+        self._events.append(frame)
+        conn = self._live
+        if conn is not None and not conn.stalled and not conn.ws.closed:
+            await conn.ws.send_str(json.dumps(frame))
+        return self._seq
+
+    async def send_raw(self, text: str) -> None:
+        """Send an arbitrary frame (e.g. malformed JSON) on the live connection."""
+        assert self._live is not None, "no live gateway connection"
+        await self._live.ws.send_str(text)
+
+    async def drop_connection(self, *, code: int | None = None) -> None:
+        """Drop the live connection: abort the TCP stream, or close with a close code."""
+        conn = self._live
+        assert conn is not None, "no live gateway connection"
+        self._live = None
+        if code is None:
+            transport = conn.ws._req.transport if conn.ws._req else None  # type: ignore[union-attr]
+            if transport is not None:
+                transport.abort()
+        else:
+            await conn.ws.close(code=code)
+
+    def stall(self) -> None:
+        """The live connection goes silent: no ACKs, no events (the socket stays open)."""
+        assert self._live is not None, "no live gateway connection"
+        self._live.stalled = True
+
+    def revoke_token(self, new_token: str = "rotated-token") -> None:
+        self.token = new_token
+
+    def fail_next(
+        self, method: str, path_regex: str, status: int, *, count: int = 1,
+        retry_after: float | None = None, body: Any = None,
+    ) -> None:
+        """The next `count` matching REST calls answer `status` (429s carry `retry_after`)."""
+        self._failures.append(_Failure(method.upper(), re.compile(path_regex), status, count,
+                                       retry_after, body))
+
+    @property
+    def live(self) -> bool:
+        return self._live is not None and not self._live.ws.closed
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+        """Poll `predicate` until truthy (returns its value) or fail after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout}s")
+            await asyncio.sleep(0.01)
+
+    # -- gateway -----------------------------------------------------------------------------
+    async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        conn = _Conn(ws)
+        self._conns.append(conn)
+        self.connections += 1
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}}))
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                frame = json.loads(msg.data)
+                conn.frames_in.append(frame)
+                await self._on_frame(conn, frame)
+        finally:
+            self._conns.remove(conn)
+            if self._live is conn:
+                self._live = None
+        return ws
+
+    async def _on_frame(self, conn: _Conn, frame: dict[str, Any]) -> None:
+        op, data = frame.get("op"), frame.get("d")
+        if op == 1:  # HEARTBEAT
+            self.heartbeats += 1
+            if not conn.stalled:
+                await conn.ws.send_str(json.dumps({"op": 11}))
+        elif op == 2:  # IDENTIFY
+            self.identifies.append(data)
+            if data.get("token") != self.token:
+                await conn.ws.close(code=4004, message=b"Authentication failed.")
+                return
+            if data.get("intents", 0) & PRIVILEGED_INTENTS and not self.allow_privileged:
+                await conn.ws.close(code=4014, message=b"Disallowed intent(s).")
+                return
+            await self._start_session(conn)
+        elif op == 6:  # RESUME
+            self.resumes.append(data)
+            if data.get("token") != self.token:
+                await conn.ws.close(code=4004, message=b"Authentication failed.")
+                return
+            if data.get("session_id") != self.session_id or self.session_id is None:
+                await conn.ws.send_str(json.dumps({"op": 9, "d": False}))
+                return
+            self._live, conn.identified = conn, True
+            after = data.get("seq") or 0
+            for event in self._events:
+                if event["s"] > after:
+                    await conn.ws.send_str(json.dumps(event))
+            await self.dispatch("RESUMED", {})
+
+    async def _start_session(self, conn: _Conn) -> None:
+        self.session_id = uuid.uuid4().hex
+        self._seq, self._events = 0, []
+        self._live, conn.identified = conn, True
+        await self.dispatch("READY", {
+            "v": 10, "user": self.bot_user, "session_id": self.session_id,
+            "resume_gateway_url": self.gateway_url, "shard": [0, 1],
+            "guilds": [{"id": str(gid), "unavailable": True} for gid in self.guilds],
+            "application": {"id": str(self.application_id), "flags": 0},
+        })
+        for guild in self.guilds.values():
+            await self.dispatch("GUILD_CREATE", guild)
+
+    # -- REST --------------------------------------------------------------------------------
+    async def _rest(self, request: web.Request) -> web.StreamResponse:
+        path = "/" + request.match_info["tail"]
+        body: Any = None
+        if request.can_read_body:
+            raw = await request.read()
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = raw.decode(errors="replace")
+        call = Call(request.method, path, body, dict(request.headers))
+        self.calls.append(call)
+        response = self._scripted_failure(request.method, path) or await self._route(request, path, body)
+        call.status = response.status
+        return response
+
+    def _scripted_failure(self, method: str, path: str) -> web.Response | None:
+        for failure in self._failures:
+            if failure.count > 0 and failure.method == method and failure.path.search(path):
+                failure.count -= 1
+                if failure.status == 429:
+                    retry = failure.retry_after if failure.retry_after is not None else 0.05
+                    return _json({"message": "You are being rate limited.", "retry_after": retry,
+                                  "global": False}, 429,
+                                 {"Via": "1.1 google", "Retry-After": str(max(1, round(retry))),
+                                  "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
+                                  "X-RateLimit-Reset-After": str(retry), "X-RateLimit-Bucket": "fakebucket",
+                                  "X-RateLimit-Scope": "user"})
+                return _json(failure.body or {"message": "scripted failure", "code": 0}, failure.status)
+        return None
+
+    async def _route(self, request: web.Request, path: str, body: Any) -> web.Response:
+        if request.headers.get("Authorization") != f"Bot {self.token}":
+            return _json({"message": "401: Unauthorized", "code": 0}, 401)
+        method = request.method
+        if method == "GET" and path == "/users/@me":
+            return _json(self.bot_user)
+        if method == "GET" and path == "/oauth2/applications/@me":
+            return _json({"id": str(self.application_id), "name": self.bot_name, "description": "",
+                          "icon": None, "bot_public": True, "bot_require_code_grant": False,
+                          "owner": self.user(1, "owner"), "verify_key": "00", "flags": 0})
+        if method == "GET" and path in ("/gateway", "/gateway/bot"):
+            return _json({"url": self.gateway_url, "shards": 1,
+                          "session_start_limit": {"total": 1000, "remaining": 999,
+                                                  "reset_after": 0, "max_concurrency": 1}})
+        m = re.fullmatch(r"/channels/(\d+)(/.*)?", path)
+        if not m:
+            return _json({"message": "404: Not Found", "code": 0}, 404)
+        channel_id, rest = int(m.group(1)), m.group(2) or ""
+        channel = self.channels.get(channel_id)
+        if channel is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, 404)
+        if method == "GET" and rest == "":
+            return _json(channel)
+        if method == "POST" and rest == "/typing":
+            self.typing.append(channel_id)
+            return web.Response(status=204)
+        if method == "POST" and rest == "/messages":
+            return await self._create_message(channel_id, body)
+        m = re.fullmatch(r"/messages/(\d+)", rest)
+        if method == "PATCH" and m:
+            return self._edit_message(int(m.group(1)), body)
+        return _json({"message": "405: Method Not Allowed", "code": 0}, 405)
+
+    async def _create_message(self, channel_id: int, body: Any) -> web.Response:
+        content = (body or {}).get("content") or ""
+        if len(content) > 2000:
+            return _json({"message": "Invalid Form Body", "code": 50035,
+                          "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH",
+                                                              "message": "Must be 2000 or fewer in length."}]}}}, 400)
+        if not content:
+            return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+        reply_to = None
+        ref = (body or {}).get("message_reference")
+        if ref:
+            reply_to = self.messages.get(int(ref["message_id"]))
+            if reply_to is None and ref.get("fail_if_not_exists", True):
+                return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        data = self.message_payload(channel_id, self.bot_user, content, reply_to=reply_to)
+        data["request"] = body  # what the client sent (allowed_mentions etc.), for assertions
+        self.messages[int(data["id"])] = data
+        self.sent.append(data)
+        if self.echo_own_messages:
+            await self.dispatch("MESSAGE_CREATE", {k: v for k, v in data.items() if k != "request"})
+        return _json({k: v for k, v in data.items() if k != "request"})
+
+    def _edit_message(self, message_id: int, body: Any) -> web.Response:
+        message = self.messages.get(message_id)
+        if message is None:
+            return _json({"message": "Unknown Message", "code": 10008}, 404)
+        content = (body or {}).get("content") or ""
+        if len(content) > 2000:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        message["content"] = content
+        message["edited_timestamp"] = _iso()
+        self.edits.append({"id": str(message_id), "content": content})
+        return _json({k: v for k, v in message.items() if k != "request"})

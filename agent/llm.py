@@ -245,7 +245,7 @@ def describe_error(exc: BaseException) -> str:
     """A short, key-free sentence about a failed model call, for the person and the logs."""
     if isinstance(exc, ModelNotConfigured):
         return NOT_CONFIGURED_TEXT
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, (openai.APITimeoutError, TimeoutError)):
         return "the model did not answer in time"
     if isinstance(exc, openai.RateLimitError):
         return "the model service is rate-limiting requests (429)"

@@ -93,6 +93,7 @@ class FakeDiscord:
         self.allow_privileged = allow_privileged
         self.application_id = bot_id
         self.echo_own_messages = True
+        self.accepting = True  # False: the gateway refuses websocket upgrades (an outage)
 
         self.guilds: dict[int, dict[str, Any]] = {}
         self.channels: dict[int, dict[str, Any]] = {}  # every known channel/thread by id
@@ -285,7 +286,9 @@ class FakeDiscord:
             await asyncio.sleep(0.01)
 
     # -- gateway -----------------------------------------------------------------------------
-    async def _ws_handler(self, request: web.Request) -> web.WebSocketResponse:
+    async def _ws_handler(self, request: web.Request) -> web.StreamResponse:
+        if not self.accepting:
+            return web.Response(status=503, text="gateway unavailable")
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         conn = _Conn(ws)

@@ -1,0 +1,139 @@
+"""Telegram update -> the adapter contract (InboundMessage + SessionSource).
+
+Only facts are reported: chat kind, ids, whether the bot was @-mentioned or replied to. Whether
+to answer is the gateway's decision.
+
+Message ids are reported as ``"{chat_id}:{message_id}"``: Telegram message ids are unique only
+within one chat, so the chat id makes them a global de-duplication key (a redelivered update
+carries the same pair; update_id would work too but is not stable across webhook/polling
+switches).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from telegram import Message, MessageEntity, Update
+
+from gateway.source import Platform, SessionSource
+from platforms.base import InboundMessage
+
+log = logging.getLogger(__name__)
+
+_ADDRESSED_COMMAND = re.compile(r"^(/[A-Za-z0-9_]{1,64})@([A-Za-z0-9_]{3,64})\b")
+_CHAT_TYPES = {"private": "dm", "group": "group", "supergroup": "group"}
+
+
+def message_key(chat_id: int | str, message_id: int | str) -> str:
+    return f"{chat_id}:{message_id}"
+
+
+def parse_message_key(key: str) -> tuple[str | None, int]:
+    """Inverse of `message_key`; also accepts a bare Telegram message id."""
+    chat, _, mid = str(key).rpartition(":")
+    return (chat or None), int(mid)
+
+
+def update_to_inbound(
+    update: Update, raw: dict[str, Any], bot_id: int | None, bot_username: str | None
+) -> InboundMessage | None:
+    """Map one update to an InboundMessage, or None for updates that carry no user text
+    (edits, channel posts, service messages, stickers...)."""
+    msg = update.message
+    if msg is None:
+        return None
+    text = msg.text if msg.text is not None else msg.caption
+    if text is None:
+        return None
+    chat = msg.chat
+    if chat.type == "supergroup" and chat.is_forum:
+        chat_type = "forum"
+        # General topic messages carry no thread id; every other topic message (and every reply
+        # inside a topic) carries the topic's id.
+        thread_id = str(msg.message_thread_id) if msg.message_thread_id else None
+    elif chat.type in _CHAT_TYPES:
+        chat_type = _CHAT_TYPES[chat.type]
+        # In ordinary supergroups message_thread_id names a reply chain, not a topic: ignored.
+        thread_id = None
+    else:
+        return None  # channels are not conversations with the bot
+
+    user = msg.from_user
+    if user is not None:
+        user_id, user_name = str(user.id), user.full_name or user.username
+    elif msg.sender_chat is not None:  # anonymous admin / linked channel speaking in a group
+        user_id, user_name = str(msg.sender_chat.id), msg.sender_chat.title
+    else:
+        user_id, user_name = None, None
+
+    source = SessionSource(
+        platform=Platform.TELEGRAM,
+        chat_id=str(chat.id),
+        chat_type=chat_type,
+        user_id=user_id,
+        user_name=user_name,
+        thread_id=thread_id,
+        chat_name=chat.title or chat.full_name,
+    )
+    mentioned, text = _mentions(msg, text, bot_id, bot_username)
+    reply = msg.reply_to_message
+    reply_to_bot = False
+    reply_id = None
+    # Inside a forum topic every message "replies" to the topic-creation service message; that is
+    # not a reply the person made.
+    if reply is not None and reply.forum_topic_created is None:
+        reply_id = message_key(chat.id, reply.message_id)
+        reply_to_bot = bool(reply.from_user and bot_id is not None and reply.from_user.id == bot_id)
+    return InboundMessage(
+        source=source,
+        text=text,
+        message_id=message_key(chat.id, msg.message_id),
+        mentioned=mentioned,
+        reply_to_bot=reply_to_bot,
+        reply_to_message_id=reply_id,
+        timestamp=msg.date.timestamp() if msg.date else 0.0,
+        raw=raw,
+    )
+
+
+def _mentions(
+    msg: Message, text: str, bot_id: int | None, bot_username: str | None
+) -> tuple[bool, str]:
+    """Return (mentioned, text) where a leading ``/cmd@thisbot`` is normalised to ``/cmd`` so the
+    gateway's command parser sees the bare command."""
+    handle = f"@{bot_username}".lower() if bot_username else None
+    entities = (
+        msg.parse_entities(
+            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND]
+        )
+        if msg.text is not None
+        else msg.parse_caption_entities(
+            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND]
+        )
+    )
+    mentioned = False
+    for entity, value in entities.items():
+        if entity.type == MessageEntity.MENTION and handle and value.lower() == handle:
+            mentioned = True
+        elif entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == bot_id:
+            mentioned = True
+        elif entity.type == MessageEntity.BOT_COMMAND and handle and value.lower().endswith(handle):
+            mentioned = True
+    # Clients do not always send entities (e.g. forwarded text, some API senders): fall back to
+    # the text itself, matching the handle only as a whole word.
+    if not mentioned and handle:
+        lowered = text.lower()
+        start = lowered.find(handle)
+        while start != -1 and not mentioned:
+            end = start + len(handle)
+            before_ok = start == 0 or not (lowered[start - 1].isalnum() or lowered[start - 1] == "_")
+            after_ok = end == len(lowered) or not (lowered[end].isalnum() or lowered[end] == "_")
+            mentioned = before_ok and after_ok
+            start = lowered.find(handle, end)
+    command = _ADDRESSED_COMMAND.match(text)
+    if command and handle and "@" + command.group(2).lower() == handle:
+        text = command.group(1) + text[command.end() :]
+        mentioned = True
+    return mentioned, text

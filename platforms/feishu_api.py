@@ -1,0 +1,253 @@
+"""Feishu/Lark open API calls the adapter makes, with token refresh and back-off.
+
+Built on lark-oapi's `Client` (which fetches the tenant access token from app_id/app_secret and
+caches it). What the SDK does not do, this module adds:
+
+- a token Feishu reports as invalid/expired (codes 99991661/99991663/99991668) is dropped from
+  the SDK's cache and the call retried once with a fresh one;
+- 429 / rate-limit code 99991400 waits for ``x-ogw-ratelimit-reset`` (or back-off), 5xx and
+  network errors back off; a few attempts, then a clear `FeishuApiError`;
+- SDK calls are blocking (requests), so they run in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from typing import Any, Callable
+
+import lark_oapi as lark
+import requests
+from lark_oapi.api.im.v1 import (
+    CreateMessageReactionRequest,
+    CreateMessageReactionRequestBody,
+    CreateMessageRequest,
+    CreateMessageRequestBody,
+    DeleteMessageReactionRequest,
+    Emoji,
+    ReplyMessageRequest,
+    ReplyMessageRequestBody,
+    UpdateMessageRequest,
+    UpdateMessageRequestBody,
+)
+from lark_oapi.core.exception import ObtainAccessTokenException
+from lark_oapi.core.token.manager import TokenManager
+
+from platforms.base import Backoff
+
+log = logging.getLogger(__name__)
+
+TOKEN_INVALID_CODES = {99991661, 99991663, 99991668}
+RATE_LIMIT_CODES = {99991400}
+
+
+class FeishuApiError(Exception):
+    def __init__(self, what: str, code: int | None, msg: str, status: int | None = None) -> None:
+        super().__init__(f"{what} failed: code={code} status={status} {msg}")
+        self.code, self.msg, self.status = code, msg, status
+
+
+def resolve_domain(domain: str | None) -> str:
+    """'feishu' | 'lark' | a URL -> the API origin."""
+    value = (domain or "feishu").strip()
+    if value.lower() == "feishu":
+        return lark.FEISHU_DOMAIN
+    if value.lower() == "lark":
+        return lark.LARK_DOMAIN
+    if not value.startswith(("https://", "http://")):
+        raise ValueError(f"feishu domain must be 'feishu', 'lark' or a URL, got {value!r}")
+    return value.rstrip("/")
+
+
+class FeishuApi:
+    def __init__(
+        self,
+        app_id: str,
+        app_secret: str,
+        domain: str,
+        timeout: float = 15.0,
+        attempts: int = 4,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> None:
+        self.app_id = app_id
+        self.domain = domain
+        self.attempts = attempts
+        self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
+        self.client = (
+            lark.Client.builder()
+            .app_id(app_id)
+            .app_secret(app_secret)
+            .domain(domain)
+            .timeout(timeout)
+            .log_level(lark.LogLevel.WARNING)
+            .build()
+        )
+
+    # -- the retry core ----------------------------------------------------------------------
+    def invalidate_token(self) -> None:
+        # The SDK caches the tenant token under this key until shortly before its stated expiry;
+        # a token revoked earlier (secret rotated, server restart) must be fetched again.
+        TokenManager.cache.set(f"self_tenant_token:{self.app_id}", "", 0)
+
+    async def call(self, what: str, do: Callable[[], Any]) -> Any:
+        """Run the blocking SDK call `do` (which builds a fresh request each time) with retries."""
+        backoff = Backoff(self.backoff_base, self.backoff_cap)
+        refreshed = False
+        last: FeishuApiError | None = None
+        for _attempt in range(self.attempts):
+            try:
+                resp = await asyncio.to_thread(do)
+            except (requests.RequestException, ValueError) as exc:
+                # network error, or a non-JSON body (a proxy's 502 page) the SDK could not parse
+                last = FeishuApiError(what, None, f"{type(exc).__name__}: {exc}")
+                log.warning("feishu %s: transient error, retrying: %s", what, type(exc).__name__)
+                await backoff.sleep()
+                continue
+            except ObtainAccessTokenException as exc:
+                raise FeishuApiError(what, exc.code, f"cannot get tenant token: {exc.msg}") from None
+            status = resp.raw.status_code if resp.raw is not None else None
+            code = resp.code
+            if code == 0:
+                return resp
+            last = FeishuApiError(what, code, resp.msg or "", status)
+            if code in TOKEN_INVALID_CODES and not refreshed:
+                log.info("feishu %s: access token rejected (%s); refreshing", what, code)
+                self.invalidate_token()
+                refreshed = True
+                continue
+            if status == 429 or code in RATE_LIMIT_CODES:
+                wait = _reset_after(resp) or backoff.next_delay()
+                log.warning("feishu %s: rate limited; waiting %.1fs", what, wait)
+                await asyncio.sleep(min(wait, self.backoff_cap))
+                continue
+            if status is not None and status >= 500:
+                log.warning("feishu %s: server error %s; backing off", what, status)
+                await backoff.sleep()
+                continue
+            raise last
+        assert last is not None
+        raise last
+
+    # -- calls ------------------------------------------------------------------------------
+    async def bot_info(self) -> dict[str, Any]:
+        def do() -> Any:
+            req = (
+                lark.BaseRequest.builder()
+                .http_method(lark.HttpMethod.GET)
+                .uri("/open-apis/bot/v3/info")
+                .token_types({lark.AccessTokenType.TENANT})
+                .build()
+            )
+            return self.client.request(req)
+
+        resp = await self.call("bot info", do)
+        body = json.loads(resp.raw.content)
+        bot = body.get("bot")
+        if not isinstance(bot, dict):
+            raise FeishuApiError("bot info", 0, "response has no bot object")
+        return bot
+
+    async def send_message(
+        self,
+        chat_id: str,
+        msg_type: str,
+        content: dict[str, Any],
+        reply_to: str | None = None,
+        reply_in_thread: bool = False,
+    ) -> str:
+        """Send to a chat, or reply to `reply_to` (in its thread when asked); return message id."""
+        body = json.dumps(content, ensure_ascii=False)
+        # One uuid for all attempts: Feishu drops a repeat within an hour, so a retry after a
+        # timeout whose request did arrive does not post the reply twice.
+        dedupe = str(uuid.uuid4())
+
+        def do() -> Any:
+            if reply_to:
+                req = (
+                    ReplyMessageRequest.builder()
+                    .message_id(reply_to)
+                    .request_body(
+                        ReplyMessageRequestBody.builder()
+                        .msg_type(msg_type)
+                        .content(body)
+                        .reply_in_thread(reply_in_thread)
+                        .uuid(dedupe)
+                        .build()
+                    )
+                    .build()
+                )
+                return self.client.im.v1.message.reply(req)
+            req = (
+                CreateMessageRequest.builder()
+                .receive_id_type("chat_id")
+                .request_body(
+                    CreateMessageRequestBody.builder()
+                    .receive_id(chat_id)
+                    .msg_type(msg_type)
+                    .content(body)
+                    .uuid(dedupe)
+                    .build()
+                )
+                .build()
+            )
+            return self.client.im.v1.message.create(req)
+
+        resp = await self.call("reply" if reply_to else "send", do)
+        return resp.data.message_id
+
+    async def update_message(self, message_id: str, msg_type: str, content: dict[str, Any]) -> None:
+        body = json.dumps(content, ensure_ascii=False)
+
+        def do() -> Any:
+            req = (
+                UpdateMessageRequest.builder()
+                .message_id(message_id)
+                .request_body(UpdateMessageRequestBody.builder().msg_type(msg_type).content(body).build())
+                .build()
+            )
+            return self.client.im.v1.message.update(req)
+
+        await self.call("edit", do)
+
+    async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
+        def do() -> Any:
+            req = (
+                CreateMessageReactionRequest.builder()
+                .message_id(message_id)
+                .request_body(
+                    CreateMessageReactionRequestBody.builder()
+                    .reaction_type(Emoji.builder().emoji_type(emoji_type).build())
+                    .build()
+                )
+                .build()
+            )
+            return self.client.im.v1.message_reaction.create(req)
+
+        resp = await self.call("reaction", do)
+        return resp.data.reaction_id if resp.data else None
+
+    async def delete_reaction(self, message_id: str, reaction_id: str) -> None:
+        def do() -> Any:
+            req = (
+                DeleteMessageReactionRequest.builder()
+                .message_id(message_id)
+                .reaction_id(reaction_id)
+                .build()
+            )
+            return self.client.im.v1.message_reaction.delete(req)
+
+        await self.call("remove reaction", do)
+
+
+def _reset_after(resp: Any) -> float | None:
+    headers = resp.raw.headers or {} if resp.raw is not None else {}
+    lowered = {k.lower(): v for k, v in headers.items()}
+    for name in ("x-ogw-ratelimit-reset", "retry-after"):
+        try:
+            return max(0.0, float(lowered[name]))
+        except (KeyError, ValueError):
+            continue
+    return None

@@ -1,0 +1,217 @@
+"""Feishu/Lark event payloads -> `InboundMessage`: plain functions, no I/O.
+
+Both transports (long connection and webhook) end in a decoded v2 event dict
+(``{"schema": "2.0", "header": {...}, "event": {...}}``); this module turns an
+``im.message.receive_v1`` event into the adapter contract and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable
+
+from gateway.source import Platform, SessionSource
+from platforms.base import InboundMessage
+
+log = logging.getLogger(__name__)
+
+MESSAGE_EVENT = "im.message.receive_v1"
+
+# Chat types Feishu reports for a message; "p2p" is a direct chat, everything else is a group
+# (older payloads and topic groups use "topic_group"/"topic").
+_DM_TYPES = {"p2p"}
+_TOPIC_TYPES = {"topic_group", "topic"}
+
+# Non-text messages become a short bracketed note so the agent knows something was sent.
+_PLACEHOLDERS = {
+    "image": "[image]",
+    "audio": "[audio]",
+    "media": "[video]",
+    "sticker": "[sticker]",
+    "interactive": "[card]",
+    "merge_forward": "[forwarded messages]",
+    "share_chat": "[shared chat]",
+    "share_user": "[shared contact]",
+    "location": "[location]",
+}
+
+
+class MalformedEvent(ValueError):
+    """An event that cannot be turned into a message (logged and skipped by the adapter)."""
+
+
+def event_type(payload: dict[str, Any]) -> str | None:
+    header = payload.get("header")
+    if isinstance(header, dict):
+        value = header.get("event_type")
+        return value if isinstance(value, str) else None
+    return None
+
+
+def message_from_event(
+    payload: dict[str, Any],
+    bot_open_id: str | None,
+    sent_by_bot: Callable[[str], bool] = lambda _mid: False,
+) -> InboundMessage | None:
+    """Turn a v2 ``im.message.receive_v1`` payload into an `InboundMessage`.
+
+    Returns None for events that are not user messages to pass up (other event types, the bot's
+    own messages). Raises `MalformedEvent` when a message event lacks what a message needs.
+    `sent_by_bot(message_id)` tells whether a replied-to message is one the bot sent.
+    """
+    if event_type(payload) != MESSAGE_EVENT:
+        return None
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        raise MalformedEvent("event body missing")
+    message = _dict(event.get("message"), "event.message")
+    sender = event.get("sender") if isinstance(event.get("sender"), dict) else {}
+    sender_ids = sender.get("sender_id") if isinstance(sender.get("sender_id"), dict) else {}
+
+    message_id = _str(message.get("message_id"), "message.message_id")
+    chat_id = _str(message.get("chat_id"), "message.chat_id")
+    open_id = sender_ids.get("open_id") or None
+    if bot_open_id and open_id == bot_open_id:
+        return None  # our own message echoed back: never answer ourselves
+
+    raw_chat_type = str(message.get("chat_type") or "")
+    chat_type = "dm" if raw_chat_type in _DM_TYPES else "group"
+    # A message in a thread (or a topic of a topic group) gets its own session: the thread id
+    # is part of the session key. Plain replies in a normal group keep the chat's session.
+    thread_id = message.get("thread_id") or None
+    if not thread_id and raw_chat_type in _TOPIC_TYPES:
+        thread_id = message.get("root_id") or None
+
+    mentions = [m for m in (message.get("mentions") or []) if isinstance(m, dict)]
+    msg_type = str(message.get("message_type") or message.get("msg_type") or "text")
+    text = render_content(msg_type, message.get("content"))
+    text, mentioned = resolve_mentions(text, mentions, bot_open_id)
+
+    parent_id = message.get("parent_id") or None
+    source = SessionSource(
+        platform=Platform.FEISHU,
+        chat_id=chat_id,
+        chat_type=chat_type,
+        user_id=open_id,
+        thread_id=thread_id,
+        user_id_alt=sender_ids.get("union_id") or None,
+        extra={"sender_type": sender.get("sender_type"), "tenant_key": sender.get("tenant_key")},
+    )
+    header = payload.get("header") if isinstance(payload.get("header"), dict) else {}
+    return InboundMessage(
+        source=source,
+        text=text,
+        message_id=message_id,
+        mentioned=mentioned,
+        reply_to_bot=bool(parent_id and sent_by_bot(parent_id)),
+        reply_to_message_id=parent_id,
+        timestamp=_timestamp(message.get("create_time")),
+        raw={"event_id": header.get("event_id"), "message_type": msg_type, "payload": payload},
+    )
+
+
+def render_content(msg_type: str, content: Any) -> str:
+    """The readable text of a message's ``content`` (a JSON string in Feishu events)."""
+    if isinstance(content, str):
+        try:
+            content = json.loads(content) if content else {}
+        except json.JSONDecodeError:
+            raise MalformedEvent("message content is not JSON") from None
+    if not isinstance(content, dict):
+        raise MalformedEvent("message content is not an object")
+    if msg_type == "text":
+        text = content.get("text")
+        if not isinstance(text, str):
+            raise MalformedEvent("text message without text")
+        return text
+    if msg_type == "post":
+        return _render_post(content)
+    if msg_type == "file":
+        return f"[file: {content.get('file_name') or 'unnamed'}]"
+    return _PLACEHOLDERS.get(msg_type, f"[{msg_type} message]")
+
+
+def _render_post(content: dict[str, Any]) -> str:
+    # Received posts are {"title", "content": [[elements]]}; some payloads wrap that in a locale.
+    if "content" not in content:
+        for value in content.values():
+            if isinstance(value, dict) and "content" in value:
+                content = value
+                break
+    lines: list[str] = []
+    title = content.get("title")
+    if isinstance(title, str) and title:
+        lines.append(title)
+    for paragraph in content.get("content") or []:
+        if not isinstance(paragraph, list):
+            continue
+        parts: list[str] = []
+        for el in paragraph:
+            if not isinstance(el, dict):
+                continue
+            tag = el.get("tag")
+            if tag in ("text", "md"):
+                parts.append(str(el.get("text", "")))
+            elif tag == "a":
+                label, href = el.get("text") or "", el.get("href") or ""
+                parts.append(f"{label} ({href})" if label and href and label != href else label or href)
+            elif tag == "at":
+                # user_id holds the mention key ("@_user_1") that resolve_mentions maps to a name
+                parts.append(str(el.get("user_id") or "@" + str(el.get("user_name") or "someone")))
+            elif tag == "code_block":
+                lang = el.get("language") or ""
+                parts.append(f"```{lang.lower()}\n{el.get('text', '')}\n```")
+            elif tag == "img":
+                parts.append("[image]")
+            elif tag == "media":
+                parts.append("[video]")
+            elif tag == "emotion":
+                parts.append(f":{el.get('emoji_type', '')}:")
+        lines.append("".join(parts))
+    return "\n".join(lines).strip()
+
+
+def resolve_mentions(
+    text: str, mentions: list[dict[str, Any]], bot_open_id: str | None
+) -> tuple[str, bool]:
+    """Replace ``@_user_N`` placeholders with ``@Name``; tell whether the bot was mentioned.
+
+    A mention of the bot at the very start of the text is addressing, not content, so it is
+    removed: "@bot /new" must read as the command "/new".
+    """
+    mentioned = False
+    # longest keys first so "@_user_1" never eats the front of "@_user_12"
+    for m in sorted(mentions, key=lambda m: len(str(m.get("key", ""))), reverse=True):
+        key = m.get("key")
+        if not isinstance(key, str) or not key:
+            continue
+        ids = m.get("id") if isinstance(m.get("id"), dict) else {}
+        is_bot = bool(bot_open_id) and ids.get("open_id") == bot_open_id
+        mentioned = mentioned or is_bot
+        name = "@" + str(m.get("name") or "someone")
+        if is_bot and text.lstrip().startswith(key):
+            text = text.lstrip()[len(key):].lstrip()
+        text = text.replace(key, name)
+    text = text.replace("@_all", "@all")
+    return text, mentioned
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedEvent(f"{what} missing")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise MalformedEvent(f"{what} missing")
+    return value
+
+
+def _timestamp(value: Any) -> float:
+    try:
+        return int(value) / 1000.0  # Feishu sends milliseconds as a string
+    except (TypeError, ValueError):
+        return time.time()

@@ -1,0 +1,435 @@
+"""A fake Feishu/Lark open platform on 127.0.0.1 for tests.
+
+Serves what the adapter (through lark-oapi) talks to:
+- POST /open-apis/auth/v3/tenant_access_token/internal   tenant tokens (revocable: expire_tokens)
+- GET  /open-apis/bot/v3/info                              the bot's open_id
+- POST /open-apis/im/v1/messages[?receive_id_type]          send; /{id}/reply reply; PUT /{id} edit
+- POST/DELETE /open-apis/im/v1/messages/{id}/reactions[/{rid}]
+- POST /callback/ws/endpoint + GET /ws                     the long connection, speaking the SDK's
+  protobuf frames (pbbp2.Frame): pushes events, records the client's acks, answers pings
+and plays Feishu's sending side for webhooks (encrypts, signs: see `webhook_request`).
+
+Everything is recorded in `calls`; failures are scripted with `fail_next`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import itertools
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from aiohttp import WSMsgType, web
+from Crypto.Cipher import AES
+from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+
+@dataclass
+class Call:
+    route: str
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    headers: dict[str, str]
+
+
+@dataclass
+class Failure:
+    route: str
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+    times: int
+
+
+@dataclass
+class _Conn:
+    ws: web.WebSocketResponse
+    muted: bool = False  # a muted connection stays open but answers nothing (half-dead link)
+    pings: int = 0
+
+
+def encrypt(encrypt_key: str, plaintext: str) -> str:
+    """Feishu's event encryption: base64(iv + AES-256-CBC(sha256(key), PKCS7(plaintext)))."""
+    key = hashlib.sha256(encrypt_key.encode()).digest()
+    iv = os.urandom(16)
+    data = plaintext.encode()
+    pad = 16 - len(data) % 16
+    data += bytes([pad]) * pad
+    return base64.b64encode(iv + AES.new(key, AES.MODE_CBC, iv).encrypt(data)).decode()
+
+
+def sign(timestamp: str, nonce: str, encrypt_key: str, body: bytes) -> str:
+    return hashlib.sha256((timestamp + nonce + encrypt_key).encode() + body).hexdigest()
+
+
+class FakeFeishu:
+    def __init__(
+        self,
+        app_id: str,
+        app_secret: str,
+        bot_open_id: str = "ou_bot",
+        bot_name: str = "chinwag",
+        ping_interval: float = 30.0,
+    ) -> None:
+        self.app_id, self.app_secret = app_id, app_secret
+        self.bot_open_id, self.bot_name = bot_open_id, bot_name
+        self.ping_interval = ping_interval
+        self.calls: list[Call] = []
+        self.failures: list[Failure] = []
+        self.valid_tokens: set[str] = set()
+        self.reject_post = False  # answer rich (post) messages with "invalid content"
+        self.sent: list[dict[str, Any]] = []  # messages the bot posted, in order
+        self.reactions: dict[str, dict[str, Any]] = {}  # reaction_id -> {message_id, emoji, deleted}
+        self.acks: dict[str, dict[str, Any]] = {}  # frame message_id -> the client's response
+        self.conns: list[_Conn] = []
+        self.ws_connects = 0
+        self._ids = itertools.count(1)
+        self._uuids: dict[str, str] = {}
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
+        app.router.add_get("/open-apis/bot/v3/info", self._bot_info)
+        app.router.add_post("/open-apis/im/v1/messages", self._create)
+        app.router.add_post("/open-apis/im/v1/messages/{mid}/reply", self._reply)
+        app.router.add_put("/open-apis/im/v1/messages/{mid}", self._update)
+        app.router.add_post("/open-apis/im/v1/messages/{mid}/reactions", self._react)
+        app.router.add_delete("/open-apis/im/v1/messages/{mid}/reactions/{rid}", self._unreact)
+        app.router.add_post("/callback/ws/endpoint", self._endpoint)
+        app.router.add_get("/ws", self._ws)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}"
+        return self.base_url
+
+    async def stop(self) -> None:
+        for conn in self.conns:
+            await conn.ws.close()
+        if self._runner:
+            await self._runner.cleanup()
+
+    # -- scripting --------------------------------------------------------------------------------
+    def fail_next(
+        self,
+        route: str,
+        status: int = 500,
+        code: int = 1,
+        msg: str = "scripted failure",
+        times: int = 1,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.failures.append(Failure(route, status, {"code": code, "msg": msg}, headers or {}, times))
+
+    def expire_tokens(self) -> None:
+        """Revoke every issued tenant token, as Feishu does when one expires or is reset."""
+        self.valid_tokens.clear()
+
+    def calls_to(self, route: str) -> list[Call]:
+        return [c for c in self.calls if c.route == route]
+
+    async def drop_connections(self) -> None:
+        for conn in list(self.conns):
+            await conn.ws.close()
+
+    def mute_connections(self) -> None:
+        for conn in self.conns:
+            conn.muted = True
+
+    @property
+    def live_conns(self) -> list[_Conn]:
+        return [c for c in self.conns if not c.ws.closed]
+
+    async def push_event(self, payload: dict[str, Any] | bytes) -> str:
+        """Send an event over the newest open long connection; return the frame's message id."""
+        conns = self.live_conns
+        if not conns:
+            raise RuntimeError("no long connection open")
+        frame = Frame()
+        frame.SeqID, frame.LogID, frame.service, frame.method = next(self._ids), 0, 1, 1
+        frame_id = uuid.uuid4().hex
+        for key, value in (("type", "event"), ("message_id", frame_id), ("trace_id", "t"),
+                           ("sum", "1"), ("seq", "0")):
+            h = frame.headers.add()
+            h.key, h.value = key, value
+        frame.payload = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        await conns[-1].ws.send_bytes(frame.SerializeToString())
+        return frame_id
+
+    # -- Feishu's sending side for webhooks ----------------------------------------------------
+    def webhook_request(
+        self,
+        payload: dict[str, Any],
+        encrypt_key: str = "",
+        bad_signature: bool = False,
+    ) -> tuple[bytes, dict[str, str]]:
+        """Body and headers Feishu would POST for `payload` (encrypted and signed with a key)."""
+        if not encrypt_key:
+            return json.dumps(payload).encode(), {"Content-Type": "application/json"}
+        body = json.dumps({"encrypt": encrypt(encrypt_key, json.dumps(payload))}).encode()
+        ts, nonce = str(int(time.time())), uuid.uuid4().hex
+        sig = sign(ts, nonce, encrypt_key, body)
+        if bad_signature:
+            sig = sign(ts, nonce, encrypt_key + "x", body)
+        return body, {
+            "Content-Type": "application/json",
+            "X-Lark-Request-Timestamp": ts,
+            "X-Lark-Request-Nonce": nonce,
+            "X-Lark-Signature": sig,
+        }
+
+    def message_event(
+        self,
+        text: str = "hello",
+        chat_id: str = "oc_dm1",
+        chat_type: str = "p2p",
+        sender: str = "ou_alice",
+        union_id: str | None = "on_alice",
+        mentions: list[tuple[str, str, str]] | None = None,
+        thread_id: str | None = None,
+        root_id: str | None = None,
+        parent_id: str | None = None,
+        message_id: str | None = None,
+        event_id: str | None = None,
+        msg_type: str = "text",
+        content: Any = None,
+        token: str = "",
+    ) -> dict[str, Any]:
+        """A v2 im.message.receive_v1 event; mentions are (key, open_id, name) triples."""
+        message: dict[str, Any] = {
+            "message_id": message_id or f"om_{uuid.uuid4().hex[:12]}",
+            "chat_id": chat_id,
+            "chat_type": chat_type,
+            "message_type": msg_type,
+            "content": json.dumps(content if content is not None else {"text": text}),
+            "create_time": str(int(time.time() * 1000)),
+            "mentions": [
+                {"key": k, "id": {"open_id": oid, "union_id": "on_" + oid[3:]}, "name": n,
+                 "tenant_key": "tk"}
+                for k, oid, n in (mentions or [])
+            ],
+        }
+        for key, value in (("thread_id", thread_id), ("root_id", root_id), ("parent_id", parent_id)):
+            if value:
+                message[key] = value
+        sender_id = {"open_id": sender, "user_id": "u_" + sender[3:]}
+        if union_id:
+            sender_id["union_id"] = union_id
+        return {
+            "schema": "2.0",
+            "header": {
+                "event_id": event_id or uuid.uuid4().hex,
+                "event_type": "im.message.receive_v1",
+                "create_time": str(int(time.time() * 1000)),
+                "token": token,
+                "app_id": self.app_id,
+                "tenant_key": "tk",
+            },
+            "event": {
+                "sender": {"sender_id": sender_id, "sender_type": "user", "tenant_key": "tk"},
+                "message": message,
+            },
+        }
+
+    # -- waiting ------------------------------------------------------------------------------------
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not met within %.1fs" % timeout)
+            await asyncio.sleep(0.01)
+
+    # -- handlers -----------------------------------------------------------------------------------
+    async def _record(self, route: str, request: web.Request) -> tuple[Call, web.Response | None]:
+        raw = await request.read()
+        try:
+            body = json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            body = raw
+        call = Call(route, request.method, request.path, dict(request.query), body, dict(request.headers))
+        self.calls.append(call)
+        for failure in self.failures:
+            if failure.route == route and failure.times > 0:
+                failure.times -= 1
+                return call, web.json_response(failure.body, status=failure.status, headers=failure.headers)
+        if route not in ("token", "endpoint"):
+            auth = request.headers.get("Authorization", "")
+            if not auth.startswith("Bearer ") or auth[7:] not in self.valid_tokens:
+                body = {"code": 99991663, "msg": "Invalid access token for authorization."}
+                return call, web.json_response(body, status=400)
+        return call, None
+
+    async def _token(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("token", request)
+        if failed:
+            return failed
+        body = call.body or {}
+        if body.get("app_id") != self.app_id or body.get("app_secret") != self.app_secret:
+            return web.json_response({"code": 10014, "msg": "app secret invalid"})
+        token = f"t-{uuid.uuid4().hex}"
+        self.valid_tokens.add(token)
+        return web.json_response({"code": 0, "msg": "ok", "tenant_access_token": token, "expire": 7200})
+
+    async def _bot_info(self, request: web.Request) -> web.Response:
+        _call, failed = await self._record("bot_info", request)
+        if failed:
+            return failed
+        bot = {"activate_status": 2, "app_name": self.bot_name, "open_id": self.bot_open_id}
+        return web.json_response({"code": 0, "msg": "ok", "bot": bot})
+
+    def _store(self, call: Call, kind: str, chat_id: str | None, parent: str | None) -> web.Response:
+        body = call.body or {}
+        if body.get("uuid") and body["uuid"] in self._uuids:  # Feishu's idempotent send
+            mid = self._uuids[body["uuid"]]
+            return web.json_response({"code": 0, "msg": "success", "data": {"message_id": mid}})
+        if body.get("msg_type") == "post" and self.reject_post:
+            return web.json_response({"code": 230001, "msg": "invalid message content"}, status=400)
+        try:
+            content = json.loads(body.get("content", ""))
+        except (TypeError, json.JSONDecodeError):
+            return web.json_response({"code": 230001, "msg": "content is not JSON"}, status=400)
+        mid = f"om_bot_{next(self._ids)}"
+        if body.get("uuid"):
+            self._uuids[body["uuid"]] = mid
+        self.sent.append({
+            "kind": kind, "message_id": mid, "chat_id": chat_id, "reply_to": parent,
+            "reply_in_thread": bool(body.get("reply_in_thread")), "msg_type": body.get("msg_type"),
+            "content": content, "text": _text_of(body.get("msg_type"), content),
+        })
+        return web.json_response({"code": 0, "msg": "success", "data": {"message_id": mid, "chat_id": chat_id}})
+
+    async def _create(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("create", request)
+        if failed:
+            return failed
+        if request.query.get("receive_id_type") != "chat_id":
+            return web.json_response({"code": 99992402, "msg": "field validation failed"}, status=400)
+        return self._store(call, "create", (call.body or {}).get("receive_id"), None)
+
+    async def _reply(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("reply", request)
+        if failed:
+            return failed
+        return self._store(call, "reply", None, request.match_info["mid"])
+
+    async def _update(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("update", request)
+        if failed:
+            return failed
+        body = call.body or {}
+        if body.get("msg_type") == "post" and self.reject_post:
+            return web.json_response({"code": 230001, "msg": "invalid message content"}, status=400)
+        for msg in self.sent:
+            if msg["message_id"] == request.match_info["mid"]:
+                msg["content"] = json.loads(body["content"])
+                msg["text"] = _text_of(body.get("msg_type"), msg["content"])
+                return web.json_response({"code": 0, "msg": "success", "data": {}})
+        return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
+
+    async def _react(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("reaction", request)
+        if failed:
+            return failed
+        rid = f"r_{next(self._ids)}"
+        emoji = ((call.body or {}).get("reaction_type") or {}).get("emoji_type")
+        self.reactions[rid] = {"message_id": request.match_info["mid"], "emoji": emoji, "deleted": False}
+        return web.json_response({"code": 0, "msg": "success", "data": {"reaction_id": rid}})
+
+    async def _unreact(self, request: web.Request) -> web.Response:
+        _call, failed = await self._record("unreaction", request)
+        if failed:
+            return failed
+        reaction = self.reactions.get(request.match_info["rid"])
+        if reaction is None:
+            return web.json_response({"code": 231003, "msg": "reaction not found"}, status=400)
+        reaction["deleted"] = True
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    async def _endpoint(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("endpoint", request)
+        if failed:
+            return failed
+        body = call.body or {}
+        if body.get("AppID") != self.app_id or body.get("AppSecret") != self.app_secret:
+            return web.json_response({"code": 1000040345, "msg": "app secret invalid"})
+        host = self.base_url.replace("http://", "ws://")
+        config = {"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0,
+                  "PingInterval": self.ping_interval}
+        data = {"URL": f"{host}/ws?device_id=d{next(self._ids)}&service_id=1", "ClientConfig": config}
+        return web.json_response({"code": 0, "msg": "ok", "data": data})
+
+    async def _ws(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        conn = _Conn(ws)
+        self.conns.append(conn)
+        self.ws_connects += 1
+        async for msg in ws:
+            if msg.type != WSMsgType.BINARY:
+                continue
+            frame = Frame()
+            frame.ParseFromString(msg.data)
+            headers = {h.key: h.value for h in frame.headers}
+            if conn.muted:
+                continue
+            if frame.method == 0 and headers.get("type") == "ping":
+                conn.pings += 1
+                pong = Frame()
+                pong.SeqID, pong.LogID, pong.service, pong.method = 0, 0, frame.service, 0
+                h = pong.headers.add()
+                h.key, h.value = "type", "pong"
+                await ws.send_bytes(pong.SerializeToString())
+            elif frame.method == 1:
+                self.acks[headers.get("message_id", "")] = json.loads(frame.payload or b"{}")
+        return ws
+
+
+def _text_of(msg_type: str | None, content: dict[str, Any]) -> str:
+    if msg_type == "text":
+        return str(content.get("text", ""))
+    if msg_type == "post":
+        for locale in content.values():
+            return "".join(
+                el.get("text", "") for para in locale.get("content", []) for el in para
+            )
+    return json.dumps(content)
+
+
+class HandlerHost:
+    """Mounts an adapter's webhook handlers on an aiohttp app on 127.0.0.1 (the gateway's role)."""
+
+    def __init__(self, handlers: dict[str, Any]) -> None:
+        self.handlers = handlers
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        for path, handler in self.handlers.items():
+            app.router.add_post(path, handler)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()

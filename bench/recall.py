@@ -1,0 +1,242 @@
+"""Session-level recall on LoCoMo (English) and MemoryBank-CN (Chinese). No model is called.
+
+    python bench/recall.py            # both
+    python bench/recall.py --only en  # LoCoMo only;  --only cn  MemoryBank-CN only
+    python bench/recall.py --misses 20  # also list the first 20 content-word misses (LoCoMo)
+
+Data is read from ../shared/data next to the repository (override with CHINWAG_DATA); nothing
+is copied into the repository. Each run builds a fresh store in a temporary directory.
+
+LoCoMo: every session of all 5 conversations pooled in one store, speaker A as `user`, speaker B
+as `assistant`, one message per turn. Every question of categories 1-4 is asked twice: as written,
+and as its content words joined with OR. A question's gold sessions are those its evidence turns
+come from. Metrics over the (at most 5) sessions recall returns: any@1 (a gold session first),
+any@5, all@5 (every gold session in the top 5), MRR (1/rank of the first gold session, 0 when
+none is in the top 5 — so it is MRR@5, a lower bound of an unbounded MRR).
+
+MemoryBank-CN: 15 users' histories pooled, one session per user-day; the 56 labelled dev questions
+are asked as written and as their labelled keyword query. Pooled over all users (as the reference
+was measured) and, in a second pass, with the privacy rule on (only the asking user's sessions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateway.db import SessionDB  # noqa: E402
+from gateway.recall import find_sessions, plan_query  # noqa: E402
+
+REFERENCE = {
+    "locomo content words": {"any@1": 0.53, "any@5": 0.79, "all@5": 0.68, "MRR": 0.63},
+    "locomo raw question": {"any@1": 0.0, "any@5": 0.0, "all@5": 0.0, "MRR": 0.0},
+    "cn keyword query": {"any@1": 0.04, "any@5": 0.13, "MRR": 0.07},
+    "cn raw question": {"any@1": 0.0, "any@5": 0.0, "MRR": 0.0},
+}
+
+
+def data_dir() -> Path:
+    env = os.environ.get("CHINWAG_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def content_words(question: str) -> str:
+    """The question's content words (what recall keeps after dropping stop words), joined with OR."""
+    words = [t.text for t in plan_query(question).query.content_terms]
+    return " OR ".join(dict.fromkeys(words))
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+def _locomo_time(text: str | None) -> float:
+    try:
+        return datetime.strptime(text or "", "%I:%M %p on %d %B, %Y").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return 1.6e9
+
+
+def load_locomo(db: SessionDB, conversations: list[dict]) -> dict[str, tuple[str, int]]:
+    """Import every session; return session id -> (sample id, session number)."""
+    records, where = [], {}
+    for conv in conversations:
+        c = conv["conversation"]
+        sample = conv["sample_id"]
+        for key in c:
+            m = re.fullmatch(r"session_(\d+)", key)
+            if not m or not c[key]:
+                continue
+            n = int(m.group(1))
+            started = _locomo_time(c.get(f"{key}_date_time"))
+            sid = f"{sample}_s{n:02d}"
+            where[sid] = (sample, n)
+            messages = [
+                {
+                    "role": "user" if turn["speaker"] == c["speaker_a"] else "assistant",
+                    "content": turn.get("text") or "",
+                    "timestamp": started + i,
+                }
+                for i, turn in enumerate(c[key])
+            ]
+            records.append({"session": {"id": sid, "source": "local", "started_at": started,
+                                        "user_id": c["speaker_a"]}, "messages": messages})
+    db.import_records(records)
+    return where
+
+
+def load_memorybank(db: SessionDB, users: dict) -> dict[tuple[str, str], str]:
+    """One session per user-day; return (user, day) -> session id."""
+    records, ids = [], {}
+    for u, (name, person) in enumerate(users.items()):
+        for day, turns in (person.get("history") or {}).items():
+            started = datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp() + u
+            sid = f"mb_{u:02d}_{day}"
+            ids[(name, day)] = sid
+            messages = []
+            for i, turn in enumerate(turns):
+                messages.append({"role": "user", "content": turn.get("query") or "", "timestamp": started + 2 * i,
+                                 "user_id": name})
+                messages.append({"role": "assistant", "content": turn.get("response") or "",
+                                 "timestamp": started + 2 * i + 1})
+            records.append({"session": {"id": sid, "source": "local", "started_at": started, "user_id": name},
+                            "messages": messages})
+    db.import_records(records)
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# scoring
+
+class Tally:
+    def __init__(self) -> None:
+        self.n = 0
+        self.sums = defaultdict(float)
+        self.empty = 0
+
+    def add(self, ranked: list[str], gold: set[str]) -> float:
+        self.n += 1
+        if not ranked:
+            self.empty += 1
+        rr = next((1 / (i + 1) for i, sid in enumerate(ranked[:5]) if sid in gold), 0.0)
+        self.sums["any@1"] += bool(ranked[:1] and ranked[0] in gold)
+        self.sums["any@5"] += bool(set(ranked[:5]) & gold)
+        self.sums["all@5"] += gold <= set(ranked[:5])
+        self.sums["MRR"] += rr
+        return rr
+
+    def get(self, key: str) -> float:
+        return self.sums[key] / self.n if self.n else 0.0
+
+    def row(self, keys: tuple[str, ...]) -> str:
+        return "  ".join(f"{self.get(k):.3f}" for k in keys) + f"  {self.n:5d}  {self.empty:5d}"
+
+
+def bench_locomo(misses: int) -> dict[str, Tally]:
+    path = data_dir() / "locomo-dev.json"
+    conversations = json.loads(path.read_text())
+    keys = ("any@1", "any@5", "all@5", "MRR")
+    with tempfile.TemporaryDirectory() as tmp:
+        db = SessionDB(Path(tmp) / "locomo.db")
+        try:
+            t0 = time.perf_counter()
+            where = load_locomo(db, conversations)
+            load_s = time.perf_counter() - t0
+            by_ref = {v: k for k, v in where.items()}
+            tallies: dict[str, Tally] = defaultdict(Tally)
+            skipped, shown, latencies = 0, 0, []
+            for conv in conversations:
+                sample = conv["sample_id"]
+                for qa in conv["qa"]:
+                    if qa.get("category") not in (1, 2, 3, 4):
+                        continue
+                    sessions = {int(n) for e in qa.get("evidence") or [] for n in re.findall(r"D:?(\d+):", e)}
+                    gold = {by_ref[(sample, n)] for n in sessions if (sample, n) in by_ref}
+                    if not gold:
+                        skipped += 1
+                        continue
+                    for mode, text in (("raw question", qa["question"]), ("content words", content_words(qa["question"]))):
+                        t = time.perf_counter()
+                        ranked = [h.session_id for h in find_sessions(db, text, limit=5, see_all=True)]
+                        latencies.append(time.perf_counter() - t)
+                        rr = tallies[f"{mode}|all"].add(ranked, gold)
+                        tallies[f"{mode}|cat{qa['category']}"].add(ranked, gold)
+                        if mode == "content words" and rr < 1 and shown < misses:
+                            shown += 1
+                            print(f"  miss: {text!r} gold={sorted(gold)} got={ranked[:3]}")
+        finally:
+            db.close()
+    latencies.sort()
+    print(f"\nLoCoMo: {len(where)} sessions pooled from {len(conversations)} conversations "
+          f"(loaded in {load_s:.1f} s); {skipped} questions without evidence skipped")
+    print(f"query latency: median {1000 * latencies[len(latencies) // 2]:.1f} ms, "
+          f"p95 {1000 * latencies[int(len(latencies) * 0.95)]:.1f} ms")
+    header = f"{'query':<15}{'subset':<7}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty"
+    print(header)
+    for mode in ("content words", "raw question"):
+        for subset in ("cat1", "cat2", "cat3", "cat4", "all"):
+            tally = tallies.get(f"{mode}|{subset}")
+            if tally:
+                print(f"{mode:<15}{subset:<7}{tally.row(keys)}")
+        ref = REFERENCE[f"locomo {mode}"]
+        print(f"{'  reference':<22}" + "  ".join(f"{ref[k]:.3f}" for k in keys))
+    content, raw = tallies["content words|all"], tallies["raw question|all"]
+    print(f"targets: content any@1 {content.get('any@1'):.3f} >= 0.70, MRR {content.get('MRR'):.3f} >= 0.78; "
+          f"raw MRR {raw.get('MRR'):.3f} >= {0.9 * content.get('MRR'):.3f} (0.9x), raw empty {raw.empty} == 0")
+    return tallies
+
+
+def bench_memorybank() -> None:
+    base = data_dir()
+    users = json.loads((base / "memory_bank_cn.json").read_text())
+    gold_rows = [json.loads(line) for line in (base / "memory_bank_cn_gold.dev.jsonl").read_text().splitlines() if line.strip()]
+    keys = ("any@1", "any@5", "MRR")
+    with tempfile.TemporaryDirectory() as tmp:
+        db = SessionDB(Path(tmp) / "mb.db")
+        try:
+            ids = load_memorybank(db, users)
+            tallies: dict[str, Tally] = defaultdict(Tally)
+            for row in gold_rows:
+                gold = {ids[(row["user"], d)] for d in row["gold_days"] if (row["user"], d) in ids}
+                if not gold:
+                    continue
+                for mode, text in (("raw question", row["question"]), ("keyword query", row["query"])):
+                    for scope, person in (("pooled", None), ("per-user", row["user"])):
+                        hits = find_sessions(db, text, limit=5, see_all=person is None, person_id=person)
+                        tallies[f"{mode}|{scope}"].add([h.session_id for h in hits], gold)
+        finally:
+            db.close()
+    n_sessions = len(ids)
+    print(f"\nMemoryBank-CN: {len(users)} users, {n_sessions} user-day sessions pooled; {len(gold_rows)} dev questions")
+    print(f"{'query':<15}{'scope':<10}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty")
+    for mode in ("keyword query", "raw question"):
+        for scope in ("pooled", "per-user"):
+            print(f"{mode:<15}{scope:<10}{tallies[f'{mode}|{scope}'].row(keys)}")
+        ref = REFERENCE[f"cn {mode}"]
+        print(f"{'  reference':<25}" + "  ".join(f"{ref[k]:.3f}" for k in keys))
+    print(f"targets (pooled): keyword any@5 {tallies['keyword query|pooled'].get('any@5'):.3f} >= 0.85, "
+          f"raw any@5 {tallies['raw question|pooled'].get('any@5'):.3f} >= 0.85")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=("en", "cn"))
+    parser.add_argument("--misses", type=int, default=0, help="print the first N LoCoMo content-word misses")
+    args = parser.parse_args()
+    if args.only in (None, "en"):
+        bench_locomo(args.misses)
+    if args.only in (None, "cn"):
+        bench_memorybank()
+
+
+if __name__ == "__main__":
+    main()

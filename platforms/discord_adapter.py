@@ -333,6 +333,8 @@ class DiscordAdapter(PlatformAdapter):
         if self.client is None:
             raise RuntimeError("discord adapter is not started")
         target = source.thread_id or source.chat_id
+        if not str(target).isdigit():
+            raise ValueError(f"discord channel id must be a number, got {target!r}")
         return self.client.get_partial_messageable(int(target))
 
     async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
@@ -340,7 +342,7 @@ class DiscordAdapter(PlatformAdapter):
         ids: list[str] = []
         for i, chunk in enumerate(self.split(text)):
             reference = None
-            if reply_to and i == 0:
+            if reply_to and i == 0 and reply_to.isdigit():
                 reference = discord.MessageReference(
                     message_id=int(reply_to), channel_id=channel.id, fail_if_not_exists=False
                 )

@@ -410,3 +410,21 @@ async def test_stop_disconnects(fake):
 async def test_missing_token_is_a_clear_error():
     with pytest.raises(ValueError, match="token"):
         await DiscordAdapter({"token": ""}).start(Inbox())
+
+
+async def test_reply_to_a_deleted_message_still_sends(fake, running):
+    adapter, _ = running
+    src = SessionSource(platform="discord", chat_id=str(GENERAL), chat_type="channel", user_id=str(ALICE_ID))
+    ids = await adapter.send(src, "answer", reply_to="123456789")  # unknown to the fake
+    assert len(ids) == 1
+    assert fake.sent[-1]["request"]["message_reference"]["fail_if_not_exists"] is False
+
+
+async def test_bad_ids_in_send_are_clear_errors(fake, running):
+    adapter, _ = running
+    src = SessionSource(platform="discord", chat_id="general", chat_type="channel", user_id=str(ALICE_ID))
+    with pytest.raises(ValueError, match="must be a number"):
+        await adapter.send(src, "x")
+    ok = SessionSource(platform="discord", chat_id=str(GENERAL), chat_type="channel", user_id=str(ALICE_ID))
+    await adapter.send(ok, "x", reply_to="not-an-id")  # a bad reply target is dropped, not fatal
+    assert "message_reference" not in fake.sent[-1]["request"]

@@ -115,8 +115,13 @@ class Agent:
             result.text, result.error = NOT_CONFIGURED_TEXT, "model not configured"
             return result
 
-        conversation = [{"role": "system", "content": self.system_prompt}]
-        conversation += [_wire(m) for m in repair_history(history)]
+        earlier = repair_history(history)
+        # Stored system messages (a compression summary) join the system prompt: several system
+        # messages, or one mid-conversation, are refused by some compatible servers' chat templates.
+        notes = [m["content"] for m in earlier if m["role"] == "system" and m.get("content")]
+        system = "\n\n".join([self.system_prompt, *notes])
+        conversation = [{"role": "system", "content": system}]
+        conversation += [_wire(m) for m in earlier if m["role"] != "system"]
         conversation.append({"role": "user", "content": user_text})
         schemas = self.tools.schemas() or None
 
@@ -248,7 +253,7 @@ def repair_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append(message)
             continue  # a result without its call: drop it
         close_pending()
-        if role not in _WIRE_KEYS or role == "system":
+        if role not in _WIRE_KEYS:
             continue
         out.append(message)
         if role == "assistant":

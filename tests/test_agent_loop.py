@@ -302,7 +302,7 @@ def test_repair_history_fills_unanswered_calls_and_drops_orphans():
         {"role": "system", "content": "old system"},
     ]
     repaired = repair_history(history)
-    assert [m["role"] for m in repaired] == ["user", "assistant", "tool", "user"]
+    assert [m["role"] for m in repaired] == ["user", "assistant", "tool", "user", "system"]
     assert repaired[2]["tool_call_id"] == "c9"
 
 

@@ -1,0 +1,237 @@
+"""gateway.config: defaults, ${ENV} substitution, validation messages, typed access."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.config import (
+    ADAPTER_KEYS,
+    COMMON_PLATFORM_KEYS,
+    SCHEMA,
+    ConfigError,
+    load_config,
+    parse_config,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems_of(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> list[str]:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env=env or {})
+    return info.value.problems
+
+
+def test_no_file_gives_embedded_defaults(tmp_path: Path) -> None:
+    config = load_config(env={"CHINWAG_HOME": str(tmp_path / "home")})
+    assert config.path is None
+    assert config.home == tmp_path / "home"
+    assert config.configured_platforms() == ["local"]
+    assert config.single_owner is True
+    assert config.gateway.busy_mode == "queue"
+    assert config.gateway.max_pending == 5
+    assert config.gateway.agent_cache.max_agents == 64
+    assert config.http.host == "127.0.0.1" and config.http.port == 8765
+    assert config.session.reset["mode"] == "both"
+    assert config.model.is_configured is False
+
+
+def test_home_precedence(tmp_path: Path) -> None:
+    env = {"CHINWAG_HOME": str(tmp_path / "env")}
+    (tmp_path / "env").mkdir()
+    # the file is found under CHINWAG_HOME
+    write(tmp_path / "env", f"home: {tmp_path / 'from_file'}\n")
+    assert load_config(env=env).home == tmp_path / "from_file"
+    # --home wins over both, and the file is looked up there
+    assert load_config(home=tmp_path / "cli", env=env).home == tmp_path / "cli"
+    assert load_config(home=tmp_path / "cli", env=env).path is None
+
+
+def test_model_falls_back_to_environment(tmp_path: Path) -> None:
+    env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1/", "OPENAI_API_KEY": "sk-test", "CHINWAG_MODEL": "m1"}
+    config = load_config(home=tmp_path, env=env)
+    assert config.model.base_url == "http://127.0.0.1:9/v1"
+    assert config.model.api_key == "sk-test" and config.model.name == "m1"
+    assert config.auxiliary.base_url == config.model.base_url  # auxiliary falls back to model
+    write(tmp_path, "model: {base_url: 'http://127.0.0.1:1/v1'}\nauxiliary: {name: small}\n")
+    config = load_config(home=tmp_path, env=env)
+    assert config.model.base_url == "http://127.0.0.1:1/v1"
+    assert config.auxiliary.name == "small" and config.auxiliary.base_url == "http://127.0.0.1:1/v1"
+    assert "sk-test" not in repr(config.model)
+    assert config.as_dict()["model"]["timeout"] == 60
+
+
+def test_env_substitution(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "platforms:\n"
+        "  telegram:\n"
+        "    token: ${TG_TOKEN}\n"
+        "    base_url: ${TG_BASE:-http://127.0.0.1:8081/bot}\n"
+        "    allowed_users: ${TG_USERS}\n"
+        "    secret_token: 'lit$${NOT_A_VAR}'\n"
+        "    require_mention: ${TG_MENTION:-false}\n",
+    )
+    env = {"TG_TOKEN": "123:abc", "TG_USERS": "11, 22"}
+    config = load_config(path, env=env)
+    tg = config.platform("telegram")
+    assert tg.raw["token"] == "123:abc"
+    assert tg.raw["base_url"] == "http://127.0.0.1:8081/bot"
+    assert tg.allowed_users == ("11", "22")
+    assert tg.raw["secret_token"] == "lit${NOT_A_VAR}"
+    assert tg.require_mention is False
+    assert config.configured_platforms() == ["telegram"]
+
+
+def test_unset_env_variable_names_the_key(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "platforms:\n  discord:\n    token: ${DISCORD_TOKEN}\n")
+    assert problems == [
+        f"{tmp_path / 'config.yaml'}: platforms.discord.token: environment variable DISCORD_TOKEN is not set"
+        " (write ${DISCORD_TOKEN:-} to allow it empty)"
+    ]
+
+
+def test_bad_choice_message(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "gateway:\n  busy_mode: fast\n")
+    assert len(problems) == 1
+    assert problems[0].endswith("config.yaml: gateway.busy_mode: must be one of queue, interrupt, steer (got 'fast')")
+
+
+def test_unknown_keys_with_did_you_mean(tmp_path: Path) -> None:
+    problems = problems_of(
+        tmp_path,
+        "gatway: {}\n"
+        "gateway: {max_pendng: 3}\n"
+        "platforms:\n"
+        "  lark: {app_id: x}\n"
+        "  telegram: {tokn: x, allowed_user: [1]}\n",
+    )
+    text = "\n".join(problems)
+    assert "gatway: unknown key; did you mean 'gateway'?" in text
+    assert "gateway.max_pendng: unknown key; did you mean 'max_pending'?" in text
+    assert "platforms.lark: unknown platform; did you mean feishu" in text
+    assert "platforms.telegram.tokn: unknown key; did you mean 'token'?" in text
+    assert "platforms.telegram.allowed_user: unknown key; did you mean 'allowed_users'?" in text
+    assert len(problems) == 5  # every problem reported at once
+
+
+def test_type_and_range_errors(tmp_path: Path) -> None:
+    problems = problems_of(
+        tmp_path,
+        "http: {port: 70000, enabled: maybe}\n"
+        "gateway: {max_pending: two, agent_cache: {max_agents: 0}, single_owner: perhaps}\n"
+        "session: {reset: {daily_hour: 25, timezone: Mars/Base, platforms: {telegram: {mode: hourly}}}}\n"
+        "platforms: {telegram: {allowed_users: {a: 1}}}\n",
+    )
+    text = "\n".join(problems)
+    assert "http.port: must be at most 65535 (got 70000)" in text
+    assert "http.enabled: must be true or false (got 'maybe')" in text
+    assert "gateway.max_pending: must be a whole number (got 'two')" in text
+    assert "gateway.agent_cache.max_agents: must be at least 1 (got 0)" in text
+    assert "gateway.single_owner: must be auto, true or false (got 'perhaps')" in text
+    assert "session.reset.daily_hour: must be at most 23 (got 25)" in text
+    assert "session.reset.timezone: unknown time zone 'Mars/Base'" in text
+    assert "session.reset.platforms.telegram.mode: must be one of none, idle, daily, both (got 'hourly')" in text
+    assert "platforms.telegram.allowed_users: must be a list of ids (got a mapping)" in text
+
+
+def test_invalid_yaml_and_wrong_top_level(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "gateway:\n  busy_mode: [queue\n")
+    assert len(problems) == 1 and "not valid YAML (line" in problems[0]
+    problems = problems_of(tmp_path, "- a\n- b\n")
+    assert "the top level must be a mapping" in problems[0]
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "missing.yaml", env={})
+
+
+def test_empty_file_is_defaults(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "# nothing yet\n"), env={})
+    assert config.configured_platforms() == ["local"]
+
+
+def test_platform_settings_and_busy_override(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "gateway: {busy_mode: interrupt}\n"
+        "platforms:\n"
+        "  telegram: {token: 't:1', allowed_users: [42], admins: [42], busy_mode: steer,"
+        " group_policy: allowlist, group_allowlist: [-100], poll_timeout: 5}\n"
+        "  discord: {token: d, allowed_users: ['*']}\n"
+        "  feishu: {app_id: cli_x}\n",  # no secret: stays off, with a warning
+    )
+    config = load_config(path, env={})
+    tg = config.platform("telegram")
+    assert tg.busy_mode == "steer" and tg.admins == ("42",)
+    assert tg.group_policy == "allowlist" and tg.group_allowlist == ("-100",)
+    assert config.platform("discord").busy_mode == "interrupt"
+    assert config.platform("discord").allows_everyone()
+    assert config.configured_platforms() == ["telegram", "discord"]  # local auto-off
+    assert any("feishu: app_secret not set" in w for w in config.warnings)
+    # adapters get what was written (typed) plus the access keys; their own defaults otherwise
+    adapter = config.adapter_config("telegram")
+    assert adapter["poll_timeout"] == 5 and adapter["token"] == "t:1"
+    assert "base_url" not in adapter and "webhook_check_seconds" not in adapter
+    assert not any(k.startswith("_") for k in adapter)
+    assert config.single_owner is False  # "*" on discord
+
+
+def test_single_owner_resolution(tmp_path: Path) -> None:
+    one = parse_config({"platforms": {"telegram": {"token": "t", "allowed_users": [7], "admins": [7]}}}, env={})
+    assert one.single_owner is True
+    two = parse_config({"platforms": {"telegram": {"token": "t", "allowed_users": [7, 8]}}}, env={})
+    assert two.single_owner is False
+    forced = parse_config({"gateway": {"single_owner": True},
+                           "platforms": {"telegram": {"token": "t", "allowed_users": [7, 8]}}}, env={})
+    assert forced.single_owner is True
+    local_forced = parse_config({"platforms": {"local": {"enabled": True}, "discord": {"token": "d"}}}, env={})
+    assert local_forced.configured_platforms() == ["local", "discord"]
+
+
+def test_cross_field_rules(tmp_path: Path) -> None:
+    text = "\n".join(problems_of(
+        tmp_path,
+        "platforms:\n"
+        "  telegram: {token: t, mode: webhook}\n"
+        "  discord: {token: d, group_policy: allowlist}\n",
+    ))
+    assert "platforms.telegram.webhook_url: is required when mode is webhook" in text
+    assert "platforms.discord.group_allowlist: is empty but group_policy is allowlist" in text
+
+
+def _schema_paths(schema: dict, prefix: str = "") -> set[str]:
+    paths = set()
+    for key, spec in schema.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(spec, dict):
+            paths |= _schema_paths(spec, path)
+        else:
+            paths.add(path)
+    return paths
+
+
+def test_example_config_is_valid_and_documents_every_key() -> None:
+    example = ROOT / "config.example.yaml"
+    text = example.read_text(encoding="utf-8")
+    env = {"TELEGRAM_BOT_TOKEN": "1:x", "FEISHU_APP_ID": "cli_a", "FEISHU_APP_SECRET": "s",
+           "DISCORD_BOT_TOKEN": "d", "OPENAI_API_KEY": "sk-x"}
+    config = load_config(example, env=env)
+    assert config.path == example
+    # every key the validator knows appears in the example (uncommented or as a commented line)
+    documented = {line.strip().lstrip("#").strip().split(":")[0] for line in text.splitlines()}
+    leaf_names = {p.rsplit(".", 1)[-1] for p in _schema_paths(SCHEMA) - {"platforms"}}
+    for table in list(ADAPTER_KEYS.values()) + [COMMON_PLATFORM_KEYS]:
+        leaf_names |= set(table)
+    missing = sorted(name for name in leaf_names if name not in documented)
+    assert missing == []
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)

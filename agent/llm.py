@@ -170,9 +170,11 @@ async def complete(
     raw = choice.message
     message: dict[str, Any] = {"role": "assistant", "content": raw.content}
     if raw.tool_calls:
+        # Some compatible servers omit call ids; the API needs them to pair calls with results.
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments or ""}}
-            for c in raw.tool_calls
+            {"id": c.id or f"call_{i}", "type": "function",
+             "function": {"name": c.function.name, "arguments": c.function.arguments or ""}}
+            for i, c in enumerate(raw.tool_calls)
             if getattr(c, "function", None) is not None
         ]
     reasoning = _extra_field(raw, "reasoning_content") or _extra_field(raw, "reasoning")

@@ -57,6 +57,9 @@ class TurnResult:
     iterations: int = 0  # model calls made
 
 
+EMPTY_REPLY_TEXT = "(The model returned an empty reply. Try asking again or rephrasing.)"
+
+
 def stopped_text(steps: int) -> str:
     return (
         f"I stopped after {steps} steps without reaching an answer. "
@@ -144,10 +147,12 @@ class Agent:
             assistant = dict(completion.message)
             if completion.finish_reason:
                 assistant["finish_reason"] = completion.finish_reason
+            if completion.completion_tokens:
+                assistant["token_count"] = completion.completion_tokens
             calls = completion.tool_calls
             if not calls:
                 await emit(assistant)
-                result.text = completion.text
+                result.text = completion.text or EMPTY_REPLY_TEXT
                 return result
 
             step = [assistant]
@@ -266,7 +271,7 @@ def db_fields(message: dict[str, Any]) -> dict[str, Any]:
     """Keyword fields for `SessionDB.append_message(session_id, role, content, **fields)`
     from a message passed to on_message (tool "name" becomes `tool_name`)."""
     fields: dict[str, Any] = {}
-    for key in ("tool_calls", "tool_call_id", "finish_reason", "reasoning"):
+    for key in ("tool_calls", "tool_call_id", "finish_reason", "reasoning", "token_count"):
         if message.get(key) is not None:
             fields[key] = message[key]
     if message.get("role") == "tool" and message.get("name"):

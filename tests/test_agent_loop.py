@@ -306,11 +306,23 @@ def test_repair_history_fills_unanswered_calls_and_drops_orphans():
     assert repaired[2]["tool_call_id"] == "c9"
 
 
+async def test_empty_reply_gets_a_visible_text(fake):
+    fake.push(Reply(text="", finish_reason="length"))
+    agent = make_agent(fake)
+    rec = Recorder()
+    result = await agent.run_turn([], "hi", ctx(), rec)
+    await agent.close()
+    assert result.text.startswith("(The model returned an empty reply")
+    assert rec.messages[-1]["finish_reason"] == "length"
+
+
 def test_db_fields_maps_tool_name():
     message = {"role": "tool", "tool_call_id": "c", "name": "add", "content": "5"}
     assert db_fields(message) == {"tool_call_id": "c", "tool_name": "add"}
-    assistant = {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}], "finish_reason": "tool_calls"}
-    assert db_fields(assistant) == {"tool_calls": [{"id": "c"}], "finish_reason": "tool_calls"}
+    assistant = {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}], "finish_reason": "tool_calls",
+                 "token_count": 9, "reasoning": "r"}
+    assert db_fields(assistant) == {"tool_calls": [{"id": "c"}], "finish_reason": "tool_calls", "token_count": 9,
+                                    "reasoning": "r"}
 
 
 # --- registry -----------------------------------------------------------------------------------

@@ -191,3 +191,13 @@ async def test_fake_models_and_callable_script():
         await client.close()
     assert [m.id for m in models.data] == ["m1", "m2"]
     assert result.text == "model was fake-model"
+
+
+async def test_missing_tool_call_ids_are_filled_in():
+    async with FakeOpenAI() as fake:
+        fake.push(Reply(tool_calls=[ToolCall("a", {}, id=""), ToolCall("b", {}, id="")]))
+        s = settings_for(fake)
+        client = make_client(s)
+        result = await complete(client, s, [{"role": "user", "content": "x"}])
+        await client.close()
+    assert [c["id"] for c in result.tool_calls] == ["call_0", "call_1"]

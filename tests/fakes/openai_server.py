@@ -174,7 +174,7 @@ class FakeOpenAI:
         ids = []
         for call in reply.tool_calls:
             self._counter += 1
-            ids.append(call.id or f"call_{self._counter}")
+            ids.append(call.id if call.id is not None else f"call_{self._counter}")  # "" = a server that omits ids
         return ids
 
     def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:

@@ -7,7 +7,8 @@ Contract with the caller (the gateway runner):
   turn is cancelled meanwhile, so persisted history never holds tool_calls without their results.
 - A model failure never raises: the turn returns an apology with `error` set. The apology is not a
   model message, so it is not passed to `on_message` (the caller sends it to the chat).
-- Cancellation (`/stop`, interrupt) propagates as `asyncio.CancelledError`.
+- Cancellation (`/stop`, interrupt) propagates as `asyncio.CancelledError`; an exception raised
+  by `on_message` (the caller's own persistence failing) propagates too.
 - `steer`: texts put on the queue while the turn runs join the conversation as user messages before
   the next model call. Texts still queued when the turn ends stay there for the caller.
 """

@@ -8,7 +8,14 @@ import json
 import pytest
 
 from gateway.source import SessionSource
-from tools.memory import MAX_ENTRY_CHARS, MemoryStore, atomic_write, make_memory_tool, read_snapshot
+from tools.memory import (
+    MAX_ENTRY_CHARS,
+    MemoryStore,
+    atomic_write,
+    limits_from_config,
+    make_memory_tool,
+    read_snapshot,
+)
 from tools.registry import ToolContext, ToolRegistry
 
 
@@ -137,3 +144,12 @@ def test_atomic_write_failure_keeps_old_file_and_no_temp(tmp_path):
     atomic_write(path, "new content\n")
     assert path.read_text() == "new content\n"
     assert [p.name for p in tmp_path.iterdir()] == ["MEMORY.md"]
+
+
+def test_limits_from_config():
+    assert limits_from_config(None) == {"memory": 2200, "user": 1375}
+    assert limits_from_config({"memory": {"user_chars": 500}}) == {"memory": 2200, "user": 500}
+    with pytest.raises(ValueError, match="memory.memory_chars"):
+        limits_from_config({"memory": {"memory_chars": "lots"}})
+    with pytest.raises(ValueError, match=">= 100"):
+        limits_from_config({"memory": {"user_chars": 5}})

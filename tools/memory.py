@@ -211,6 +211,20 @@ DESCRIPTION = (
 )
 
 
+def limits_from_config(config: dict[str, Any] | None) -> dict[str, int]:
+    """Budgets from config `memory.memory_chars` / `memory.user_chars` (defaults 2,200 / 1,375)."""
+    section = (config or {}).get("memory") or {}
+    limits = dict(DEFAULT_LIMITS)
+    for target, key in (("memory", "memory_chars"), ("user", "user_chars")):
+        value = section.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 100:
+            raise ValueError(f"memory.{key} must be a whole number of characters >= 100, got {value!r}")
+        limits[target] = value
+    return limits
+
+
 def make_memory_tool(limits: dict[str, int] | None = None) -> Tool:
     """The tool; `limits` overrides the per-file budgets ({"memory": chars, "user": chars}).
 

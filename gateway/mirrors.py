@@ -1,0 +1,424 @@
+"""Plain-file mirrors of the database (DESIGN §4), for people and tools that read files.
+
+- `sessions/{session_id}.jsonl`: one JSON object per message (its DB id, role, content, flags …),
+  appended after each commit. One `write` of whole lines to an O_APPEND descriptor; descriptors
+  are kept in a small LRU. When flags change (undo, retry, compaction) the DB sends a "rewrite"
+  event and that one file is replaced atomically (temp file, fsync, rename).
+- `sessions.json`: key -> current session entry. Rewritten atomically, only when key entries
+  change, and coalesced: at most once per `index_interval` seconds (plus once on close). Never per
+  inbound message: an append does not touch it.
+
+The DB is the source of truth. A crash can leave a mirror behind (a line not yet appended, a
+half-written tail line, a stale sessions.json); `repair()` — run on start and by
+`chinwag sessions repair` — rebuilds both from the DB and reports what it fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import Counter, OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from gateway.db import SessionDB
+from gateway.home import Home
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Mirrors", "RepairReport", "message_line", "index_bytes", "atomic_write"]
+
+MESSAGE_KEYS = (
+    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",
+    "token_count", "finish_reason", "reasoning", "platform_message_id", "user_id", "active", "compacted",
+)
+ENTRY_KEYS = ("session_id", "origin", "created_at", "updated_at", "reason")
+
+
+# -- serialisation (one function each, used for writing and for checking) -------------------------
+def _dumps(obj: object, **kwargs: object) -> bytes:
+    try:
+        return json.dumps(obj, ensure_ascii=False, **kwargs).encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates in stored text: escape rather than fail
+        return json.dumps(obj, ensure_ascii=True, **kwargs).encode("ascii")
+
+
+def message_line(row: Mapping) -> bytes:
+    """The transcript line of a message row (from a commit event or from the DB)."""
+    obj: dict = {}
+    for key in MESSAGE_KEYS:
+        value = row.get(key)
+        if value is None:
+            continue
+        if key == "tool_calls" and isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        elif key in ("active", "compacted"):
+            value = int(value)
+        obj[key] = value
+    return _dumps(obj, separators=(",", ":")) + b"\n"
+
+
+def index_bytes(entries: Iterable[Mapping]) -> bytes:
+    """sessions.json for these key entries: `{session_key: {session_id, origin, …}}`, sorted."""
+    data = {e["session_key"]: {k: e.get(k) for k in ENTRY_KEYS} for e in entries}
+    return _dumps(data, indent=2, sort_keys=True) + b"\n"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`: temp file in the same directory, fsync, rename, fsync dir."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _is_temp(name: str) -> bool:
+    return name.startswith(".") and ".tmp-" in name
+
+
+# -- repair report ---------------------------------------------------------------------------------
+@dataclass
+class RepairReport:
+    sessions_checked: int = 0
+    files_created: int = 0
+    files_rewritten: int = 0
+    files_removed: int = 0
+    temp_removed: int = 0
+    lines_added: int = 0  # lines missing from a transcript, or wrong (flags changed, garbled)
+    lines_removed: int = 0  # garbled, stale or duplicate lines dropped
+    index_rewritten: bool = False
+    keys: int = 0
+
+    @property
+    def lines_fixed(self) -> int:
+        return self.lines_added + self.lines_removed
+
+    @property
+    def clean(self) -> bool:
+        return not (
+            self.files_created or self.files_rewritten or self.files_removed or self.temp_removed
+            or self.index_rewritten
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"lines_fixed": self.lines_fixed, "clean": self.clean}
+
+    def summary(self) -> str:
+        head = f"checked {self.sessions_checked} session(s) and {self.keys} key(s): "
+        if self.clean:
+            return head + "mirrors match the database, nothing to fix"
+        parts = []
+        if self.files_created:
+            parts.append(f"{self.files_created} missing transcript(s) created")
+        if self.files_rewritten:
+            parts.append(f"{self.files_rewritten} transcript(s) rewritten")
+        if self.lines_added or self.lines_removed:
+            parts.append(f"{self.lines_added} line(s) added or corrected, {self.lines_removed} garbled/stale dropped")
+        if self.files_removed:
+            parts.append(f"{self.files_removed} transcript(s) of deleted or empty sessions removed")
+        if self.temp_removed:
+            parts.append(f"{self.temp_removed} leftover temp file(s) removed")
+        if self.index_rewritten:
+            parts.append("sessions.json rewritten")
+        return head + "; ".join(parts)
+
+
+@dataclass
+class _Transcript:
+    fd: int | None = None
+    last_id: int | None = None  # highest message id known to be in the file
+
+
+class Mirrors:
+    def __init__(
+        self,
+        home: Home | str | os.PathLike,
+        db: SessionDB,
+        *,
+        max_open_files: int = 64,
+        index_interval: float = 0.5,
+        attach: bool = True,
+    ) -> None:
+        self.home = home if isinstance(home, Home) else Home(Path(home))
+        self.home.ensure()
+        self.db = db
+        self.max_open_files = max(1, int(max_open_files))
+        self.index_interval = float(index_interval)
+        self._files: OrderedDict[str, _Transcript] = OrderedDict()
+        self._lock = threading.RLock()  # transcripts
+        self._index_lock = threading.Lock()  # sessions.json: read DB + write file as one step
+        self._cond = threading.Condition()
+        self._index_dirty = False
+        self._closing = False
+        self._closed = False
+        self._last_index_write = float("-inf")
+        # counters, for tests and `stats`
+        self.index_writes = 0
+        self.transcript_rewrites = 0
+        self.lines_appended = 0
+        self._flusher = threading.Thread(target=self._flush_loop, name="chinwag-mirrors", daemon=True)
+        self._flusher.start()
+        if attach:
+            db.add_commit_listener(self._on_commit)
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Write a pending sessions.json and close files. Call before closing the DB."""
+        if self._closed:
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._flusher.join()
+        self._closed = True
+        with self._lock:
+            for sid in list(self._files):
+                self._drop(sid)
+
+    def __enter__(self) -> "Mirrors":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def open_files(self) -> int:
+        return sum(1 for t in self._files.values() if t.fd is not None)
+
+    # -- commit events (called in the DB writer thread, after the commit) ------------------------
+    def _on_commit(self, events: list) -> None:
+        if self._closed:
+            return
+        rewrite: set[str] = set()
+        deleted: set[str] = set()
+        appends: dict[str, list[tuple[int, bytes]]] = {}
+        keys_changed = False
+        for kind, data in events:
+            if kind == "message":
+                appends.setdefault(data["session_id"], []).append((data["id"], message_line(data)))
+            elif kind == "rewrite":
+                rewrite.add(data["session_id"])
+            elif kind == "session_deleted":
+                deleted.add(data["id"])
+                keys_changed = True  # deleting a session drops its key entries too
+            elif kind in ("key", "key_deleted"):
+                keys_changed = True
+        # A session both deleted and written in one batch (re-imported) is rebuilt from the DB.
+        rewrite |= deleted & set(appends)
+        with self._lock:
+            for sid in deleted - rewrite:
+                self._guard(self._remove, sid)
+            for sid, items in appends.items():
+                if sid not in rewrite:  # a rewrite reads the DB after this commit: it has them
+                    self._guard(self._append, sid, items)
+            for sid in rewrite:
+                self._guard(self.rewrite_session, sid)
+        if keys_changed:
+            self._mark_index_dirty()
+
+    @staticmethod
+    def _guard(fn: Callable, *args: object) -> None:
+        try:
+            fn(*args)
+        except OSError as exc:  # a full disk must not stop the other mirrors; repair fixes it
+            log.error("mirror write failed (%s): %s", getattr(fn, "__name__", fn), exc)
+
+    # -- transcripts -----------------------------------------------------------------------------
+    def _state(self, sid: str) -> _Transcript:
+        state = self._files.get(sid)
+        if state is None:
+            state = self._files[sid] = _Transcript()
+        self._files.move_to_end(sid)
+        while len(self._files) > self.max_open_files:
+            old, _ = next(iter(self._files.items()))
+            self._drop(old)
+        return state
+
+    def _drop(self, sid: str) -> None:
+        state = self._files.pop(sid, None)
+        if state and state.fd is not None:
+            os.close(state.fd)
+
+    def _open(self, sid: str) -> int:
+        fd = os.open(self.home.transcript_path(sid), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")  # a torn tail line from a crash: keep new lines whole
+        return fd
+
+    def _append(self, sid: str, items: list[tuple[int, bytes]]) -> None:
+        state = self._state(sid)
+        if state.last_id is not None:  # a rewrite/repair already wrote these
+            items = [(mid, line) for mid, line in items if mid > state.last_id]
+        if not items:
+            return
+        if state.fd is None:
+            state.fd = self._open(sid)
+        data = memoryview(b"".join(line for _, line in items))
+        while data:
+            data = data[os.write(state.fd, data):]
+        state.last_id = max(mid for mid, _ in items) if state.last_id is None else max(
+            state.last_id, *(mid for mid, _ in items)
+        )
+        self.lines_appended += len(items)
+
+    def _remove(self, sid: str) -> None:
+        self._drop(sid)
+        self.home.transcript_path(sid).unlink(missing_ok=True)
+
+    def expected_transcript(self, sid: str) -> tuple[bytes, list[bytes], int | None]:
+        rows = self.db.get_messages(sid, include_inactive=True)
+        lines = [message_line(r) for r in rows]
+        return b"".join(lines), lines, (rows[-1]["id"] if rows else None)
+
+    def rewrite_session(self, sid: str) -> None:
+        """Replace one transcript with the DB's view of it (after undo/retry/compaction)."""
+        with self._lock:
+            data, _, last_id = self.expected_transcript(sid)
+            self._drop(sid)  # an O_APPEND descriptor would keep writing to the replaced file
+            path = self.home.transcript_path(sid)
+            if not data:
+                path.unlink(missing_ok=True)
+                return
+            atomic_write(path, data)
+            self._state(sid).last_id = last_id
+            self.transcript_rewrites += 1
+
+    # -- sessions.json ---------------------------------------------------------------------------
+    def _mark_index_dirty(self) -> None:
+        with self._cond:
+            self._index_dirty = True
+            self._cond.notify_all()
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._index_dirty and not self._closing:
+                    self._cond.wait()
+                if not self._index_dirty:
+                    return
+                # coalesce: whatever else changes until then goes into the same write
+                while not self._closing:
+                    remaining = self._last_index_write + self.index_interval - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                self._index_dirty = False
+            try:
+                self.write_index()
+            except Exception:  # noqa: BLE001 - logged; the next change or repair retries
+                log.exception("writing sessions.json failed")
+
+    def write_index(self) -> None:
+        """Write sessions.json from the DB now (atomic)."""
+        with self._index_lock:
+            data = index_bytes(self.db.list_key_entries())
+            atomic_write(self.home.sessions_index, data)
+            self.index_writes += 1
+            self._last_index_write = time.monotonic()
+
+    def flush(self) -> None:
+        """Write a pending sessions.json change now instead of at the end of the interval."""
+        with self._cond:
+            dirty, self._index_dirty = self._index_dirty, False
+        if dirty:
+            self.write_index()
+
+    # -- repair ----------------------------------------------------------------------------------
+    def repair(self, progress: Callable[[int, int], None] | None = None) -> RepairReport:
+        """Make both mirrors match the DB (the DB wins) and report what changed."""
+        report = RepairReport()
+        self.home.ensure()
+        ids = self.db.read(lambda c: [r[0] for r in c.execute("SELECT id FROM sessions ORDER BY id")])
+        total = len(ids)
+        step = max(1, total // 100)
+        for n, sid in enumerate(ids, 1):
+            self._repair_session(sid, report)
+            if progress and (n % step == 0 or n == total):
+                progress(n, total)
+        report.sessions_checked = total
+        known = set(ids)
+        for path in sorted(self.home.sessions_dir.iterdir()):
+            name = path.name
+            if _is_temp(name):
+                path.unlink(missing_ok=True)
+                report.temp_removed += 1
+            elif name.endswith(".jsonl") and name[:-6] not in known:
+                if self.db.get_session(name[:-6]) is None:  # not created since we listed
+                    with self._lock:
+                        self._remove(name[:-6])
+                    report.files_removed += 1
+        with self._index_lock:
+            entries = self.db.list_key_entries()
+            expected = index_bytes(entries)
+            try:
+                current = self.home.sessions_index.read_bytes()
+            except FileNotFoundError:
+                current = None
+            report.keys = len(entries)
+            if current != expected:
+                atomic_write(self.home.sessions_index, expected)
+                self.index_writes += 1
+                self._last_index_write = time.monotonic()
+                report.index_rewritten = True
+        return report
+
+    def reconcile(self) -> RepairReport:
+        """`repair()` on start; logs what it fixed."""
+        report = self.repair()
+        if not report.clean:
+            log.warning("mirrors reconciled with the database: %s", report.summary())
+        return report
+
+    def _repair_session(self, sid: str, report: RepairReport) -> None:
+        path = self.home.transcript_path(sid)
+        with self._lock:  # no live append can interleave with check + rewrite
+            expected, lines, last_id = self.expected_transcript(sid)
+            try:
+                current: bytes | None = path.read_bytes()
+            except FileNotFoundError:
+                current = None
+            if current == expected or (current is None and not expected):
+                return
+            self._drop(sid)
+            if not expected:
+                path.unlink(missing_ok=True)
+                report.files_removed += 1
+                return
+            have = Counter()
+            if current:
+                pieces = current.split(b"\n")
+                have.update(p + b"\n" for p in pieces[:-1])
+                if pieces[-1]:
+                    have[pieces[-1]] += 1  # a torn last line (no newline)
+            want = Counter(lines)
+            report.lines_added += sum((want - have).values())
+            report.lines_removed += sum((have - want).values())
+            atomic_write(path, expected)
+            self._state(sid).last_id = last_id
+            if current is None:
+                report.files_created += 1
+            else:
+                report.files_rewritten += 1

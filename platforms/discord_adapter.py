@@ -126,6 +126,7 @@ class DiscordAdapter(PlatformAdapter):
         self._task: asyncio.Task | None = None
         self._watchdog: Watchdog | None = None
         self._stopping = False
+        self._phase = "idle"  # connect | backoff: what the connection loop is doing
         self._backoff = Backoff(self.reconnect_base, self.reconnect_cap)
         self._sent_ids: _LRU = _LRU(2000)  # our message ids, to recognise replies to the bot
         self._threads: _LRU = _LRU(2000)  # channel id -> parent id (None: not a thread)
@@ -178,6 +179,7 @@ class DiscordAdapter(PlatformAdapter):
             )
             _guard_parsers(client)
             self.client = client
+            self._phase = "connect"
             try:
                 await client.login(self._token)
                 await client.connect(reconnect=True)
@@ -201,14 +203,38 @@ class DiscordAdapter(PlatformAdapter):
             self.set_ready(False, detail)
             delay = self._backoff.next_delay()
             log.warning("discord: %s; reconnecting in %.1fs", detail, delay)
+            self._phase = "backoff"
             await asyncio.sleep(delay)
 
     async def _stale(self) -> None:
-        """Watchdog: nothing heard for too long. Close the socket; discord.py then RESUMEs."""
+        """Watchdog: nothing heard for too long.
+
+        With a socket open (half-dead connection), close it: discord.py then RESUMEs and replays
+        what was missed. With none, discord.py is waiting out its own back-off (which grows to
+        about 17 minutes) or a login hangs: start over with a new client, so an outage costs at
+        most `watchdog_seconds` after it ends. Our own back-off sleep is left alone.
+        """
         client = self.client
         ws = client.ws if client is not None else None
         if ws is not None and ws.open:
-            await ws.close(code=4000)
+            try:
+                await asyncio.wait_for(ws.close(code=4000), timeout=10)
+                return
+            except asyncio.TimeoutError:
+                log.warning("discord: closing a stale gateway socket timed out; starting over")
+        elif self._phase == "backoff":
+            return
+        await self._restart()
+
+    async def _restart(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if not self._stopping:
+            self._task = asyncio.create_task(self._run(), name="discord-adapter")
 
     def _connected(self, how: str) -> None:
         self._backoff.reset()

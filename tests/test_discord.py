@@ -329,8 +329,13 @@ async def test_watchdog_not_ready_while_gateway_unreachable(fake):
         fake.accepting = False  # outage: the gateway refuses new connections
         fake.stall()
         await fake.wait_for(lambda: not adapter.health().ready, timeout=3)
+        # discord.py waits out its own growing back-off between gateway attempts; the watchdog
+        # starts over with a new client instead (a new login), so recovery is quick
+        await fake.wait_for(lambda: sum(c.path == "/users/@me" for c in fake.calls) >= 2, timeout=3)
+        assert not adapter.health().ready
         fake.accepting = True
-        await fake.wait_for(lambda: adapter.health().ready, timeout=10)
+        await fake.wait_for(lambda: adapter.health().ready, timeout=5)
+        assert len(fake.identifies) == 2  # the restart identified afresh
         await fake.user_says(DM_CHANNEL, alice(fake), "recovered")
         assert (await inbox.next()).text == "recovered"
     finally:

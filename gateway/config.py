@@ -79,13 +79,6 @@ def _l() -> Field:
     return Field("list", ())
 
 
-RESET_KEYS: dict[str, Field] = {
-    "mode": _c("both", *RESET_MODES),
-    "idle_minutes": _f(1440, minimum=1),
-    "daily_hour": _i(4, 0, 23),
-    "timezone": _s("UTC"),
-}
-
 SCHEMA: dict[str, Any] = {
     "home": _s(""),
     "model": {
@@ -101,7 +94,8 @@ SCHEMA: dict[str, Any] = {
     "session": {
         "group_sessions_per_user": _b(True),
         "thread_sessions_per_user": _b(False),
-        "reset": dict(RESET_KEYS, platforms=Field("dict"), chat_types=Field("dict")),
+        # Validated by gateway.reset.ResetPolicies.from_config (the store's own reader).
+        "reset": Field("dict"),
     },
     "gateway": {
         "busy_mode": _c("queue", *BUSY_MODES),
@@ -153,17 +147,21 @@ ADAPTER_KEYS: dict[str, dict[str, Field]] = {
         request_timeout=_f(10, minimum=0.1),
         webhook_check_seconds=Field("float", None, minimum=0.1),
     ),
-    "feishu": dict(
-        _ADAPTER_COMMON,
-        app_id=_s(),
-        app_secret=_s(),
-        domain=_s("https://open.feishu.cn"),
-        mode=_c("websocket", "websocket", "webhook"),
-        verification_token=_s(),
-        encrypt_key=_s(),
-        request_timeout=_f(10, minimum=0.1),
-        send_attempts=_i(4, minimum=1),
-    ),
+    "feishu": {
+        "app_id": _s(),
+        "app_secret": _s(),
+        "domain": _s("https://open.feishu.cn"),
+        "mode": _c("websocket", "websocket", "webhook"),
+        "verification_token": _s(),
+        "encrypt_key": _s(),
+        "watchdog_seconds": _f(300, minimum=1),
+        "reaction": _s("OnIt"),
+        "rich_text": _b(True),
+        "backoff_base": _f(1.0, minimum=0.01),
+        "backoff_cap": _f(60.0, minimum=0.01),
+        "api_backoff_base": _f(0.5, minimum=0.01),
+        "api_backoff_cap": _f(30.0, minimum=0.01),
+    },
     "discord": dict(
         _ADAPTER_COMMON,
         token=_s(),
@@ -216,7 +214,13 @@ class GatewayConfig:
 class SessionConfig:
     group_sessions_per_user: bool
     thread_sessions_per_user: bool
-    reset: dict[str, Any]  # the `session.reset` section, for gateway.reset.ResetPolicies.from_config
+    reset: dict[str, Any]  # the `session.reset` section as written (see reset_policies())
+
+    def reset_policies(self) -> Any:
+        """gateway.reset.ResetPolicies for this section (validated at load time)."""
+        from gateway.reset import ResetPolicies
+
+        return ResetPolicies.from_config(self.reset, where="session.reset")
 
 
 @dataclass(frozen=True)
@@ -378,7 +382,7 @@ class Config:
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
-    return Path(env.get("CHINWAG_HOME") or DEFAULT_HOME).expanduser()
+    return Path(env.get("CHINWAG_HOME") or DEFAULT_HOME).expanduser().absolute()
 
 
 def find_config_file(
@@ -483,9 +487,8 @@ def parse_config(
     if problems:
         raise ConfigError(problems)
 
-    home = Path(home_override).expanduser() if home_override else (
-        Path(out["home"]).expanduser() if out["home"] else default_home(env)
-    )
+    chosen = home_override or out["home"] or env.get("CHINWAG_HOME") or DEFAULT_HOME
+    home = Path(os.path.expandvars(str(chosen))).expanduser().absolute()
     # The model falls back to the environment, field by field (DESIGN.md §1).
     m = out["model"]
     m["base_url"] = (m["base_url"] or env.get("OPENAI_BASE_URL") or "").rstrip("/")
@@ -656,47 +659,13 @@ def _bool(value: Any, where: str, err: Callable[[str, str], None], default: Any)
 
 
 def _check_reset(reset: dict[str, Any], err: Callable[[str, str], None]) -> None:
-    """Overrides under session.reset.platforms / chat_types take the same keys as session.reset."""
-    _check_timezone(reset.get("timezone"), "session.reset.timezone", err)
-    for group, names in (("platforms", ALL_PLATFORMS), ("chat_types", ("dm", "group", "channel", "thread", "forum"))):
-        overrides = reset.get(group) or {}
-        cleaned: dict[str, Any] = {}
-        for name, section in overrides.items():
-            where = f"session.reset.{group}.{name}"
-            if name not in names:
-                hint = _suggest(str(name), names)
-                err(where, f"unknown {group[:-1].replace('_', ' ')}" + (f"; did you mean {hint!r}?" if hint else "")
-                    + f" (known: {', '.join(names)})")
-                continue
-            if group == "platforms" and isinstance(section, dict) and "chat_types" in section:
-                inner = {k: v for k, v in section.items() if k != "chat_types"}
-                values = _section(inner, RESET_KEYS, where, err)
-                by_type = {}
-                for ct, sub in (section.get("chat_types") or {}).items():
-                    by_type[ct] = _explicit(_section(sub, RESET_KEYS, f"{where}.chat_types.{ct}", err), sub)
-                values = _explicit(values, inner)
-                values["chat_types"] = by_type
-            else:
-                values = _explicit(_section(section, RESET_KEYS, where, err), section)
-            if "timezone" in values:
-                _check_timezone(values["timezone"], f"{where}.timezone", err)
-            cleaned[name] = values
-        reset[group] = cleaned
-
-
-def _explicit(values: dict[str, Any], given: Any) -> dict[str, Any]:
-    """Keep only the keys the person wrote: an override must not reset the others to defaults."""
-    given = given if isinstance(given, dict) else {}
-    return {k: v for k, v in values.items() if k in given}
-
-
-def _check_timezone(name: Any, where: str, err: Callable[[str, str], None]) -> None:
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    from gateway.reset import ResetPolicies
 
     try:
-        ZoneInfo(str(name))
-    except (ZoneInfoNotFoundError, ValueError):
-        err(where, f"unknown time zone {name!r} (use an IANA name such as Europe/Berlin or UTC)")
+        ResetPolicies.from_config(reset, where="session.reset")
+    except ValueError as exc:  # its messages start with the dotted key
+        key, _, problem = str(exc).partition(": ")
+        err(key, problem or str(exc))
 
 
 def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[str, str], None]) -> None:

@@ -42,7 +42,7 @@ def test_no_file_gives_embedded_defaults(tmp_path: Path) -> None:
     assert config.gateway.max_pending == 5
     assert config.gateway.agent_cache.max_agents == 64
     assert config.http.host == "127.0.0.1" and config.http.port == 8765
-    assert config.session.reset["mode"] == "both"
+    assert config.session.reset_policies().default.mode == "both"
     assert config.model.is_configured is False
 
 
@@ -130,7 +130,7 @@ def test_type_and_range_errors(tmp_path: Path) -> None:
         tmp_path,
         "http: {port: 70000, enabled: maybe}\n"
         "gateway: {max_pending: two, agent_cache: {max_agents: 0}, single_owner: perhaps}\n"
-        "session: {reset: {daily_hour: 25, timezone: Mars/Base, platforms: {telegram: {mode: hourly}}}}\n"
+        "session: {reset: {by_platform: {telegram: {mode: hourly}}}}\n"
         "platforms: {telegram: {allowed_users: {a: 1}}}\n",
     )
     text = "\n".join(problems)
@@ -139,10 +139,23 @@ def test_type_and_range_errors(tmp_path: Path) -> None:
     assert "gateway.max_pending: must be a whole number (got 'two')" in text
     assert "gateway.agent_cache.max_agents: must be at least 1 (got 0)" in text
     assert "gateway.single_owner: must be auto, true or false (got 'perhaps')" in text
-    assert "session.reset.daily_hour: must be at most 23 (got 25)" in text
-    assert "session.reset.timezone: unknown time zone 'Mars/Base'" in text
-    assert "session.reset.platforms.telegram.mode: must be one of none, idle, daily, both (got 'hourly')" in text
+    assert "session.reset.by_platform.telegram.mode: unknown mode 'hourly'" in text
     assert "platforms.telegram.allowed_users: must be a list of ids (got a mapping)" in text
+
+
+def test_reset_section_uses_the_store_rules(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "session: {reset: {daily_hour: 25}}\n")
+    assert problems == [f"{tmp_path / 'config.yaml'}: session.reset.daily_hour: must be a whole hour from 0 to 23, got 25"]
+    problems = problems_of(tmp_path, "session: {reset: {timezone: Mars/Base}}\n")
+    assert "session.reset.timezone: unknown time zone 'Mars/Base'" in problems[0]
+    config = load_config(write(tmp_path, (
+        "session:\n  reset:\n    mode: daily\n    timezone: Europe/Berlin\n"
+        "    by_platform: {telegram: {mode: idle, idle_minutes: 60}}\n"
+    )), env={})
+    policies = config.session.reset_policies()
+    assert policies.default.mode == "daily"
+    assert policies.by_platform["telegram"].mode == "idle"
+    assert policies.by_platform["telegram"].timezone == "Europe/Berlin"  # inherits what it does not set
 
 
 def test_invalid_yaml_and_wrong_top_level(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ _QUOTE = re.compile(r"^>\s?(.*)$")
 # Inline constructs, tried left to right; the earliest match wins, then the first listed.
 _INLINE = re.compile(
     r"(?P<code>(?P<ticks>`+)(?P<code_body>.+?)(?P=ticks))"
-    r"|(?P<link>\[(?P<link_text>[^\]\n]+)\]\((?P<link_url>[^()\s]+)\))"
+    r"|(?P<link>\[(?P<link_text>[^\]\n]+)\]\((?P<link_url>(?:[^()\s]|\([^()\s]*\))+)\))"
     r"|(?P<bold>\*\*(?P<bold_body>\S(?:.*?\S)?)\*\*)"
     r"|(?P<bold2>(?<!\w)__(?P<bold2_body>\S(?:.*?\S)?)__(?!\w))"
     r"|(?P<strike>~~(?P<strike_body>\S(?:.*?\S)?)~~)"

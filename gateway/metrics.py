@@ -1,0 +1,171 @@
+"""Counters, gauges and histograms rendered in the Prometheus text format (no extra dependency).
+
+Names are given without the `chinwag_` prefix (`inc("messages_in_total", {"platform": "telegram"})`);
+`render()` adds it. A name used for the first time is registered with the kind its method implies,
+so callers never need a registration step; the well-known metrics are declared below with help text.
+Thread-safe: the DB writer thread and the event loop may both record.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Callable, Mapping
+
+PREFIX = "chinwag_"
+# Seconds: a gateway turn is milliseconds to minutes; searches milliseconds to seconds.
+DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+KNOWN: dict[str, tuple[str, str]] = {
+    "messages_in_total": ("counter", "Inbound messages accepted by the gateway, by platform."),
+    "messages_out_total": ("counter", "Reply messages sent, by platform."),
+    "turn_seconds": ("histogram", "Wall time of one agent turn or command, seconds."),
+    "search_seconds": ("histogram", "Wall time of a session search, seconds."),
+    "queue_depth": ("gauge", "Messages waiting in per-chat queues."),
+    "agent_cache_size": ("gauge", "Agents held in the agent cache."),
+    "adapter_ready": ("gauge", "1 when the platform adapter is ready, else 0."),
+    "model_errors_total": ("counter", "Failed model calls."),
+}
+
+LabelKey = tuple[tuple[str, str], ...]
+
+
+def _key(labels: Mapping[str, str] | None) -> LabelKey:
+    return tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(key: LabelKey, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    items = key + extra
+    if not items:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in items) + "}"
+
+
+def _num(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+class _Histogram:
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * len(buckets)
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.total += 1
+        self.sum += value
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+
+
+class Metrics:
+    def __init__(self, buckets: tuple[float, ...] = DEFAULT_BUCKETS) -> None:
+        self._lock = threading.Lock()
+        self._buckets = buckets
+        self._kinds: dict[str, str] = {}
+        self._counters: dict[str, dict[LabelKey, float]] = {}
+        self._gauges: dict[str, dict[LabelKey, float]] = {}
+        self._gauge_fns: dict[str, Callable[[], float | Mapping[str, float]]] = {}
+        self._histograms: dict[str, dict[LabelKey, _Histogram]] = {}
+
+    def _kind(self, name: str, kind: str) -> None:
+        known = self._kinds.get(name) or KNOWN.get(name, (kind,))[0]
+        if known != kind:
+            raise ValueError(f"metric {name} is a {known}, not a {kind}")
+        self._kinds[name] = kind
+
+    # -- recording ---------------------------------------------------------------------------
+    def inc(self, name: str, labels: Mapping[str, str] | None = None, by: float = 1) -> None:
+        if by < 0:
+            raise ValueError("a counter only goes up")
+        with self._lock:
+            self._kind(name, "counter")
+            series = self._counters.setdefault(name, {})
+            key = _key(labels)
+            series[key] = series.get(key, 0) + by
+
+    def observe(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+        with self._lock:
+            self._kind(name, "histogram")
+            series = self._histograms.setdefault(name, {})
+            key = _key(labels)
+            if key not in series:
+                series[key] = _Histogram(self._buckets)
+            series[key].observe(float(value))
+
+    def set_gauge(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
+        with self._lock:
+            self._kind(name, "gauge")
+            self._gauges.setdefault(name, {})[_key(labels)] = float(value)
+
+    def set_gauge_fn(self, name: str, fn: Callable[[], float | Mapping[str, float]]) -> None:
+        """`fn` is called at render time; it returns a number, or {label value: number} for a
+        gauge labelled by `platform` (e.g. adapter readiness)."""
+        with self._lock:
+            self._kind(name, "gauge")
+            self._gauge_fns[name] = fn
+
+    # -- reading -----------------------------------------------------------------------------
+    def value(self, name: str, labels: Mapping[str, str] | None = None) -> float:
+        """Current counter or gauge value (0 when never recorded); histograms: observation count."""
+        with self._lock:
+            key = _key(labels)
+            if name in self._counters:
+                return self._counters[name].get(key, 0)
+            if name in self._gauges:
+                return self._gauges[name].get(key, 0)
+            if name in self._histograms and key in self._histograms[name]:
+                return self._histograms[name][key].total
+            return 0
+
+    def render(self) -> str:
+        with self._lock:
+            names = sorted(set(self._kinds) | set(KNOWN))
+            counters = {n: dict(s) for n, s in self._counters.items()}
+            gauges = {n: dict(s) for n, s in self._gauges.items()}
+            fns = dict(self._gauge_fns)
+            hists = {n: {k: (list(h.counts), h.total, h.sum) for k, h in s.items()} for n, s in self._histograms.items()}
+        lines: list[str] = []
+        for name in names:
+            kind = self._kinds.get(name) or KNOWN[name][0]
+            help_text = KNOWN.get(name, ("", name.replace("_", " ")))[1]
+            full = PREFIX + name
+            lines.append(f"# HELP {full} {help_text}")
+            lines.append(f"# TYPE {full} {kind}")
+            if kind == "counter":
+                for key, value in sorted(counters.get(name, {}).items()):
+                    lines.append(f"{full}{_labels(key)} {_num(value)}")
+            elif kind == "gauge":
+                series = dict(gauges.get(name, {}))
+                if name in fns:
+                    series.update(self._call_gauge(fns[name]))
+                for key, value in sorted(series.items()):
+                    lines.append(f"{full}{_labels(key)} {_num(value)}")
+            else:
+                for key, (counts, total, total_sum) in sorted(hists.get(name, {}).items()):
+                    for bound, count in zip(self._buckets, counts):
+                        lines.append(f"{full}_bucket{_labels(key, (('le', _num(bound)),))} {count}")
+                    lines.append(f"{full}_bucket{_labels(key, (('le', '+Inf'),))} {total}")
+                    lines.append(f"{full}_sum{_labels(key)} {_num(total_sum)}")
+                    lines.append(f"{full}_count{_labels(key)} {total}")
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def _call_gauge(fn: Callable[[], float | Mapping[str, float]]) -> dict[LabelKey, float]:
+        try:
+            result = fn()
+        except Exception:  # a broken gauge must not break /metrics; it just shows nothing
+            return {}
+        if isinstance(result, Mapping):
+            return {(("platform", str(k)),): float(v) for k, v in result.items()}
+        return {(): float(result)}

@@ -1,0 +1,92 @@
+"""The local terminal adapter over real pipes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+
+from gateway.source import Platform, build_session_key
+from platforms.base import InboundMessage
+from platforms.local import LocalAdapter, local_user_name
+
+
+async def wait_for(predicate, timeout: float = 5.0) -> None:
+    async def poll() -> None:
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def test_lines_become_dm_messages_in_order() -> None:
+    read_fd, write_fd = os.pipe()
+    reader = os.fdopen(read_fd, "r", encoding="utf-8")
+    out = io.StringIO()
+    adapter = LocalAdapter({"user": "alice"}, input=reader, output=out)
+    received: list[InboundMessage] = []
+
+    async def on_message(msg: InboundMessage) -> None:
+        received.append(msg)
+
+    await adapter.start(on_message)
+    assert adapter.health().ready
+    os.write(write_fd, "hello there\n\n   \n/search 你好\r\n".encode())
+    await wait_for(lambda: len(received) == 2)
+    os.write(write_fd, b"last line without newline")
+    os.close(write_fd)
+    await asyncio.wait_for(adapter.input_closed.wait(), 5)
+    assert [m.text for m in received] == ["hello there", "/search 你好", "last line without newline"]
+    source = received[0].source
+    assert source.platform is Platform.LOCAL and source.chat_type == "dm"
+    assert source.user_id == "alice" and source.chat_id == "alice"
+    assert build_session_key(source) == "agent:main:local:dm:alice"
+    assert received[1].is_command
+    assert len({m.message_id for m in received}) == 3
+    assert out.getvalue() == ""  # piped: no prompt
+    await adapter.stop()
+    assert not adapter.health().ready
+    reader.close()
+
+
+async def test_send_prints_reply() -> None:
+    out = io.StringIO()
+    adapter = LocalAdapter({"user": "bob"}, input=io.StringIO(""), output=out)
+    ids = await adapter.send(adapter.source, "line one\nline two\n")
+    assert out.getvalue() == "line one\nline two\n"
+    assert len(ids) == 1
+    assert adapter.split("x" * 10_000) == ["x" * 10_000]  # no splitting in a terminal
+
+
+async def test_handler_error_does_not_stop_reading() -> None:
+    adapter = LocalAdapter({"user": "carol"}, input=io.StringIO("boom\nfine\n"), output=io.StringIO())
+    seen: list[str] = []
+
+    async def on_message(msg: InboundMessage) -> None:
+        seen.append(msg.text)
+        if msg.text == "boom":
+            raise RuntimeError("handler failed")
+
+    await adapter.start(on_message)
+    await asyncio.wait_for(adapter.input_closed.wait(), 5)
+    assert seen == ["boom", "fine"]
+    await adapter.stop()
+
+
+async def test_message_ids_differ_between_runs() -> None:
+    ids: list[str] = []
+
+    async def on_message(msg: InboundMessage) -> None:
+        ids.append(msg.message_id)
+
+    for _ in range(2):
+        adapter = LocalAdapter({"user": "dan"}, input=io.StringIO("same text\n"), output=io.StringIO())
+        await adapter.start(on_message)
+        await asyncio.wait_for(adapter.input_closed.wait(), 5)
+        await adapter.stop()
+    assert len(ids) == 2 and ids[0] != ids[1]
+
+
+def test_user_name_is_key_safe() -> None:
+    assert local_user_name("Jane Doe:admin") == "Jane_Doe_admin"
+    assert local_user_name("") == local_user_name(None) != ""

@@ -33,6 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gateway.recall_dates import DateSpec, dates_in
 from gateway.fts import (
     CHINESE_STOP_CHARS,
     CHINESE_STOP_WORDS,
@@ -51,6 +52,8 @@ MAX_UNITS = 48
 K1 = 1.2
 B = 0.5  # sessions differ in length far less than documents do; normalise gently
 CO_WEIGHT = 1.0
+PAIR_WEIGHT = 0.5
+PAIR_WINDOW = 4
 HIDDEN_SOURCES = ("tool",)
 _VISIBLE = "(m.active = 1 OR m.compacted = 1)"
 _STOP_WORD_LENGTHS = sorted({len(w) for w in CHINESE_STOP_WORDS}, reverse=True)
@@ -67,17 +70,20 @@ class Unit:
     word_expr: str  # FTS5 expression on the word index ("" = none)
     ident_expr: str = ""  # FTS5 expression on the identifier (trigram) index ("" = none)
     highlight: list[str] = field(default_factory=list)
+    pair: bool = False  # a proximity unit: two adjacent query words close together
+    date: bool = False  # a date the query names: the sessions active then hold it
 
 
 @dataclass
 class Plan:
     query: Query
     units: list[Unit]
+    dates: list[DateSpec] = field(default_factory=list)
 
     @property
     def understood(self) -> str:
         """The query as recall used it: its content pieces, space separated."""
-        return " ".join(u.label for u in self.units)
+        return " ".join([*(u.label for u in self.units if not u.pair), *(d.label for d in self.dates)])
 
     def highlight_words(self) -> list[str]:
         words = {w for u in self.units for w in u.highlight if w}
@@ -90,11 +96,13 @@ def _quote(text: str) -> str:
 
 def _stem(word: str) -> str | None:
     """A light English stem, used as a prefix ("painting" -> "paint"); None when not worth it."""
-    if not word.isascii() or not word.isalpha() or len(word) < 5:
+    if not word.isascii() or not word.isalpha() or len(word) < 4:
         return None
     lower = word.lower()
     for suffix in _SUFFIXES:
-        if lower.endswith(suffix) and len(lower) - len(suffix) >= 4:
+        if suffix == "s" and lower.endswith("ss"):
+            continue
+        if lower.endswith(suffix) and len(lower) - len(suffix) >= (3 if suffix == "s" else 4):
             return lower[: -len(suffix)]  # "stories" -> "stor*", which also matches "story"
     return lower if len(lower) >= 5 else None
 
@@ -146,34 +154,66 @@ def cjk_pieces(run: str) -> list[str]:
     return list(pieces)
 
 
+_OPERATOR_WORDS = re.compile(r"\b(?:OR|AND|NOT|NEAR)\b")
+_POSSESSIVE = re.compile(r"['’][sS]$")
+
+
+def _word_unit(word: str) -> Unit:
+    """A plain word, also matched through its light stem as a prefix."""
+    stem = _stem(word)
+    expr = _quote(word) + (f" OR {_quote(stem)}*" if stem and stem != word.lower() else "")
+    if stem == word.lower():
+        expr = _quote(word) + "*"
+    return Unit(label=word, word_expr=expr, highlight=[stem or word])
+
+
 def _units_of(term: Term) -> list[Unit]:
     if term.cjk:
         return [
             Unit(label=p, word_expr=_quote(" ".join(p)), highlight=[p])
             for p in cjk_pieces("".join(term.tokens))
         ]
-    phrase = term.phrase()
-    if term.identifier:
+    tokens = term.tokens
+    if len(tokens) == 2 and tokens[1].lower() == "s" and _POSSESSIVE.search(term.text):
+        tokens = tokens[:1]  # "Caroline's" is about Caroline
+    if term.identifier and "/" in term.text and all(t.isalpha() for t in tokens):
+        return [_word_unit(t) for t in tokens]  # "artists/bands": alternatives, not a path
+    if term.identifier and len(tokens) > 1 or any(c.isdigit() for c in term.text):
         ident = term.text.lower().strip("-./:@#~+=%_")
-        ident_expr = _quote(ident) if len(ident) >= 3 else ""
-        return [Unit(label=term.text, word_expr=phrase, ident_expr=ident_expr, highlight=[term.text, *term.tokens])]
-    if len(term.tokens) == 1 and not term.prefix:
-        stem = _stem(term.tokens[0])
-        if stem:
-            return [Unit(label=term.tokens[0], word_expr=f"{phrase} OR {_quote(stem)}*", highlight=[stem])]
-    return [Unit(label=term.text, word_expr=phrase, highlight=[term.text, *term.tokens])]
+        ident_expr = _quote(ident) if term.identifier and len(ident) >= 3 else ""
+        return [Unit(label=term.text, word_expr=term.phrase(), ident_expr=ident_expr,
+                     highlight=[term.text, *tokens])]
+    if len(tokens) == 1 and not term.prefix:
+        return [_word_unit(tokens[0])]
+    return [Unit(label=term.text, word_expr=term.phrase(), highlight=[term.text, *tokens])]
+
+
+def _pair_unit(a: Unit, b: Unit) -> Unit:
+    """Two query words that stand next to each other, found close together in one message."""
+    def side(u: Unit) -> str:
+        stem = u.highlight[0] if u.highlight else u.label
+        return _quote(stem.lower()) + "*"
+
+    return Unit(label=f"{a.label} {b.label}", word_expr=f"NEAR({side(a)} {side(b)}, {PAIR_WINDOW})",
+                highlight=[], pair=True)
 
 
 def plan_query(query: str | bytes | None) -> Plan:
     """Parse any input into the units recall counts. Never raises."""
     parsed = parse_query(query)
     units: dict[str, Unit] = {}
+    previous: Unit | None = None
+    pairs: list[Unit] = []
     for term in parsed.content_terms:
         for unit in _units_of(term):
             key = unit.word_expr + "|" + unit.ident_expr
-            if key not in units:
-                units[key] = unit
-    return Plan(parsed, list(units.values())[:MAX_UNITS])
+            units.setdefault(key, unit)
+            simple = not term.cjk and not unit.ident_expr and " " not in unit.label
+            if simple and previous is not None and previous.label.lower() != unit.label.lower():
+                pairs.append(_pair_unit(previous, unit))
+            previous = unit if simple else None
+    singles = list(units.values())[:MAX_UNITS]
+    return Plan(parsed, singles + pairs[: max(0, MAX_UNITS - len(singles))], dates_in(_OPERATOR_WORDS.sub(" ", parsed.text)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,8 +388,22 @@ def _rank(
         df = len(by_root)
         if hits and total > len(hits):
             df = min(n_sessions, df * total / len(hits))
-        idf.append(math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if by_root else 0.0)
+        weight = math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if by_root else 0.0
+        idf.append(weight * (PAIR_WEIGHT if unit.pair else 1.0))
         per_unit.append(by_root)
+    units = list(plan.units)
+    if plan.dates:
+        spans = conn.execute("SELECT id, started_at, last_active_at FROM sessions").fetchall()
+        for spec in plan.dates:
+            on_date = [sid for sid, started, last in spans if spec.covers(started) or spec.covers(last)]
+            roots = meta.roots(on_date)
+            by_root = defaultdict(list)
+            for sid in on_date:
+                by_root.setdefault(roots[sid], [])
+            df = len(by_root)
+            idf.append(math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0)
+            per_unit.append(by_root)
+            units.append(Unit(label=spec.label, word_expr="", date=True))
 
     # filters are applied to roots, and to the session each hit lives in
     candidates: set[str] = set()
@@ -381,14 +435,15 @@ def _rank(
     message_mass: dict[int, float] = defaultdict(float)
     message_root: dict[int, str] = {}
     matched: dict[str, list[str]] = defaultdict(list)
-    for unit, by_root, weight in zip(plan.units, per_unit, idf):
+    for unit, by_root, weight in zip(units, per_unit, idf):
         for root, mids in by_root.items():
             if root not in keep:
                 continue
-            tf = len(mids)
+            tf = max(1, len(mids))
             norm = 1 - B + B * max(1, lengths[root]) / avg_len
             scores[root] += weight * tf * (K1 + 1) / (tf + K1 * norm)
-            matched[root].append(unit.label)
+            if not unit.pair:
+                matched[root].append(unit.label)
             for mid in mids:
                 message_mass[mid] += weight
                 message_root[mid] = root
@@ -446,7 +501,7 @@ def find_sessions(
     """
     plan = plan_query(query)
     limit = max(0, min(int(limit), MAX_SESSIONS))
-    if not plan.units or limit == 0:
+    if not (plan.units or plan.dates) or limit == 0:
         return []
     if isinstance(role_filter, str):
         role_filter = [r.strip() for r in role_filter.split(",")]

@@ -1,0 +1,112 @@
+"""Building the agent of a session: frozen system prompt, tools, and the model client.
+
+The system prompt carries a snapshot of MEMORY.md and USER.md taken when the agent is built for a
+session (DESIGN.md §7), so a conversation keeps a stable prefix; the agent cache keeps it warm.
+
+One model client is shared by every agent of the gateway. Creating an `AsyncOpenAI` costs ~25 ms
+(it builds an SSL context and a connection pool) and holds sockets; one per cached agent would make
+a cache miss slow and the pool count grow with the cache. Agents therefore borrow the shared client,
+and `SessionAgent.close()` closes only what the agent owns (a client made just for it, when the
+factory is told not to share). The factory closes the shared client at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import openai
+
+from agent.llm import ModelNotConfigured, ModelSettings, make_client
+from agent.loop import Agent
+from agent.prompts import build_system_prompt
+from gateway.source import SessionSource
+from tools.memory import make_memory_tool, read_snapshot
+from tools.registry import Tool, ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SessionAgent:
+    """The cached unit: one session's agent plus what must be closed with it."""
+
+    agent: Agent
+    session_id: str
+    owned_clients: list[Any] = field(default_factory=list)
+    closed: bool = False
+
+    async def close(self) -> None:
+        self.closed = True
+        for client in self.owned_clients:
+            await client.close()
+        self.owned_clients.clear()
+
+
+def default_tools(memory_limits: dict[str, int] | None = None) -> ToolRegistry:
+    """session_search (when the recall helper's tool is installed) and memory."""
+    tools: list[Tool] = []
+    try:
+        from tools.session_search import SESSION_SEARCH_TOOL
+    except ImportError:  # recall tool not available in this build: the agent works without it
+        log.warning("tools.session_search is not available; the agent cannot recall past sessions")
+    else:
+        tools.append(SESSION_SEARCH_TOOL)
+    tools.append(make_memory_tool(memory_limits))
+    return ToolRegistry(tools)
+
+
+class AgentFactory:
+    def __init__(
+        self,
+        settings: ModelSettings,
+        home: Path,
+        tools: ToolRegistry | None = None,
+        *,
+        max_iterations: int = 8,
+        instructions: str | None = None,
+        share_client: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.home = Path(home)
+        self.tools = tools if tools is not None else default_tools()
+        self.max_iterations = max_iterations
+        self.instructions = instructions
+        self.share_client = share_client
+        self.clock = clock
+        self._client: openai.AsyncOpenAI | None = None
+        self.built = 0
+
+    @property
+    def client(self) -> openai.AsyncOpenAI | None:
+        """The shared client (None when no model is configured)."""
+        if self._client is None and self.settings.is_configured:
+            self._client = make_client(self.settings)
+        return self._client
+
+    async def build(self, session_id: str, source: SessionSource | None, title: str | None) -> SessionAgent:
+        memory, user = await asyncio.to_thread(read_snapshot, self.home)
+        now = datetime.fromtimestamp(self.clock(), timezone.utc) if self.clock else None
+        prompt = build_system_prompt(memory, user, source, title, now=now, extra=self.instructions)
+        owned: list[Any] = []
+        if self.share_client:
+            client = self.client
+        else:
+            try:
+                client = make_client(self.settings)
+                owned.append(client)
+            except ModelNotConfigured:
+                client = None
+        self.built += 1
+        agent = Agent(client, self.settings, self.tools, prompt, self.max_iterations)
+        return SessionAgent(agent, session_id, owned)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

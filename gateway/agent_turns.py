@@ -1,0 +1,137 @@
+"""One agent turn in a chat, and context compression into a child session.
+
+The turn: take (or build) the session's cached agent, load the conversation from the DB, run the
+agent with a callback that persists every message it produces (the person's message, assistant
+messages with tool calls, tool results, the answer) as it goes, show a typing hint meanwhile, then
+reply. When the conversation nears the model's context window afterwards, it is compressed into a
+child session (agent.compress) and the chat's key moves to the child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from agent.compress import compress_session, estimate_tokens, needs_compression
+from agent.llm import NOT_CONFIGURED_TEXT, describe_error
+from agent.loop import db_fields
+from tools.registry import ToolContext
+
+if TYPE_CHECKING:
+    from gateway.runner import GatewayRunner
+    from gateway.store import SessionEntry
+    from gateway.turns import ChatLane
+    from platforms.base import InboundMessage
+
+log = logging.getLogger(__name__)
+
+TYPING_INTERVAL = 4.0  # seconds: platforms show "typing…" for about five
+COMPRESS_THRESHOLD = 0.8  # of the context window
+
+
+async def _agent_for(runner: "GatewayRunner", msg: "InboundMessage", session_id: str) -> Any:
+    cached = runner.cache.get(session_id)
+    if cached is not None:
+        return cached
+    session = await runner.db.aread("get_session", session_id)
+    built = await runner.factory.build(session_id, msg.source, session.get("title") if session else None)
+    await runner.cache.put(session_id, built)
+    return built
+
+
+async def _typing(runner: "GatewayRunner", msg: "InboundMessage") -> None:
+    adapter = runner.adapters.get(msg.source.platform.value)
+    if adapter is None:
+        return
+    while True:
+        try:
+            await adapter.send_typing(msg.source)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a typing hint is cosmetic; never fail the turn over it
+            log.debug("typing indicator failed", exc_info=True)
+        await asyncio.sleep(TYPING_INTERVAL)
+
+
+async def run_turn(
+    runner: "GatewayRunner", lane: "ChatLane", msg: "InboundMessage", entry: "SessionEntry", text: str
+) -> None:
+    session_id = entry.session_id
+    db = runner.db
+    session_agent = await _agent_for(runner, msg, session_id)
+    runner.cache.acquire(session_id)
+    steer: asyncio.Queue[str] = asyncio.Queue()
+    lane.steer_queue = steer
+    first_user = True
+
+    async def persist(message: dict[str, Any]) -> None:
+        nonlocal first_user
+        fields = db_fields(message)
+        if message["role"] == "user":
+            origin = msg
+            if not first_user:
+                origin = lane.take_steered() or msg  # a steered message joins the running turn
+            first_user = False
+            fields["user_id"] = origin.source.person_id
+            fields["platform_message_id"] = origin.message_id or None
+        await db.aappend_message(session_id, message["role"], message.get("content"), **fields)
+
+    typing = asyncio.create_task(_typing(runner, msg))
+    try:
+        history = await db.aread("get_messages_as_conversation", session_id)
+        ctx = ToolContext(
+            session_id=session_id,
+            source=msg.source,
+            db=db,
+            is_admin=runner.is_admin(msg),
+            single_owner=runner.single_owner,
+            home=runner.config.home,
+            extra={"config": runner.config, "auxiliary": runner.config.auxiliary},
+        )
+        result = await session_agent.agent.run_turn(history, text, ctx, persist, steer)
+    finally:
+        lane.steer_queue = None  # from here on a new message queues instead of steering
+        typing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await typing
+        await runner.cache.release(session_id, session_agent)
+
+    usage = result.usage
+    if usage.prompt_tokens or usage.completion_tokens:
+        await asyncio.to_thread(db.add_tokens, session_id, usage.prompt_tokens, usage.completion_tokens)
+    await runner.send(msg, result.text or "(no reply)")
+    if result.error is None:
+        conversation = history + result.messages
+        window = runner.model_settings.context_window
+        prompt = estimate_tokens([{"role": "system", "content": session_agent.agent.system_prompt}])
+        if needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD):
+            notice = await compress(runner, msg, session_id, auto=True)
+            if notice:
+                await runner.send(msg, notice)
+
+
+async def compress(runner: "GatewayRunner", msg: "InboundMessage", session_id: str, *, auto: bool) -> str:
+    """Summarise the session into a child session and move the chat there. Returns the text to send."""
+    client = getattr(runner.factory, "client", None)
+    if client is None or not runner.model_settings.is_configured:
+        return "" if auto else NOT_CONFIGURED_TEXT
+    db = runner.db
+    try:
+        child = await compress_session(db, session_id, client, runner.model_settings)
+    except asyncio.CancelledError:
+        raise
+    except ValueError as exc:
+        return "" if auto else f"Nothing to compress: {exc}."
+    except Exception as exc:
+        log.warning("compressing %s failed: %s", session_id, describe_error(exc))
+        return "" if auto else f"Sorry, compressing failed: {describe_error(exc)}. Nothing was changed."
+    await runner.store.switch(msg.source, child, reason="compressed")
+    await runner.cache.drop(session_id)
+    session = await db.aread("get_session", child)
+    title = session.get("title") if session else None
+    name = f"“{title}” ({child})" if title else child
+    lead = "This conversation was getting long, so I" if auto else "I"
+    return (f"{lead} summarised it into a new session {name} and we continue there. "
+            "The earlier messages stay searchable.")

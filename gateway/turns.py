@@ -1,0 +1,216 @@
+"""Per-chat lanes: messages of one chat in order, different chats concurrently, and busy modes.
+
+Every session key gets a `ChatLane` while it has work. The adapter callback only appends to the
+lane's inbox and wakes it (so it returns at once); the lane's worker then takes messages in arrival
+order, asks the runner to `accept` each one (de-duplication, command parsing), and runs at most one
+job (an agent turn or a command) at a time. When a message arrives while a job runs, the busy mode
+decides (DESIGN.md §6):
+
+- `queue`: run it after the current job;
+- `interrupt`: cancel the running turn (what it already produced is persisted), then run it;
+- `steer`: hand its text to the running turn, which reads it before its next model call; texts the
+  turn did not get to are run afterwards as ordinary messages.
+
+At most `max_pending` messages wait per chat; beyond that the person is told to wait. A short
+acknowledgement says what happened to a message that could not run at once, at most once per
+`ack_interval` seconds per chat. `/stop` is not queued: the runner handles it as it arrives.
+
+A lane with nothing to do removes itself, so idle chats cost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Protocol
+
+from platforms.base import InboundMessage
+
+log = logging.getLogger(__name__)
+
+BUSY_MODES = ("queue", "interrupt", "steer")
+ACK_INTERVAL = 30.0
+
+ACK_TEXT = {
+    "queue": "Still working on your previous message; I'll answer this one right after.",
+    "interrupt": "Stopping the current reply to answer your new message.",
+    "steer": "Got it; I'll take that into account in the reply I'm working on.",
+}
+
+
+def pending_cap_text(cap: int) -> str:
+    return (
+        f"You already have {cap} messages waiting. This one was not queued: wait for the replies, "
+        "or send /stop to cancel the current work."
+    )
+
+
+@dataclass
+class Job:
+    msg: InboundMessage
+    kind: str  # "turn" (for the agent) | "command"
+    command: tuple[str, str] | None = None  # (name, args) for a command
+
+
+class LaneHost(Protocol):
+    """What a lane needs from the runner."""
+
+    async def accept(self, lane: "ChatLane", msg: InboundMessage) -> Job | None:
+        """De-duplicate and classify; None drops the message (duplicate, or handled at once)."""
+
+    async def execute(self, lane: "ChatLane", job: Job) -> None:
+        """Run one job (holding the session key's lock)."""
+
+    async def notify(self, lane: "ChatLane", msg: InboundMessage, text: str) -> None:
+        """Send a short notice to the chat of `msg`."""
+
+    def lane_idle(self, lane: "ChatLane") -> None:
+        """The lane has no work left and is going away."""
+
+
+@dataclass
+class ChatLane:
+    key: str
+    host: LaneHost
+    busy_mode: str = "queue"
+    max_pending: int = 5
+    busy_ack: bool = True
+    clock: Callable[[], float] = field(default=lambda: 0.0)
+    ack_interval: float = ACK_INTERVAL
+
+    inbox: deque[InboundMessage] = field(default_factory=deque)
+    pending: deque[Job] = field(default_factory=deque)
+    current: asyncio.Task | None = None
+    current_job: Job | None = None
+    # While an agent turn runs: texts handed to it (steer) and the messages they came from.
+    steer_queue: asyncio.Queue[str] | None = None
+    steered: deque[InboundMessage] = field(default_factory=deque)
+    last_ack: float | None = None
+    worker: asyncio.Task | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # -- intake (called from the adapter callback; never blocks) -----------------------------
+    def push(self, msg: InboundMessage) -> None:
+        self.inbox.append(msg)
+        self._wake.set()
+        if self.worker is None:
+            self.worker = asyncio.create_task(self._run(), name=f"lane {self.key}")
+
+    @property
+    def busy(self) -> bool:
+        return self.current is not None and not self.current.done()
+
+    def depth(self) -> int:
+        return len(self.inbox) + len(self.pending) + (1 if self.busy else 0)
+
+    # -- controls used by the runner ---------------------------------------------------------
+    def cancel_current(self) -> bool:
+        """Cancel the running job (a turn, or a long command). True if something was running."""
+        if self.busy:
+            assert self.current is not None
+            self.current.cancel()
+            return True
+        return False
+
+    def clear_pending(self) -> int:
+        dropped = len(self.pending) + len(self.steered)
+        self.pending.clear()
+        self.steered.clear()
+        if self.steer_queue is not None:
+            while not self.steer_queue.empty():
+                self.steer_queue.get_nowait()
+        return dropped
+
+    def take_steered(self) -> InboundMessage | None:
+        """The message behind the next steered text the agent consumed (for its platform id)."""
+        return self.steered.popleft() if self.steered else None
+
+    # -- the worker --------------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            while True:
+                while self.inbox:
+                    msg = self.inbox.popleft()
+                    try:
+                        job = await self.host.accept(self, msg)
+                    except Exception:
+                        log.exception("accepting a message for %s failed", self.key)
+                        job = None
+                    if job is not None:
+                        await self._route(job)
+                if self.current is not None and self.current.done():
+                    self._finish_current()
+                if self.current is None and self.pending:
+                    self._start(self.pending.popleft())
+                    continue
+                if self.current is None and not self.inbox:
+                    break  # idle: no await between this check and the removal below
+                self._wake.clear()
+                if not self.inbox and not (self.current is not None and self.current.done()):
+                    await self._wake.wait()
+        finally:
+            self.worker = None
+            if self.current is None and not self.inbox and not self.pending:
+                self.host.lane_idle(self)
+            elif not (self.current is None and not self.inbox and not self.pending):
+                # the worker was cancelled (shutdown) or crashed with work left: nothing to resume it
+                log.debug("lane %s stopped with work left", self.key)
+
+    def _start(self, job: Job) -> None:
+        self.current_job = job
+        self.current = asyncio.create_task(self.host.execute(self, job), name=f"job {self.key}")
+        self.current.add_done_callback(lambda _t: self._wake.set())
+
+    def _finish_current(self) -> None:
+        task, job = self.current, self.current_job
+        self.current, self.current_job = None, None
+        assert task is not None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("job for %s failed", self.key, exc_info=task.exception())
+        # Steered texts the turn never read run next, as ordinary messages, in order.
+        self.steer_queue = None
+        leftovers = list(self.steered)
+        self.steered.clear()
+        for msg in reversed(leftovers):
+            self.pending.appendleft(Job(msg, "turn"))
+        del job
+
+    async def _route(self, job: Job) -> None:
+        if not self.busy and not self.pending:
+            self.pending.append(job)
+            return
+        mode = self.busy_mode if job.kind == "turn" else "queue"  # commands wait their turn
+        if mode == "steer" and (self.steer_queue is None or not self.busy):
+            mode = "queue"  # the running job is not an agent turn: nothing to steer
+        if mode == "steer":
+            assert self.steer_queue is not None
+            if len(self.steered) >= self.max_pending:
+                await self.host.notify(self, job.msg, pending_cap_text(self.max_pending))
+                return
+            self.steered.append(job.msg)
+            self.steer_queue.put_nowait(job.msg.text)
+            await self._ack(job.msg, "steer")
+            return
+        if len(self.pending) >= self.max_pending:
+            await self.host.notify(self, job.msg, pending_cap_text(self.max_pending))
+            return
+        self.pending.append(job)
+        if mode == "interrupt" and self.busy and self.current_job is not None and self.current_job.kind == "turn":
+            self.cancel_current()
+            await self._ack(job.msg, "interrupt")
+        elif self.busy:
+            await self._ack(job.msg, "queue")
+
+    async def _ack(self, msg: InboundMessage, mode: str) -> None:
+        if not self.busy_ack:
+            return
+        now = self.clock()
+        if self.last_ack is not None and now - self.last_ack < self.ack_interval:
+            return
+        self.last_ack = now
+        await self.host.notify(self, msg, ACK_TEXT[mode])
+
+
+NotifyFn = Callable[[ChatLane, InboundMessage, str], Awaitable[None]]

@@ -1,0 +1,118 @@
+"""A whole gateway for end-to-end tests: real SessionDB (tmp_path), real SessionStore, the real
+GatewayRunner, the in-memory ChatAdapter, and FakeOpenAI on 127.0.0.1 driven by the real client.
+
+    async with Gateway(tmp_path) as gw:
+        replies = await gw.say("hello")            # inject, wait until the chat is idle, new replies
+        gw.fake.push("scripted answer")
+
+`Clock` is a controllable wall clock shared by the store (reset policy) and the runner.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.config import parse_config
+from gateway.db import SessionDB
+from gateway.reset import ResetPolicies, ResetPolicy
+from gateway.runner import GatewayRunner
+from gateway.store import SessionStore
+from tests.fakes.chat_adapter import ChatAdapter
+from tests.fakes.openai_server import FakeOpenAI
+
+
+class Clock:
+    def __init__(self, start: float | None = None) -> None:
+        self.now = time.time() if start is None else start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def make_config(home: Path, fake: FakeOpenAI | None, platforms: dict | None = None,
+                model_options: dict | None = None, **sections: Any):
+    data: dict[str, Any] = {
+        "platforms": platforms if platforms is not None else {
+            "telegram": {"token": "t", "allowed_users": ["*"], "require_mention": True},
+        },
+    }
+    if fake is not None:
+        data["model"] = {"base_url": fake.base_url, "api_key": "k", "name": "fake-model", "timeout_seconds": 5,
+                         **(model_options or {})}
+    for name, section in sections.items():
+        data[name] = section
+    return parse_config(data, env={}, home_override=home)
+
+
+class Gateway:
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        model: bool = True,
+        platforms: dict | None = None,
+        policies: ResetPolicies | None = None,
+        clock: Clock | None = None,
+        adapter: ChatAdapter | None = None,
+        db_path: Path | None = None,
+        agent_factory: Any = None,
+        fake: FakeOpenAI | None = None,
+        model_options: dict | None = None,
+        **sections: Any,
+    ) -> None:
+        self.tmp_path = tmp_path
+        self.use_model = model
+        self.platforms = platforms
+        self.policies = policies or ResetPolicies(default=ResetPolicy(mode="none"))
+        self.clock = clock or Clock()
+        self.adapter = adapter or ChatAdapter("telegram")
+        self.db_path = db_path or tmp_path / "home" / "state.db"
+        self.agent_factory = agent_factory
+        self.sections = sections
+        self.model_options = model_options
+        self.fake = fake
+        self._own_fake = fake is None and model
+
+    async def __aenter__(self) -> "Gateway":
+        if self._own_fake:
+            self.fake = await FakeOpenAI().__aenter__()
+        self.config = make_config(self.tmp_path / "home", self.fake if self.use_model else None,
+                                  self.platforms, self.model_options, **self.sections)
+        self.db = SessionDB(self.db_path)
+        self.store = SessionStore(
+            self.db, self.policies,
+            group_sessions_per_user=self.config.session.group_sessions_per_user,
+            thread_sessions_per_user=self.config.session.thread_sessions_per_user,
+            clock=self.clock,
+        )
+        self.runner = GatewayRunner(self.config, self.db, self.store, [self.adapter], clock=self.clock,
+                                    agent_factory=self.agent_factory)
+        await self.runner.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.runner.stop(timeout=5)
+        finally:
+            self.db.close()
+            if self._own_fake and self.fake is not None:
+                await self.fake.__aexit__(None, None, None)
+
+    async def say(self, text: str, **kw: Any) -> list[str]:
+        """Send one message, wait until the gateway is idle, return the replies it caused."""
+        before = len(self.adapter.sent)
+        await self.adapter.inject(text, **kw)
+        await self.runner.drain()
+        return [s.text for s in self.adapter.sent[before:]]
+
+    def session_id(self, chat_id: str = "100", user_id: str | None = "100", chat_type: str = "dm", **kw: Any) -> str | None:
+        entry = self.store.get(self.store.key_for(self.adapter.source(chat_id, user_id, chat_type, **kw)))
+        return entry.session_id if entry else None
+
+    def messages(self, session_id: str, include_inactive: bool = False) -> list[dict]:
+        return self.db.get_messages(session_id, include_inactive=include_inactive)

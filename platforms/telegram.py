@@ -69,7 +69,7 @@ class TelegramAdapter(PlatformAdapter):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
-        cfg = dict(config or {})
+        cfg = {k: v for k, v in (config or {}).items() if v is not None}  # None = use default
         self.token = str(cfg.get("token") or "").strip()
         if not self.token:
             raise TelegramConfigError("platforms.telegram.token is required (from @BotFather)")
@@ -79,16 +79,19 @@ class TelegramAdapter(PlatformAdapter):
         self.webhook_url = cfg.get("webhook_url") or None
         self.mode = str(cfg.get("mode") or ("webhook" if self.webhook_url else "polling"))
         self.secret_token = cfg.get("secret_token") or None
-        self.poll_timeout = int(cfg.get("poll_timeout", 30))
-        self.watchdog_seconds = float(cfg.get("watchdog_seconds", 120))
-        self.reconnect_base = float(cfg.get("reconnect_base", 1.0))
-        self.reconnect_cap = float(cfg.get("reconnect_cap", 60.0))
-        self.send_attempts = int(cfg.get("send_attempts", 4))
-        self.max_retry_after = float(cfg.get("max_retry_after", 60))
-        self.request_timeout = float(cfg.get("request_timeout", 10))
-        self.webhook_check_seconds = float(
-            cfg.get("webhook_check_seconds", max(1.0, self.watchdog_seconds / 4))
-        )
+        try:
+            self.poll_timeout = int(cfg.get("poll_timeout", 30))
+            self.watchdog_seconds = float(cfg.get("watchdog_seconds", 120))
+            self.reconnect_base = float(cfg.get("reconnect_base", 1.0))
+            self.reconnect_cap = float(cfg.get("reconnect_cap", 60.0))
+            self.send_attempts = int(cfg.get("send_attempts", 4))
+            self.max_retry_after = float(cfg.get("max_retry_after", 60))
+            self.request_timeout = float(cfg.get("request_timeout", 10))
+            self.webhook_check_seconds = float(
+                cfg.get("webhook_check_seconds", max(1.0, self.watchdog_seconds / 4))
+            )
+        except (TypeError, ValueError) as exc:
+            raise TelegramConfigError(f"platforms.telegram: a numeric option is not a number ({exc})") from None
         self._validate()
 
         self._app: Application | None = None
@@ -123,6 +126,12 @@ class TelegramAdapter(PlatformAdapter):
             raise TelegramConfigError("platforms.telegram.send_attempts must be >= 1")
 
     # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def bot_username(self) -> str | None:
+        """The bot's @username (without '@') once connected; the gateway uses it to tell a
+        "/cmd@thisbot" from another bot's command."""
+        return self._bot_username
+
     @property
     def bot(self):  # telegram.ext.ExtBot
         if self._app is None:

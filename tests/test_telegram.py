@@ -87,6 +87,7 @@ async def test_dm_arrives_as_inbound_message(fake, tg):
     assert msg.mentioned is False and msg.reply_to_bot is False
     assert msg.raw["message"]["text"] == "hello there"
     assert tg.adapter.health().ready
+    assert tg.adapter.bot_username == "chinwag_bot"
     # the adapter switched the bot to polling and asked who it is
     assert fake.calls_to("getMe") and fake.calls_to("deleteWebhook")
 
@@ -569,6 +570,7 @@ async def test_webhook_registration_restored_when_lost(fake, hook_server):
         ({"token": "1:x", "webhook_url": "https://x/y"}, "secret_token"),
         ({"token": "1:x", "webhook_url": "https://x/y", "secret_token": "bad secret!"}, "secret_token"),
         ({"token": "1:x", "poll_timeout": 50, "watchdog_seconds": 40}, "watchdog_seconds"),
+        ({"token": "1:x", "send_attempts": "many"}, "not a number"),
     ],
 )
 def test_bad_config_gets_a_clear_error(config, words):
@@ -580,5 +582,8 @@ def test_defaults():
     adapter = TelegramAdapter({"token": "1:x"})
     assert adapter.mode == "polling" and adapter.base_url == "https://api.telegram.org/bot"
     assert adapter.webhook_handlers() == {}
+    # keys present but None (as a config loader may pass them) mean "default"
+    nulls = TelegramAdapter({"token": "1:x", "mode": None, "webhook_check_seconds": None, "poll_timeout": None})
+    assert nulls.mode == "polling" and nulls.poll_timeout == 30 and nulls.webhook_check_seconds == 30
     hooked = TelegramAdapter({"token": "1:x", "webhook_url": "https://h/webhooks/telegram", "secret_token": "abc"})
     assert hooked.mode == "webhook" and list(hooked.webhook_handlers()) == ["/webhooks/telegram"]

@@ -77,6 +77,7 @@ class WsSession:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: lark.ws.Client | None = None
         self._stop_requested = False
+        self._cleaning = False
         self._thread = threading.Thread(target=self._main, name="feishu-ws", daemon=True)
 
     def start(self) -> None:
@@ -85,18 +86,26 @@ class WsSession:
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop the client's loop and wait (bounded) for its thread; never hangs the caller."""
         self._stop_requested = True
-        loop = self._loop
-        if loop is not None:
-            try:
-                loop.call_soon_threadsafe(loop.stop)
-            except RuntimeError:
-                pass  # already closed: the thread is finishing on its own
-        if self._thread.is_alive():
-            await asyncio.to_thread(self._thread.join, timeout)
+        deadline = asyncio.get_running_loop().time() + timeout
+        # A single loop.stop() can be lost: the SDK's start() runs the loop several times in a
+        # row (connect, then serve), and a stop landing as one run ends is swallowed. So ask
+        # again until the thread is gone.
+        while self._thread.is_alive() and asyncio.get_running_loop().time() < deadline:
+            loop = self._loop
+            if loop is not None:
+                try:
+                    loop.call_soon_threadsafe(self._stop_loop, loop)
+                except RuntimeError:
+                    pass  # already closed: the thread is finishing on its own
+            await asyncio.to_thread(self._thread.join, 0.1)
         if self._thread.is_alive():
             # Stuck in a blocking call inside the SDK (its endpoint request has no timeout).
             # The thread is a daemon; it is abandoned rather than allowed to hang shutdown.
             log.warning("feishu long connection thread did not stop within %.0fs; abandoned", timeout)
+
+    def _stop_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._cleaning:  # runs on the client's loop; never interrupt the cleanup
+            loop.stop()
 
     # -- the thread ----------------------------------------------------------------------------
     def _notify(self, callback: Callable[[], None]) -> None:
@@ -130,6 +139,7 @@ class WsSession:
             self._notify(self._on_ended)
 
     def _cleanup(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._cleaning = True
         try:
             tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
             for task in tasks:

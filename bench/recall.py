@@ -35,7 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.db import SessionDB  # noqa: E402
-from gateway.recall import find_sessions, plan_query  # noqa: E402
+from gateway.fts import parse_query  # noqa: E402
+from gateway.recall import find_sessions  # noqa: E402
 
 REFERENCE = {
     "locomo content words": {"any@1": 0.53, "any@5": 0.79, "all@5": 0.68, "MRR": 0.63},
@@ -52,7 +53,7 @@ def data_dir() -> Path:
 
 def content_words(question: str) -> str:
     """The question's content words (what recall keeps after dropping stop words), joined with OR."""
-    words = [t.text for t in plan_query(question).query.content_terms]
+    words = [t.text for t in parse_query(question).content_terms]
     return " OR ".join(dict.fromkeys(words))
 
 

@@ -33,13 +33,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gateway.recall_dates import DateSpec, dates_in
+from gateway.recall_dates import NEAR_DAYS, DateSpec, extract_dates
 from gateway.fts import (
+    MAX_QUERY_CHARS,
     CHINESE_STOP_CHARS,
     CHINESE_STOP_WORDS,
     ENGLISH_STOP_WORDS,
     Query,
     Term,
+    clean,
     make_snippet,
     parse_query,
 )
@@ -51,9 +53,11 @@ CANDIDATE_CAP = 3000  # newest matching messages looked at per unit
 MAX_UNITS = 48
 K1 = 1.2
 B = 0.5  # sessions differ in length far less than documents do; normalise gently
-CO_WEIGHT = 1.0
+CO_WEIGHT = 0.5
 PAIR_WEIGHT = 0.5
 PAIR_WINDOW = 4
+PASSAGE = 2  # messages looked at together when judging the best evidence of a session
+RERANK = 30  # sessions whose passages are examined
 HIDDEN_SOURCES = ("tool",)
 _VISIBLE = "(m.active = 1 OR m.compacted = 1)"
 _STOP_WORD_LENGTHS = sorted({len(w) for w in CHINESE_STOP_WORDS}, reverse=True)
@@ -107,29 +111,29 @@ def _stem(word: str) -> str | None:
     return lower if len(lower) >= 5 else None
 
 
-def cjk_pieces(run: str) -> list[str]:
+def cjk_pieces(run: str, fallback: bool = True) -> list[str]:
     """Bigrams of a Han/kana/hangul run, after cutting it at stop words and stop characters.
 
     "上次部署网关超时是怎么解决的" -> 部署 署网 网关 关超 超时 解决. A content character left alone
-    between stop characters keeps a bigram with each neighbour ("有趣" -> "有趣"), so a word that
-    happens to contain a stop character is not lost.
+    between stop material is kept as a one-character piece, plus its bigram with a neighbouring
+    stop character ("有趣" -> "趣", "有趣"), so a word that contains a stop character is not lost.
+    A run of nothing but stop material gives all its bigrams when `fallback`, else nothing.
     """
     n = len(run)
     if n <= 2:
-        return [run]
-    stop = [False] * n
+        stop_only = run in CHINESE_STOP_WORDS or set(run) <= CHINESE_STOP_CHARS
+        return [run] if fallback or not stop_only else []
+    in_word = [False] * n  # part of a stop word
     i = 0
     while i < n:
         for length in _STOP_WORD_LENGTHS:
             if length > 1 and i + length <= n and run[i : i + length] in CHINESE_STOP_WORDS:
                 for j in range(i, i + length):
-                    stop[j] = True
+                    in_word[j] = True
                 i += length - 1
                 break
         i += 1
-    for i, ch in enumerate(run):
-        if ch in CHINESE_STOP_CHARS:
-            stop[i] = True
+    stop = [in_word[i] or ch in CHINESE_STOP_CHARS for i, ch in enumerate(run)]
     pieces: dict[str, None] = {}
     i = 0
     while i < n:
@@ -143,12 +147,13 @@ def cjk_pieces(run: str) -> list[str]:
             for k in range(i, j - 1):
                 pieces[run[k : k + 2]] = None
         else:
-            if i > 0:
+            pieces[run[i]] = None
+            if i > 0 and not in_word[i - 1]:
                 pieces[run[i - 1 : i + 1]] = None
-            if i + 1 < n:
+            if i + 1 < n and not in_word[i + 1]:
                 pieces[run[i : i + 2]] = None
         i = j
-    if not pieces:  # only stop material: fall back to every bigram
+    if not pieces and fallback:
         for k in range(n - 1):
             pieces[run[k : k + 2]] = None
     return list(pieces)
@@ -167,11 +172,11 @@ def _word_unit(word: str) -> Unit:
     return Unit(label=word, word_expr=expr, highlight=[stem or word])
 
 
-def _units_of(term: Term) -> list[Unit]:
+def _units_of(term: Term, fallback: bool = False) -> list[Unit]:
     if term.cjk:
         return [
             Unit(label=p, word_expr=_quote(" ".join(p)), highlight=[p])
-            for p in cjk_pieces("".join(term.tokens))
+            for p in cjk_pieces("".join(term.tokens), fallback)
         ]
     tokens = term.tokens
     if len(tokens) == 2 and tokens[1].lower() == "s" and _POSSESSIVE.search(term.text):
@@ -200,12 +205,17 @@ def _pair_unit(a: Unit, b: Unit) -> Unit:
 
 def plan_query(query: str | bytes | None) -> Plan:
     """Parse any input into the units recall counts. Never raises."""
-    parsed = parse_query(query)
+    dates, rest = extract_dates(_OPERATOR_WORDS.sub(" ", clean(query)[:MAX_QUERY_CHARS]))
+    parsed = parse_query(rest)
+    parsed.text = clean(query)[:MAX_QUERY_CHARS].strip()
     units: dict[str, Unit] = {}
     previous: Unit | None = None
     pairs: list[Unit] = []
-    for term in parsed.content_terms:
-        for unit in _units_of(term):
+    terms = parsed.content_terms
+    # a query made only of stop material still searches for it (never an empty answer)
+    fallback = not any(_units_of(t) for t in terms)
+    for term in terms:
+        for unit in _units_of(term, fallback):
             key = unit.word_expr + "|" + unit.ident_expr
             units.setdefault(key, unit)
             simple = not term.cjk and not unit.ident_expr and " " not in unit.label
@@ -213,7 +223,7 @@ def plan_query(query: str | bytes | None) -> Plan:
                 pairs.append(_pair_unit(previous, unit))
             previous = unit if simple else None
     singles = list(units.values())[:MAX_UNITS]
-    return Plan(parsed, singles + pairs[: max(0, MAX_UNITS - len(singles))], dates_in(_OPERATOR_WORDS.sub(" ", parsed.text)))
+    return Plan(parsed, singles + pairs[: max(0, MAX_UNITS - len(singles))], dates)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,15 +405,17 @@ def _rank(
     if plan.dates:
         spans = conn.execute("SELECT id, started_at, last_active_at FROM sessions").fetchall()
         for spec in plan.dates:
-            on_date = [sid for sid, started, last in spans if spec.covers(started) or spec.covers(last)]
-            roots = meta.roots(on_date)
-            by_root = defaultdict(list)
-            for sid in on_date:
-                by_root.setdefault(roots[sid], [])
-            df = len(by_root)
-            idf.append(math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0)
-            per_unit.append(by_root)
-            units.append(Unit(label=spec.label, word_expr="", date=True))
+            # the day itself, and (more weakly, through its lower idf) the week around it
+            slacks = (0, NEAR_DAYS) if spec.day else (0,)
+            for slack in slacks:
+                on_date = [sid for sid, started, last in spans
+                           if spec.covers(started, slack) or spec.covers(last, slack)]
+                roots = meta.roots(on_date)
+                by_root = {roots[sid]: [] for sid in on_date}
+                df = len(by_root)
+                idf.append(math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0)
+                per_unit.append(by_root)
+                units.append(Unit(label=spec.label, word_expr="", date=True, pair=slack > 1))
 
     # filters are applied to roots, and to the session each hit lives in
     candidates: set[str] = set()
@@ -432,10 +444,11 @@ def _rank(
             lengths[root] += int(row["message_count"] or 0)
 
     scores: dict[str, float] = defaultdict(float)
-    message_mass: dict[int, float] = defaultdict(float)
+    message_units: dict[int, dict[int, float]] = defaultdict(dict)  # message -> {unit index: weight}
     message_root: dict[int, str] = {}
+    message_session: dict[int, str] = {}
     matched: dict[str, list[str]] = defaultdict(list)
-    for unit, by_root, weight in zip(units, per_unit, idf):
+    for index, (unit, by_root, weight) in enumerate(zip(units, per_unit, idf)):
         for root, mids in by_root.items():
             if root not in keep:
                 continue
@@ -445,16 +458,16 @@ def _rank(
             if not unit.pair:
                 matched[root].append(unit.label)
             for mid in mids:
-                message_mass[mid] += weight
+                message_units[mid][index] = weight
                 message_root[mid] = root
-    best: dict[str, float] = defaultdict(float)
     evidence: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for mid, mass in message_mass.items():
-        root = message_root[mid]
-        best[root] = max(best[root], mass)
-        evidence[root].append((mass, mid))
+    for mid, found in message_units.items():
+        evidence[message_root[mid]].append((sum(found.values()), mid))
+    best = {root: max(e[0] for e in ev) for root, ev in evidence.items()}
     for root in scores:
-        scores[root] += CO_WEIGHT * best[root]
+        scores[root] += CO_WEIGHT * best.get(root, 0.0)
+    if PASSAGE > 1 and scores:
+        _passage_rerank(conn, scores, evidence, message_units, limit)
 
     ranked = sorted(scores, key=lambda r: (-scores[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
     out: list[SessionHit] = []
@@ -479,6 +492,48 @@ def _rank(
                 user_id=row.get("user_id"),
             )
         )
+    return out
+
+
+def _passage_rerank(
+    conn: sqlite3.Connection,
+    scores: dict[str, float],
+    evidence: dict[str, list[tuple[float, int]]],
+    message_units: dict[int, dict[int, float]],
+    limit: int,
+) -> None:
+    """For the leading sessions, let `best` look at PASSAGE consecutive messages instead of one:
+    a question and its answer are often in a turn and the reply to it."""
+    leaders = sorted(scores, key=lambda r: -scores[r])[: max(RERANK, limit)]
+    for root in leaders:
+        mids = [mid for _, mid in evidence.get(root, ())]
+        if not mids:
+            continue
+        sessions = {r[0] for r in _chunked(conn, "SELECT DISTINCT session_id FROM messages WHERE id IN ({})", mids)}
+        order = [r[0] for r in _chunked(
+            conn, f"SELECT id FROM messages WHERE {_VISIBLE.replace('m.', '')} AND session_id IN ({{}}) ORDER BY id",
+            sorted(sessions),
+        )]
+        order.sort()
+        position = {mid: i for i, mid in enumerate(order)}
+        single = max(mass for mass, _ in evidence[root])
+        window_best = single
+        for mid in mids:
+            p = position.get(mid)
+            if p is None:
+                continue
+            found: dict[int, float] = {}
+            for q in order[p : p + PASSAGE]:
+                found.update(message_units.get(q, {}))
+            window_best = max(window_best, sum(found.values()))
+        scores[root] += CO_WEIGHT * (window_best - single)
+
+
+def _chunked(conn: sqlite3.Connection, sql: str, values: list) -> list[tuple]:
+    out: list[tuple] = []
+    for start in range(0, len(values), 500):
+        chunk = values[start : start + 500]
+        out.extend(conn.execute(sql.format(",".join("?" * len(chunk))), chunk).fetchall())
     return out
 
 

@@ -33,7 +33,7 @@ _PATTERNS = [
     re.compile(r"(?:(?P<year>(?:19|20)\d\d)\s*年)?\s*(?P<m>1[0-2]|0?[1-9])\s*月(?:\s*(?P<d>[0-3]?\d)\s*[日号])?"),
     re.compile(rf"\b(?:in|of|during|since)\s+{_YEAR}\b", re.IGNORECASE),
 ]
-DAY_SLACK = 3  # "on 8 May" also finds a session that ran over from 7 May or was a few days off
+NEAR_DAYS = 7  # a day also counts, more weakly, for the sessions of the week around it
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,9 @@ class DateSpec:
                  f"{self.day:02d}" if self.day else ""]
         return "-".join(p for p in parts if p) or "?"
 
-    def covers(self, moment: float) -> bool:
-        """Does a session active at `moment` (epoch seconds, UTC) fall on this date?"""
+    def covers(self, moment: float, slack_days: int = 1) -> bool:
+        """Does a session active at `moment` (epoch seconds, UTC) fall on this date? A day matches
+        within `slack_days` (one by default: the store keeps UTC, the person meant local time)."""
         when = datetime.fromtimestamp(moment, tz=timezone.utc).date()
         if self.day and self.month:
             years = [self.year] if self.year else [when.year - 1, when.year, when.year + 1]
@@ -58,7 +59,7 @@ class DateSpec:
                     target = date(year, self.month, self.day)
                 except ValueError:
                     continue
-                if abs((when - target).days) <= DAY_SLACK:
+                if abs((when - target).days) <= slack_days:
                     return True
             return False
         if self.month:
@@ -67,7 +68,13 @@ class DateSpec:
 
 
 def dates_in(text: str) -> list[DateSpec]:
-    """Every date the text names, most specific reading of each place first. Never raises."""
+    """Every date the text names. Never raises."""
+    return extract_dates(text)[0]
+
+
+def extract_dates(text: str) -> tuple[list[DateSpec], str]:
+    """The dates the text names, and the text with them cut out (so "5月2日" does not also
+    become the words "5", "月", "2日"). Never raises."""
     found: dict[DateSpec, None] = {}
     taken: list[tuple[int, int]] = []
     for pattern in _PATTERNS:
@@ -89,7 +96,10 @@ def dates_in(text: str) -> list[DateSpec]:
                 continue
             taken.append((m.start(), m.end()))
             found[DateSpec(year, month, day)] = None
-    return list(found)
+    rest = text
+    for start, end in sorted(taken, reverse=True):
+        rest = rest[:start] + " " + rest[end:]
+    return list(found), rest
 
 
 def _int(value: str | None) -> int | None:

@@ -8,11 +8,17 @@ where things are never has side effects.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 DEFAULT_HOME = "~/.chinwag"
+_SAFE_ID = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,199}")
+
+
+def is_safe_session_id(session_id: object) -> bool:
+    return isinstance(session_id, str) and _SAFE_ID.fullmatch(session_id) is not None
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,9 @@ class Home:
         return self.root / "USER.md"
 
     def transcript_path(self, session_id: str) -> Path:
+        # Imported ids are arbitrary text: never let one name a path outside sessions/.
+        if not is_safe_session_id(session_id):
+            raise ValueError(f"session id {session_id[:60]!r} cannot be used as a file name")
         return self.sessions_dir / f"{session_id}.jsonl"
 
     def ensure(self) -> "Home":

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from gateway.db import SessionDB
-from gateway.home import Home
+from gateway.home import Home, is_safe_session_id
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class Mirrors:
     def _guard(fn: Callable, *args: object) -> None:
         try:
             fn(*args)
-        except OSError as exc:  # a full disk must not stop the other mirrors; repair fixes it
+        except (OSError, ValueError) as exc:  # a full disk must not stop the other mirrors; repair fixes it
             log.error("mirror write failed (%s): %s", getattr(fn, "__name__", fn), exc)
 
     # -- transcripts -----------------------------------------------------------------------------
@@ -355,7 +355,8 @@ class Mirrors:
         total = len(ids)
         step = max(1, total // 100)
         for n, sid in enumerate(ids, 1):
-            self._repair_session(sid, report)
+            if is_safe_session_id(sid):  # an id that cannot be a file name has no transcript
+                self._repair_session(sid, report)
             if progress and (n % step == 0 or n == total):
                 progress(n, total)
         report.sessions_checked = total
@@ -366,10 +367,13 @@ class Mirrors:
                 path.unlink(missing_ok=True)
                 report.temp_removed += 1
             elif name.endswith(".jsonl") and name[:-6] not in known:
-                if self.db.get_session(name[:-6]) is None:  # not created since we listed
-                    with self._lock:
-                        self._remove(name[:-6])
-                    report.files_removed += 1
+                stem = name[:-6]
+                if is_safe_session_id(stem) and self.db.get_session(stem) is not None:
+                    continue  # created since we listed
+                with self._lock:
+                    self._drop(stem)
+                    path.unlink(missing_ok=True)
+                report.files_removed += 1
         with self._index_lock:
             entries = self.db.list_key_entries()
             expected = index_bytes(entries)

@@ -149,13 +149,36 @@ class FeishuAdapter(PlatformAdapter):
 
     async def _load_bot_info(self) -> None:
         # The bot's open_id tells a mention of the bot from a mention of anyone else.
+        if not await self._try_bot_info():
+            log.error("feishu: cannot read bot info yet; @-mentions of the bot go undetected until it works")
+            self._spawn(self._retry_bot_info())
+
+    async def _try_bot_info(self) -> bool:
         try:
             bot = await self.api.bot_info()
         except FeishuApiError as exc:
-            log.error("feishu: cannot read bot info (%s); @-mentions of the bot will not be detected", exc)
-            return
+            log.warning("feishu: bot info: %s", exc)
+            return False
         self.bot_open_id = bot.get("open_id") or None
         self.bot_name = bot.get("app_name") or None
+        return self.bot_open_id is not None
+
+    async def _retry_bot_info(self) -> None:
+        backoff = Backoff(self._backoff.base, self._backoff.cap)
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(), backoff.next_delay())
+                return
+            except asyncio.TimeoutError:
+                pass
+            if await self._try_bot_info():
+                log.info("feishu: bot info loaded; mentions detected from now on")
+                return
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- long connection ---------------------------------------------------------------------------
     async def _supervise(self) -> None:
@@ -231,9 +254,7 @@ class FeishuAdapter(PlatformAdapter):
         if msg is None or self._on_message is None:
             return
         self._latest.remember(_chat_key(msg.source), msg.message_id)
-        task = asyncio.get_running_loop().create_task(self._deliver(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._deliver(msg))
 
     async def _deliver(self, msg: InboundMessage) -> None:
         assert self._on_message is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Any, Callable
 
@@ -178,11 +179,11 @@ def resolve_mentions(
 ) -> tuple[str, bool]:
     """Replace ``@_user_N`` placeholders with ``@Name``; tell whether the bot was mentioned.
 
-    A mention of the bot at the very start of the text is addressing, not content, so it is
-    removed: "@bot /new" must read as the command "/new".
+    A mention of the bot at the start of the text (or of a line) is addressing, not content, so
+    it is removed: "@bot /new" must read as the command "/new".
     """
     mentioned = False
-    # longest keys first so "@_user_1" never eats the front of "@_user_12"
+    # keys never match a longer key's prefix ("@_user_1" in "@_user_12"): see the lookaheads
     for m in sorted(mentions, key=lambda m: len(str(m.get("key", ""))), reverse=True):
         key = m.get("key")
         if not isinstance(key, str) or not key:
@@ -191,11 +192,12 @@ def resolve_mentions(
         is_bot = bool(bot_open_id) and ids.get("open_id") == bot_open_id
         mentioned = mentioned or is_bot
         name = "@" + str(m.get("name") or "someone")
-        if is_bot and text.lstrip().startswith(key):
-            text = text.lstrip()[len(key):].lstrip()
-        text = text.replace(key, name)
+        if is_bot:
+            # addressing: the bot's mention opening the text (or a line of a post) is dropped
+            text = re.sub(r"(^|\n)[ \t]*" + re.escape(key) + r"(?![0-9])[ \t]*", r"\1", text)
+        text = re.sub(re.escape(key) + r"(?![0-9])", lambda _m: name, text)
     text = text.replace("@_all", "@all")
-    return text, mentioned
+    return text.strip(), mentioned
 
 
 def _dict(value: Any, what: str) -> dict[str, Any]:

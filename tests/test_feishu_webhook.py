@@ -360,3 +360,14 @@ async def test_config_validation(fake):
     keys = FeishuAdapter({**base, "mode": "webhook", "verification_token": "TokTok9", "encrypt_key": "KeyKey9"}).keys
     assert "TokTok9" not in repr(keys) and "KeyKey9" not in repr(keys)
     assert FeishuAdapter(base).webhook_handlers() == {}  # websocket mode serves no webhook
+
+
+async def test_bot_info_failure_at_start_is_retried_in_background(fake, make_rig):
+    fake.fail_next("bot_info", status=500, times=6)  # more than one call's worth of retries
+    rig = await make_rig(backoff_base=0.05, backoff_cap=0.1)
+    assert rig.adapter.health().ready  # the webhook works meanwhile
+    await fake.wait_for(lambda: rig.adapter.bot_open_id == fake.bot_open_id)
+    event = fake.message_event("@_user_1 hi", chat_type="group", chat_id="oc_g", token=TOKEN,
+                               mentions=[("@_user_1", fake.bot_open_id, "chinwag")])
+    await rig.post(event)
+    assert (await rig.next_message()).mentioned

@@ -150,6 +150,6 @@ def setup_logging(
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
     # Per-request access lines and SDK chatter drown the gateway's own lines at INFO.
-    for noisy in ("aiohttp.access", "httpx", "httpcore", "telegram.ext", "discord.gateway", "openai"):
+    for noisy in ("aiohttp.access", "httpx", "httpcore", "httpx2", "httpcore2", "telegram.ext", "discord.gateway", "openai"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     return handler

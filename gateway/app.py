@@ -112,7 +112,7 @@ class App:
         finally:
             self.db.close()
 
-    async def run_forever(self, *, install_signals: bool = True, stop_timeout: float = 10.0) -> int:
+    async def run_forever(self, *, install_signals: bool = True, stop_timeout: float | None = None) -> int:
         """Run until SIGINT/SIGTERM, or until the terminal's input ends when it is the only adapter."""
         loop = asyncio.get_running_loop()
         installed: list[int] = []
@@ -138,12 +138,13 @@ class App:
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
-            await self.stop(stop_timeout)
+            await self.stop(self.config.gateway.shutdown_timeout_seconds if stop_timeout is None else stop_timeout)
         return 0
 
     def _on_signal(self, sig: int) -> None:
         if self._stop.is_set():
-            log.warning("second %s: stopping now", signal.Signals(sig).name)
+            log.warning("%s again: already stopping; running turns get up to %.0fs, then are cancelled",
+                        signal.Signals(sig).name, self.config.gateway.shutdown_timeout_seconds)
         else:
             log.info("%s received: shutting down gracefully", signal.Signals(sig).name)
         self._stop.set()

@@ -103,6 +103,7 @@ SCHEMA: dict[str, Any] = {
         "busy_ack": _b(True),
         "agent_cache": {"max_agents": _i(64, minimum=1), "idle_ttl_minutes": _f(30, minimum=0)},
         "single_owner": Field("tristate", "auto"),
+        "shutdown_timeout_seconds": _f(10, minimum=0),
     },
     "recall": {"deadline_seconds": _f(60, minimum=1), "recaps": _b(True)},
     "memory": {"memory_chars": _i(2200, minimum=100), "user_chars": _i(1375, minimum=100)},
@@ -208,6 +209,7 @@ class GatewayConfig:
     busy_ack: bool
     agent_cache: AgentCacheConfig
     single_owner: str | bool  # "auto" | True | False (as written; Config.single_owner resolves it)
+    shutdown_timeout_seconds: float = 10.0  # running turns get this long to finish at shutdown
 
 
 @dataclass(frozen=True)
@@ -510,6 +512,7 @@ def parse_config(
         gateway=GatewayConfig(
             busy_mode=g["busy_mode"], max_pending=g["max_pending"], busy_ack=g["busy_ack"],
             agent_cache=AgentCacheConfig(**g["agent_cache"]), single_owner=g["single_owner"],
+            shutdown_timeout_seconds=g["shutdown_timeout_seconds"],
         ),
         recall=RecallConfig(**out["recall"]),
         memory=MemoryConfig(**out["memory"]),
@@ -670,8 +673,12 @@ def _check_reset(reset: dict[str, Any], err: Callable[[str, str], None]) -> None
 
 def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[str, str], None]) -> None:
     tg = platforms["telegram"]
-    if tg["_present"] and tg["mode"] == "webhook" and tg["token"] and not tg["webhook_url"]:
-        err("platforms.telegram.webhook_url", "is required when mode is webhook")
+    webhook = tg["mode"] == "webhook" if "mode" in tg["_given"] else bool(tg["webhook_url"])
+    if tg["_present"] and tg["token"] and webhook:
+        if not tg["webhook_url"]:
+            err("platforms.telegram.webhook_url", "is required when mode is webhook")
+        if not tg["secret_token"]:
+            err("platforms.telegram.secret_token", "is required in webhook mode (Telegram sends it with every update)")
     fs = platforms["feishu"]
     if fs["_present"] and fs["mode"] == "webhook" and fs["app_id"] and not fs["verification_token"]:
         err("platforms.feishu.verification_token", "is required when mode is webhook")

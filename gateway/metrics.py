@@ -25,6 +25,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     "agent_cache_size": ("gauge", "Agents held in the agent cache."),
     "adapter_ready": ("gauge", "1 when the platform adapter is ready, else 0."),
     "model_errors_total": ("counter", "Failed model calls."),
+    "duplicates_total": ("counter", "Redelivered platform events dropped by de-duplication, by platform."),
 }
 
 LabelKey = tuple[tuple[str, str], ...]

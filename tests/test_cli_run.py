@@ -39,6 +39,24 @@ async def chinwag(args: list[str], env: dict[str, str], stdin: str | None = None
     return proc.returncode, out.decode(), err.decode()
 
 
+async def read_until(stream: asyncio.StreamReader, pattern: str, sink: list[str]) -> re.Match:
+    """Read lines into `sink` until one matches; fails if the stream ends first."""
+    while True:
+        line = (await stream.readline()).decode()
+        assert line, "process ended early:\n" + "".join(sink)
+        sink.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+
+
+async def start_run(env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "run", cwd=ROOT, env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+
+
 async def test_run_with_no_config_and_no_model(tmp_path: Path) -> None:
     env = clean_env(tmp_path)
     code, out, err = await chinwag(["run"], env, "hello there\n/help\n/search hello\n")
@@ -85,22 +103,9 @@ async def test_run_serves_ops_http_and_stops_gracefully_on_sigterm(tmp_path: Pat
     )
     async with FakeOpenAI() as fake:
         env = clean_env(tmp_path, OPENAI_BASE_URL=fake.base_url)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli", "run", cwd=ROOT, env=env,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await start_run(env)
         try:
             err_lines: list[str] = []
-
-            async def read_until(stream: asyncio.StreamReader, pattern: str, sink: list[str]) -> re.Match:
-                while True:
-                    line = (await stream.readline()).decode()
-                    assert line, "process ended early:\n" + "".join(sink)
-                    sink.append(line)
-                    match = re.search(pattern, line)
-                    if match:
-                        return match
-
             match = await asyncio.wait_for(read_until(proc.stderr, r"ops http on (http://127\.0\.0\.1:\d+)", err_lines), TIMEOUT)
             base = match.group(1)
             await asyncio.wait_for(read_until(proc.stderr, r"chinwag running: local", err_lines), TIMEOUT)
@@ -136,6 +141,63 @@ async def test_run_serves_ops_http_and_stops_gracefully_on_sigterm(tmp_path: Pat
         assert ("user", "remember the word pelican") in roles
         assert ("assistant", "echo: remember the word pelican") in roles
         assert (home / "sessions" / f"{session['id']}.jsonl").read_text().count("pelican") == 2
+    finally:
+        db.close()
+
+
+async def shutdown_during_a_turn(tmp_path: Path, timeout: float, release: bool) -> tuple[int, str, str, Path]:
+    """Start `chinwag run`, hold the model's reply, SIGTERM mid-turn; maybe release the reply."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        f"http: {{enabled: false}}\ngateway: {{shutdown_timeout_seconds: {timeout}}}\n"
+        "platforms: {local: {user: tester}}\n", encoding="utf-8",
+    )
+    async with FakeOpenAI() as fake:
+        fake.gate = asyncio.Event()
+        proc = await start_run(clean_env(tmp_path, OPENAI_BASE_URL=fake.base_url))
+        try:
+            err_lines: list[str] = []
+            await asyncio.wait_for(read_until(proc.stderr, r"chinwag running", err_lines), TIMEOUT)
+            proc.stdin.write("a question that takes a while\n".encode())
+            await proc.stdin.drain()
+            await fake.wait_requests(1, timeout=TIMEOUT)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(read_until(proc.stderr, r"SIGTERM received", err_lines), TIMEOUT)
+            if release:
+                fake.gate.set()
+            out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    return proc.returncode, out.decode(), "".join(err_lines) + err.decode(), home
+
+
+async def test_sigterm_lets_a_running_turn_finish(tmp_path: Path) -> None:
+    code, out, err, home = await shutdown_during_a_turn(tmp_path, timeout=20, release=True)
+    assert code == 0, err
+    assert "echo: a question that takes a while" in out  # the reply still went out
+    assert "Traceback" not in err
+    db = SessionDB(home / "state.db")
+    try:
+        (session,) = db.list_sessions_rich()
+        roles = [m["role"] for m in db.get_messages(session["id"])]
+        assert roles == ["user", "assistant"]
+    finally:
+        db.close()
+
+
+async def test_sigterm_checkpoints_a_turn_that_does_not_finish_in_time(tmp_path: Path) -> None:
+    code, out, err, home = await shutdown_during_a_turn(tmp_path, timeout=0.3, release=False)
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert "chinwag stopped" in err
+    db = SessionDB(home / "state.db")
+    try:
+        (session,) = db.list_sessions_rich()
+        texts = [m["content"] for m in db.get_messages(session["id"], include_inactive=True)]
+        assert "a question that takes a while" in texts  # what was said is kept
     finally:
         db.close()
 

@@ -198,6 +198,15 @@ def test_platform_settings_and_busy_override(tmp_path: Path) -> None:
     assert config.single_owner is False  # "*" on discord
 
 
+def test_webhook_mode_implied_by_webhook_url(tmp_path: Path) -> None:
+    text = "\n".join(problems_of(tmp_path, "platforms: {telegram: {token: t, webhook_url: 'https://x/webhooks/telegram'}}\n"))
+    assert "platforms.telegram.secret_token: is required in webhook mode" in text
+    ok = parse_config({"platforms": {"telegram": {"token": "t", "webhook_url": "https://x/y", "secret_token": "s_1"}},
+                       "gateway": {"shutdown_timeout_seconds": 2.5}}, env={})
+    assert ok.adapter_config("telegram")["webhook_url"] == "https://x/y"
+    assert ok.gateway.shutdown_timeout_seconds == 2.5
+
+
 def test_single_owner_resolution(tmp_path: Path) -> None:
     one = parse_config({"platforms": {"telegram": {"token": "t", "allowed_users": [7], "admins": [7]}}}, env={})
     assert one.single_owner is True
@@ -218,6 +227,7 @@ def test_cross_field_rules(tmp_path: Path) -> None:
         "  discord: {token: d, group_policy: allowlist}\n",
     ))
     assert "platforms.telegram.webhook_url: is required when mode is webhook" in text
+    assert "platforms.telegram.secret_token: is required in webhook mode" in text
     assert "platforms.discord.group_allowlist: is empty but group_policy is allowlist" in text
 
 

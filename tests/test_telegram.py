@@ -356,6 +356,15 @@ async def test_blocked_by_user_is_logged_not_raised(fake, tg, caplog):
     assert (await tg.next()).text == "hello"
 
 
+async def test_group_upgraded_to_supergroup_gets_the_message(fake, tg):
+    fake.group_chat(-100999, "Team (super)", supergroup=True)
+    fake.fail("sendMessage", "migrated", status=-100999)
+    group = SessionSource(platform="telegram", chat_id="-100", chat_type="group", user_id="42")
+    [mid] = await tg.adapter.send(group, "still reaching you")
+    assert mid.startswith("-100999:")
+    assert [m["text"] for m in fake.sent(-100999)] == ["still reaching you"]
+
+
 async def test_edit_message_text(fake, tg):
     [mid] = await tg.adapter.send(dm_source(), "thinking...")
     key = (42, int(mid.split(":")[1]))

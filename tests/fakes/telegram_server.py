@@ -13,7 +13,7 @@ secret header), getWebhookInfo.
 
 Test controls: `push_message` / `push_raw` inject updates, `calls` records every request,
 `fail(method, kind)` scripts failures (retry_after, server_error, parse_entities, blocked, drop,
-hang, unauthorized), `blocked_chats` makes sends to a chat fail with 403, `revoke_token()`
+hang, unauthorized, migrated), `blocked_chats` makes sends to a chat fail with 403, `revoke_token()`
 makes the token invalid.
 """
 
@@ -225,7 +225,8 @@ class FakeTelegram:
     # -- test controls ------------------------------------------------------------------------
     def fail(self, method: str, kind: str, times: int = 1, **opts: Any) -> None:
         """Script `times` failures of `method` (lower-case match). Kinds: retry_after,
-        server_error, parse_entities, blocked, drop, hang, unauthorized."""
+        server_error (`status`), parse_entities, blocked, drop, hang, unauthorized,
+        migrated (`status` carries the new chat id)."""
         self.failures.setdefault(method.lower(), []).extend(Failure(kind, **opts) for _ in range(times))
 
     def release_hangs(self) -> None:
@@ -376,6 +377,9 @@ class FakeTelegram:
             return _error(400, "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 0")
         if f.kind == "blocked":
             return _error(403, "Forbidden: bot was blocked by the user")
+        if f.kind == "migrated":  # a group upgraded to a supergroup has a new id
+            return _error(400, "Bad Request: group chat was upgraded to a supergroup chat",
+                          {"migrate_to_chat_id": f.status})
         if f.kind == "unauthorized":
             return _error(401, "Unauthorized")
         if f.kind == "drop":

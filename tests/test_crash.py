@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import select
@@ -44,6 +45,17 @@ def acknowledged_ids(output: bytes) -> set[int]:
     return {int(line) for line in output.split(b"\n")[:-1] if line.isdigit()}
 
 
+def transcript_ids(home: Path) -> set[int]:
+    found = set()
+    for path in (home / "sessions").glob("*.jsonl"):
+        for line in path.read_bytes().split(b"\n"):
+            try:
+                found.add(json.loads(line)["id"])
+            except (ValueError, KeyError, TypeError):
+                pass  # a torn line: repair's business
+    return found
+
+
 def test_sigkill_at_random_moments(tmp_path):
     home = tmp_path / "home"
     seed = random.randrange(1 << 30)
@@ -71,6 +83,10 @@ def test_sigkill_at_random_moments(tmp_path):
             present = set(db.read(lambda c: [r[0] for r in c.execute("SELECT id FROM messages")]))
             lost = acknowledged - present
             assert not lost, f"acknowledged appends missing after SIGKILL {where}: {sorted(lost)[:10]}"
+            # The transcript line is written after the commit and before the append returns, so
+            # even before any repair an acknowledged message is in its transcript.
+            unmirrored = ids - transcript_ids(home)
+            assert not unmirrored, f"acknowledged but not in a transcript {where}: {sorted(unmirrored)[:10]}"
             mirrors = Mirrors(home, db, attach=False)
             report = mirrors.repair()
             fixed += not report.clean

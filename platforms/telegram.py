@@ -18,7 +18,6 @@ import hmac
 import logging
 import re
 import warnings
-from datetime import timedelta
 from typing import Any, Awaitable, Callable, TypeVar
 
 from aiohttp import web
@@ -45,6 +44,13 @@ from platforms.base import (
     Watchdog,
     WebhookHandler,
     utf16_length,
+)
+from platforms.telegram_calls import (
+    brief,
+    call_with_retries,
+    chat_id_param,
+    is_markup_error,
+    retry_after_seconds,
 )
 from platforms.telegram_format import to_markdown_v2
 from platforms.telegram_inbound import message_key, parse_message_key, update_to_inbound
@@ -166,7 +172,7 @@ class TelegramAdapter(PlatformAdapter):
             ) from None
         except (NetworkError, RetryAfter, TelegramError) as exc:
             # The network may come back: keep trying in the background instead of failing start.
-            log.warning("telegram: initial connect failed (%s); retrying in background", _brief(exc))
+            log.warning("telegram: initial connect failed (%s); retrying in background", brief(exc))
         if self.mode == "polling":
             self._loop_task = asyncio.create_task(self._poll_loop(), name="telegram-poll")
         else:
@@ -205,7 +211,7 @@ class TelegramAdapter(PlatformAdapter):
             try:
                 await self._app.shutdown()
             except Exception as exc:  # shutting down must not mask the reason we stop
-                log.debug("telegram: shutdown: %s", _brief(exc))
+                log.debug("telegram: shutdown: %s", brief(exc))
             self._app = None
 
     async def _reconnect(self) -> None:
@@ -232,14 +238,14 @@ class TelegramAdapter(PlatformAdapter):
                 raise
             except RetryAfter as exc:
                 self.set_ready(False, "flood control")
-                await asyncio.sleep(min(_retry_after(exc), self.max_retry_after))
+                await asyncio.sleep(min(retry_after_seconds(exc), self.max_retry_after))
                 continue
             except Exception as exc:
                 self.set_ready(False, self._failure_detail(exc))
                 if isinstance(exc, Conflict):
                     connected = False  # deleteWebhook again before the next poll
                 delay = backoff.next_delay()
-                log.warning("telegram: poll failed (%s); retry in %.1fs", _brief(exc), delay)
+                log.warning("telegram: poll failed (%s); retry in %.1fs", brief(exc), delay)
                 await asyncio.sleep(delay)
                 continue
             backoff.reset()
@@ -270,7 +276,7 @@ class TelegramAdapter(PlatformAdapter):
         except TelegramError:
             raise
         except Exception as exc:
-            log.warning("telegram: a polled update failed to parse (%s); re-reading raw", _brief(exc))
+            log.warning("telegram: a polled update failed to parse (%s); re-reading raw", brief(exc))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "use Bot.get_updates": that is what just failed
             raw = await self.bot.do_api_request(
@@ -331,7 +337,7 @@ class TelegramAdapter(PlatformAdapter):
             except Exception as exc:
                 self.set_ready(False, self._failure_detail(exc).replace("poll", "webhook check"))
                 delay = backoff.next_delay()
-                log.warning("telegram: webhook check failed (%s); retry in %.1fs", _brief(exc), delay)
+                log.warning("telegram: webhook check failed (%s); retry in %.1fs", brief(exc), delay)
                 await asyncio.sleep(delay)
                 continue
             backoff.reset()
@@ -348,7 +354,7 @@ class TelegramAdapter(PlatformAdapter):
             inbound = update_to_inbound(update, raw, self._bot_id, self._bot_username)
         except Exception as exc:
             log.warning(
-                "telegram: skipping malformed update %s (%s)", raw.get("update_id"), _brief(exc)
+                "telegram: skipping malformed update %s (%s)", raw.get("update_id"), brief(exc)
             )
             return
         if inbound is None:
@@ -379,7 +385,7 @@ class TelegramAdapter(PlatformAdapter):
         return ids
 
     async def _send_chunk(self, source: SessionSource, chunk: str, reply_to: str | None) -> str | None:
-        chat_id: int | str = _chat_id(source.chat_id)
+        chat_id: int | str = chat_id_param(source.chat_id)
         kwargs: dict[str, Any] = {}
         if source.chat_type == "forum" and source.thread_id:
             kwargs["message_thread_id"] = int(source.thread_id)
@@ -395,13 +401,13 @@ class TelegramAdapter(PlatformAdapter):
                     )
                 )
             except BadRequest as exc:
-                if not _is_markup_error(exc):
+                if not is_markup_error(exc):
                     raise
-                log.info("telegram: MarkdownV2 refused (%s); sending as plain text", _brief(exc))
+                log.info("telegram: MarkdownV2 refused (%s); sending as plain text", brief(exc))
                 msg = await self._call(lambda: self.bot.send_message(chat_id, chunk, **kwargs))
         except Forbidden as exc:
             # blocked by the user, kicked from the group: nothing to deliver to; not our crash
-            log.warning("telegram: cannot send to chat %s: %s", source.chat_id, _brief(exc))
+            log.warning("telegram: cannot send to chat %s: %s", source.chat_id, brief(exc))
             return None
         except ChatMigrated as exc:
             log.warning("telegram: chat %s moved to %s; resending there", source.chat_id, exc.new_chat_id)
@@ -412,7 +418,7 @@ class TelegramAdapter(PlatformAdapter):
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         chunks = self.split(text) or [text]
         chat, mid = parse_message_key(message_id)
-        chat_id = _chat_id(chat or source.chat_id)
+        chat_id = chat_id_param(chat or source.chat_id)
         try:
             try:
                 await self._call(
@@ -424,13 +430,13 @@ class TelegramAdapter(PlatformAdapter):
             except BadRequest as exc:
                 if "not modified" in str(exc).lower():
                     return
-                if not _is_markup_error(exc):
+                if not is_markup_error(exc):
                     raise
                 await self._call(
                     lambda: self.bot.edit_message_text(chunks[0], chat_id=chat_id, message_id=mid)
                 )
         except Forbidden as exc:
-            log.warning("telegram: cannot edit in chat %s: %s", source.chat_id, _brief(exc))
+            log.warning("telegram: cannot edit in chat %s: %s", source.chat_id, brief(exc))
             return
         for extra in chunks[1:]:  # an edit cannot grow past the limit: the rest follows as messages
             if await self._send_chunk(source, extra, None) is None:
@@ -441,9 +447,9 @@ class TelegramAdapter(PlatformAdapter):
         if source.chat_type == "forum" and source.thread_id:
             kwargs["message_thread_id"] = int(source.thread_id)
         try:
-            await self.bot.send_chat_action(_chat_id(source.chat_id), ChatAction.TYPING, **kwargs)
+            await self.bot.send_chat_action(chat_id_param(source.chat_id), ChatAction.TYPING, **kwargs)
         except Exception as exc:  # a hint only: never retried, never raised
-            log.debug("telegram: typing action failed: %s", _brief(exc))
+            log.debug("telegram: typing action failed: %s", brief(exc))
 
     def bot_commands(self, commands: dict[str, str]) -> None:
         self._commands = dict(commands)
@@ -456,7 +462,7 @@ class TelegramAdapter(PlatformAdapter):
         try:
             await self._push_commands()
         except Exception as exc:
-            log.warning("telegram: setMyCommands failed: %s", _brief(exc))
+            log.warning("telegram: setMyCommands failed: %s", brief(exc))
 
     async def _push_commands(self) -> None:
         menu = []
@@ -469,54 +475,9 @@ class TelegramAdapter(PlatformAdapter):
         await self._call(lambda: self.bot.set_my_commands(menu))
 
     async def _call(self, make: Callable[[], Awaitable[T]]) -> T:
-        """Run one Bot API call with bounded retries: flood waits are honoured (up to
-        max_retry_after), network errors and 5xx back off. Other errors go to the caller."""
-        backoff = Backoff(self.reconnect_base, self.reconnect_cap)
-        for attempt in range(1, self.send_attempts + 1):
-            try:
-                return await make()
-            except RetryAfter as exc:
-                wait = _retry_after(exc)
-                if attempt == self.send_attempts or wait > self.max_retry_after:
-                    raise
-                log.info("telegram: flood control, waiting %.1fs (attempt %d)", wait, attempt)
-                await asyncio.sleep(wait)
-            except BadRequest:
-                raise  # a BadRequest is a NetworkError subclass in the SDK, but final
-            except NetworkError as exc:  # includes TimedOut and 5xx
-                if attempt == self.send_attempts:
-                    raise
-                delay = backoff.next_delay()
-                log.info("telegram: %s; retry %d in %.1fs", _brief(exc), attempt, delay)
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
-
-
-def _chat_id(value: str) -> int | str:
-    """Numeric chat ids go as ints; '@channelname' stays a string."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return value
-
-
-def _is_markup_error(exc: BadRequest) -> bool:
-    text = str(exc).lower()
-    return "parse entities" in text or "can't find end" in text
-
-
-def _retry_after(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the int -> timedelta migration warning
-        value = exc.retry_after
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def _brief(exc: BaseException) -> str:
-    """A one-line description of an error that never carries the bot token."""
-    if isinstance(exc, InvalidToken):
-        return "InvalidToken"
-    return f"{type(exc).__name__}: {str(exc)[:300]}"
+        return await call_with_retries(
+            make, self.send_attempts, Backoff(self.reconnect_base, self.reconnect_cap), self.max_retry_after
+        )
 
 
 async def _cancel(task: asyncio.Task | None) -> None:

@@ -3,7 +3,6 @@ Bot API), the real GatewayRunner on a real SQLite file, and the fake OpenAI-comp
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 

@@ -112,7 +112,7 @@ class FeishuAdapter(PlatformAdapter):
         return f"FeishuAdapter(app_id={self.app_id!r}, domain={self.domain!r}, mode={self.mode!r})"
 
     # -- lifecycle -------------------------------------------------------------------------------
-    async def start(self, on_message: MessageHandler, connect_wait: float = 10.0) -> None:
+    async def start(self, on_message: MessageHandler, connect_wait: float = 5.0) -> None:
         self._on_message = on_message
         self._loop = asyncio.get_running_loop()
         self._stopping.clear()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -25,6 +26,25 @@ import lark_oapi as lark
 import lark_oapi.ws.client as sdk_ws
 
 log = logging.getLogger(__name__)
+
+_TICKET = re.compile(r"((?:ticket|access_key)=)[^&\s]+")
+
+
+class _RedactTicket(logging.Filter):
+    """The long-connection URL carries a connection ticket; websockets logs the URL at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "ticket=" in message or "access_key=" in message:
+            record.msg, record.args = _TICKET.sub(r"\1***", message), ()
+        return True
+
+
+def install_log_redaction() -> None:
+    for name in ("websockets.client", "websockets"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _RedactTicket) for f in logger.filters):
+            logger.addFilter(_RedactTicket())
 
 
 @dataclass
@@ -81,6 +101,7 @@ class WsSession:
         self._thread = threading.Thread(target=self._main, name="feishu-ws", daemon=True)
 
     def start(self) -> None:
+        install_log_redaction()
         self._thread.start()
 
     async def stop(self, timeout: float = 5.0) -> None:

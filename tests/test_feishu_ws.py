@@ -138,3 +138,33 @@ async def test_bad_credentials_keep_retrying_and_report_not_ready(fake, make_ada
         assert "wrong" not in adapter.health().detail
     finally:
         await asyncio.wait_for(adapter.stop(), 10)
+
+
+async def test_event_split_over_several_frames_is_reassembled(fake, make_adapter):
+    adapter, inbox = await make_adapter()
+    text = "long " * 2000
+    frame_id = await fake.push_event(fake.message_event(text), parts=3)
+    msg = await asyncio.wait_for(inbox.get(), 5)
+    assert msg.text == text.strip()
+    await fake.wait_for(lambda: frame_id in fake.acks)
+
+
+async def test_secrets_never_reach_the_logs(fake, make_adapter, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    adapter, inbox = await make_adapter()
+    await fake.push_event(fake.message_event("hi"))
+    msg = await asyncio.wait_for(inbox.get(), 5)
+    fake.expire_tokens()
+    fake.fail_next("reply", status=500)
+    await adapter.send(msg.source, "answer", reply_to=msg.message_id)
+    await fake.drop_connections()
+    await fake.wait_for(lambda: fake.ws_connects == 2 and adapter.health().ready, timeout=10)
+    issued = [c for c in fake.calls_to("token")]
+    assert len(issued) >= 2
+    # (aiohttp.access is the fake platform's own server log, not the adapter's)
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name != "aiohttp.access")
+    assert fake.app_secret not in logged
+    assert not any(t in logged for t in fake.valid_tokens)
+    assert fake.ticket and fake.ticket not in logged

@@ -91,6 +91,7 @@ class FakeFeishu:
         self.acks: dict[str, dict[str, Any]] = {}  # frame message_id -> the client's response
         self.conns: list[_Conn] = []
         self.ws_connects = 0
+        self.ticket = ""
         self._ids = itertools.count(1)
         self._uuids: dict[str, str] = {}
         self._runner: web.AppRunner | None = None
@@ -153,20 +154,27 @@ class FakeFeishu:
     def live_conns(self) -> list[_Conn]:
         return [c for c in self.conns if not c.ws.closed]
 
-    async def push_event(self, payload: dict[str, Any] | bytes) -> str:
-        """Send an event over the newest open long connection; return the frame's message id."""
+    async def push_event(self, payload: dict[str, Any] | bytes, parts: int = 1) -> str:
+        """Send an event over the newest open long connection; return the frame's message id.
+
+        With parts > 1 the payload is cut into that many frames (sum/seq headers), as Feishu does
+        with large events.
+        """
         conns = self.live_conns
         if not conns:
             raise RuntimeError("no long connection open")
-        frame = Frame()
-        frame.SeqID, frame.LogID, frame.service, frame.method = next(self._ids), 0, 1, 1
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         frame_id = uuid.uuid4().hex
-        for key, value in (("type", "event"), ("message_id", frame_id), ("trace_id", "t"),
-                           ("sum", "1"), ("seq", "0")):
-            h = frame.headers.add()
-            h.key, h.value = key, value
-        frame.payload = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        await conns[-1].ws.send_bytes(frame.SerializeToString())
+        size = -(-len(data) // parts)
+        for seq in range(parts):
+            frame = Frame()
+            frame.SeqID, frame.LogID, frame.service, frame.method = next(self._ids), 0, 1, 1
+            for key, value in (("type", "event"), ("message_id", frame_id), ("trace_id", "t"),
+                               ("sum", str(parts)), ("seq", str(seq))):
+                h = frame.headers.add()
+                h.key, h.value = key, value
+            frame.payload = data[seq * size:(seq + 1) * size]
+            await conns[-1].ws.send_bytes(frame.SerializeToString())
         return frame_id
 
     # -- Feishu's sending side for webhooks ----------------------------------------------------
@@ -371,7 +379,10 @@ class FakeFeishu:
         host = self.base_url.replace("http://", "ws://")
         config = {"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0,
                   "PingInterval": self.ping_interval}
-        data = {"URL": f"{host}/ws?device_id=d{next(self._ids)}&service_id=1", "ClientConfig": config}
+        # like Feishu's, the URL carries a per-connection secret ticket
+        self.ticket = f"tk-{uuid.uuid4().hex}"
+        url = f"{host}/ws?device_id=d{next(self._ids)}&service_id=1&access_key=ak&ticket={self.ticket}"
+        data = {"URL": url, "ClientConfig": config}
         return web.json_response({"code": 0, "msg": "ok", "data": data})
 
     async def _ws(self, request: web.Request) -> web.WebSocketResponse:

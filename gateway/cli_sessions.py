@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from gateway.cli_format import Progress, ago, fmt_time, table
-from gateway.db import ROLES, SessionDB, TitleTaken, sanitize_title
+from gateway.db import MAX_CONTENT_CHARS, ROLES, SessionDB, TitleTaken, sanitize_title
 from gateway.home import Home, home_from_args, is_safe_session_id
 from gateway.mirrors import Mirrors
 
@@ -378,6 +378,8 @@ def check_record(record: Any) -> str | None:
         problem = _type_problem(msg, _MESSAGE_TYPES, f"message {n}: ")
         if problem:
             return problem
+        if len(msg.get("content") or "") > MAX_CONTENT_CHARS:
+            return f"message {n}: content is {len(msg['content']):,} characters; the limit is {MAX_CONTENT_CHARS:,}"
     return None
 
 

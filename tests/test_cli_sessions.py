@@ -11,7 +11,9 @@ import pytest
 
 from gateway.cli import main
 from gateway.cli_format import Progress, clip, width
-from gateway.db import SessionDB, new_session_id
+from gateway.cli_sessions import _search_fallback
+from gateway.mirrors import Mirrors
+from gateway.db import MAX_CONTENT_CHARS, SessionDB, TitleTaken, new_session_id
 from gateway.home import resolve_home
 from tests.mirror_check import mirror_problems
 
@@ -170,6 +172,9 @@ GOOD2 = json.dumps({"session": {"id": "20250101_000000_bbbbbbbb", "source": "loc
         ('{"session": {"id": "x5", "source": "local", "title": "TWO"}}', "line 3: title 'TWO' is also used on line 2"),
         ('{"session": {"id": "x6", "source": "local"}, "messages": [{"role": "user", "active": "no"}]}',
          "line 3: message 1: active must be int or bool"),
+        (json.dumps({"session": {"id": "x7", "source": "local"}, "messages": [
+            {"role": "user", "content": "ok"}, {"role": "user", "content": "x" * (MAX_CONTENT_CHARS + 1)}]}),
+         f"line 3: message 2: content is {MAX_CONTENT_CHARS + 1:,} characters; the limit is {MAX_CONTENT_CHARS:,}"),
     ],
 )
 def test_bad_import_names_the_line_and_changes_nothing(capsys, home, tmp_path, third, message):
@@ -291,3 +296,28 @@ def test_progress_bar():
 def test_wide_characters_are_measured_in_columns():
     assert width("钢琴课") == 6 and width("abc") == 3
     assert clip("钢琴课钢琴课", 7) == "钢琴课…" and width(clip("钢琴课钢琴课", 7)) == 7
+
+
+def test_db_import_is_all_or_nothing_and_leaves_mirrors_alone(home):
+    """What `import` relies on when a record fails inside the transaction (checks cannot see it all)."""
+    with SessionDB(home / "state.db") as db:
+        mirrors = Mirrors(home, db)
+        records = [
+            {"session": {"id": "20250101_000000_00000001", "source": "local", "title": "same"},
+             "messages": [{"role": "user", "content": "first"}]},
+            {"session": {"id": "20250101_000000_00000002", "source": "local", "title": "same"},
+             "messages": [{"role": "user", "content": "second"}]},
+        ]
+        with pytest.raises(TitleTaken):
+            db.import_records(records)
+        mirrors.close()
+        assert db.count_sessions() == 0 and db.count_messages() == 0
+        assert db.search_messages("first") == []
+        assert not list((home / "sessions").glob("*.jsonl")) and not (home / "sessions.json").exists()
+
+
+def test_search_fallback_groups_message_hits_by_session(home, seeded):
+    with SessionDB(home / "state.db") as db:
+        hits = _search_fallback(db, "deploy", 5, None)
+        assert [h["session_id"] for h in hits] == [seeded["deploy"]] and "deploy" in hits[0]["snippet"].lower()
+        assert _search_fallback(db, "deploy", 5, "ou_2") == []

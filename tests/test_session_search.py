@@ -283,6 +283,11 @@ async def test_tool_applies_the_privacy_rule(db, add):
     assert out["count"] == 2
     out = parse(await registry.call("session_search", {"query": "budget"}, ctx_for(db, "mallory")))
     assert out["count"] == 0
+    anonymous = ToolContext(session_id="none", source=None, db=db)
+    out = parse(await registry.call("session_search", {"query": "budget"}, anonymous))
+    assert out["count"] == 0 and "who is asking" in out["error"]
+    owner = ToolContext(session_id="none", source=None, db=db, single_owner=True)
+    assert parse(await registry.call("session_search", {"query": "budget"}, owner))["count"] == 2
 
 
 async def test_tool_uses_the_auxiliary_model_from_the_context(db, add):

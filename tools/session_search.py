@@ -470,6 +470,9 @@ async def _handler(args: dict[str, Any], ctx: ToolContext) -> str:
     recaps = bool(getattr(recall_config, "recaps", True))
     settings = _settings_from(ctx.extra.get("recap_model") or ctx.extra.get("auxiliary"))
     person = ctx.source.person_id if ctx.source is not None else None
+    see_all = bool(ctx.is_admin or ctx.single_owner)
+    if person is None and not see_all:  # never widen recall to everyone because an id is missing
+        return _error("cannot tell who is asking, so no earlier conversations can be shown")
     query = args.get("query") or ""
     if not isinstance(query, str):
         query = json.dumps(query, ensure_ascii=False)
@@ -480,7 +483,7 @@ async def _handler(args: dict[str, Any], ctx: ToolContext) -> str:
         db=ctx.db,
         current_session_id=ctx.session_id,
         person_id=person,
-        see_all=ctx.is_admin or ctx.single_owner or person is None,
+        see_all=see_all,
         model=settings,
         client=ctx.extra.get("recap_client"),
         deadline=deadline,

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import re
+import sqlite3
 import sys
 import time
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from gateway.cli_format import Progress, ago, fmt_time, table
-from gateway.db import MAX_CONTENT_CHARS, ROLES, SessionDB, TitleTaken, sanitize_title
+from gateway.db import MAX_CONTENT_CHARS, ROLES, SchemaTooNew, SessionDB, TitleTaken, sanitize_title
 from gateway.home import Home, home_from_args, is_safe_session_id
 from gateway.mirrors import Mirrors
 
@@ -111,6 +112,9 @@ def _wrap(fn: Any) -> Any:
         except CliError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except (SchemaTooNew, sqlite3.DatabaseError) as exc:  # not the user's typo: exit 1
+            print(f"{name}: database {home_from_args(args).db_path}: {exc}", file=sys.stderr)
+            return 1
         except BrokenPipeError:  # `chinwag sessions export | head`
             try:
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit

@@ -247,6 +247,16 @@ def test_repair_and_stats(capsys, home, seeded):
     assert "sessions from telegram" in out
 
 
+def test_unwritable_export_and_a_broken_database(capsys, home, seeded, tmp_path):
+    rc, _, err = run(capsys, home, "export", str(tmp_path / "no" / "such" / "dir.jsonl"))
+    assert rc == 2 and err.startswith("export: cannot write") and err.count("\n") == 1
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "state.db").write_bytes(b"this is not a database" * 100)
+    rc, _, err = run(capsys, broken, "list")
+    assert rc == 1 and err.startswith("list: database ") and "not a database" in err and err.count("\n") == 1
+
+
 def test_sessions_without_subcommand_shows_usage(capsys, home):
     capsys.readouterr()
     assert main(["--home", str(home), "sessions"]) == 2

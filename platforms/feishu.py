@@ -116,7 +116,7 @@ class FeishuAdapter(PlatformAdapter):
         self._on_message = on_message
         self._loop = asyncio.get_running_loop()
         self._stopping.clear()
-        await self._load_bot_info()
+        await self._load_bot_info(connect_wait)
         if self.mode == "webhook":
             # Feishu pushes to us; there is no connection to watch.
             self.set_ready(True, "webhook")
@@ -147,11 +147,18 @@ class FeishuAdapter(PlatformAdapter):
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self.set_ready(False, "stopped")
 
-    async def _load_bot_info(self) -> None:
-        # The bot's open_id tells a mention of the bot from a mention of anyone else.
-        if not await self._try_bot_info():
-            log.error("feishu: cannot read bot info yet; @-mentions of the bot go undetected until it works")
-            self._spawn(self._retry_bot_info())
+    async def _load_bot_info(self, wait: float) -> None:
+        """Learn the bot's open_id: it tells a mention of the bot from a mention of anyone else.
+
+        Waits at most `wait` seconds (a slow or unreachable API must not hold up the gateway's
+        start); until it succeeds, mentions of the bot go undetected, and it keeps trying.
+        """
+        task = asyncio.get_running_loop().create_task(self._bot_info_until_known())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        await asyncio.wait({task}, timeout=wait)
+        if not task.done():
+            log.error("feishu: bot info not available yet; @-mentions of the bot go undetected until it is")
 
     async def _try_bot_info(self) -> bool:
         try:
@@ -163,17 +170,14 @@ class FeishuAdapter(PlatformAdapter):
         self.bot_name = bot.get("app_name") or None
         return self.bot_open_id is not None
 
-    async def _retry_bot_info(self) -> None:
+    async def _bot_info_until_known(self) -> None:
         backoff = Backoff(self._backoff.base, self._backoff.cap)
-        while not self._stopping.is_set():
+        while not await self._try_bot_info():
             try:
                 await asyncio.wait_for(self._stopping.wait(), backoff.next_delay())
                 return
             except asyncio.TimeoutError:
                 pass
-            if await self._try_bot_info():
-                log.info("feishu: bot info loaded; mentions detected from now on")
-                return
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -8,7 +8,6 @@ Both transports (long connection and webhook) end in a decoded v2 event dict
 from __future__ import annotations
 
 import json
-import logging
 import re
 import time
 from typing import Any, Callable
@@ -16,7 +15,6 @@ from typing import Any, Callable
 from gateway.source import Platform, SessionSource
 from platforms.base import InboundMessage
 
-log = logging.getLogger(__name__)
 
 MESSAGE_EVENT = "im.message.receive_v1"
 

@@ -4,7 +4,6 @@ OpenAI-compatible model."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import uuid
 from pathlib import Path

@@ -109,6 +109,7 @@ class TelegramAdapter(PlatformAdapter):
         self._commands: dict[str, str] = {}
         self._bot_id: int | None = None
         self._bot_username: str | None = None
+        self._webhook_error: str | None = None  # last delivery error Telegram reported
 
     def _validate(self) -> None:
         if self.mode not in ("polling", "webhook"):
@@ -319,7 +320,7 @@ class TelegramAdapter(PlatformAdapter):
     async def _webhook_loop(self) -> None:
         """Liveness for webhook mode: check (and if lost, restore) the registration."""
         backoff = Backoff(self.reconnect_base, self.reconnect_cap)
-        connected = False
+        connected = self._bot_id is not None  # start() registered it; a lost one is seen below
         while True:
             try:
                 if not connected:
@@ -330,8 +331,11 @@ class TelegramAdapter(PlatformAdapter):
                     log.warning("telegram: webhook registration lost; registering again")
                     connected = False
                     continue
-                if info.last_error_message:
-                    log.info("telegram: Telegram reports webhook delivery errors: %s", info.last_error_message)
+                if info.last_error_message and info.last_error_message != self._webhook_error:
+                    log.warning(
+                        "telegram: Telegram reports webhook delivery errors: %s", info.last_error_message
+                    )
+                self._webhook_error = info.last_error_message
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -596,3 +596,15 @@ def test_defaults():
     assert nulls.mode == "polling" and nulls.poll_timeout == 30 and nulls.webhook_check_seconds == 30
     hooked = TelegramAdapter({"token": "1:x", "webhook_url": "https://h/webhooks/telegram", "secret_token": "abc"})
     assert hooked.mode == "webhook" and list(hooked.webhook_handlers()) == ["/webhooks/telegram"]
+
+
+async def test_webhook_delivery_errors_reported_by_telegram_are_logged(fake, hook_server, caplog):
+    adapter, inbox, url = await start_webhook_adapter(fake, hook_server, webhook_check_seconds=0.05)
+    try:
+        fake.webhook["secret_token"] = "someone-elses"  # deliveries now carry the wrong secret
+        fake.push_message(fake.private_chat(ANN), ANN, "lost")
+        await until(lambda: fake.webhook_deliveries == [403])
+        await until(lambda: any("webhook delivery errors" in r.getMessage() for r in caplog.records))
+        assert inbox.empty()
+    finally:
+        await adapter.stop()

@@ -339,8 +339,11 @@ class FakeTelegram:
         try:
             async with self._client.post(self.webhook["url"], data=json.dumps(update), headers=headers) as resp:
                 self.webhook_deliveries.append(resp.status)
+                if resp.status != 200:
+                    self.webhook["last_error"] = f"Wrong response from the webhook: {resp.status} {resp.reason}"
         except aiohttp.ClientError:
             self.webhook_deliveries.append(0)
+            self.webhook["last_error"] = "Connection refused"
 
     def _new_message_id(self, chat_id: int) -> int:
         self.next_message_id[chat_id] = self.next_message_id.get(chat_id, 0) + 1
@@ -506,6 +509,9 @@ class FakeTelegram:
             "has_custom_certificate": False,
             "pending_update_count": len(self.updates) if not self.webhook else 0,
         }
+        if self.webhook and self.webhook.get("last_error"):
+            info["last_error_date"] = int(time.time())
+            info["last_error_message"] = self.webhook["last_error"]
         return info
 
     def _render(self, text: str, parse_mode: Any) -> str:

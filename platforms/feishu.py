@@ -153,9 +153,7 @@ class FeishuAdapter(PlatformAdapter):
         Waits at most `wait` seconds (a slow or unreachable API must not hold up the gateway's
         start); until it succeeds, mentions of the bot go undetected, and it keeps trying.
         """
-        task = asyncio.get_running_loop().create_task(self._bot_info_until_known())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self._spawn(self._bot_info_until_known())
         await asyncio.wait({task}, timeout=wait)
         if not task.done():
             log.error("feishu: bot info not available yet; @-mentions of the bot go undetected until it is")
@@ -179,10 +177,11 @@ class FeishuAdapter(PlatformAdapter):
             except asyncio.TimeoutError:
                 pass
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- long connection ---------------------------------------------------------------------------
     async def _supervise(self) -> None:

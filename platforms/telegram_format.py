@@ -24,11 +24,12 @@ _QUOTE = re.compile(r"^>\s?(.*)$")
 _INLINE = re.compile(
     r"(?P<code>(?P<ticks>`+)(?P<code_body>.+?)(?P=ticks))"
     r"|(?P<link>\[(?P<link_text>[^\]\n]+)\]\((?P<link_url>(?:[^()\s]|\([^()\s]*\))+)\))"
-    r"|(?P<bold>\*\*(?P<bold_body>\S(?:.*?\S)?)\*\*)"
-    r"|(?P<bold2>(?<!\w)__(?P<bold2_body>\S(?:.*?\S)?)__(?!\w))"
-    r"|(?P<strike>~~(?P<strike_body>\S(?:.*?\S)?)~~)"
+    r"|(?P<bolditalic>\*\*\*(?P<bolditalic_body>\S(?:(?:(?!\*\*\*).)*?\S)?)\*\*\*)"
+    r"|(?P<bold>\*\*(?P<bold_body>\S(?:(?:(?!\*\*).)*?\S)?)\*\*)"
+    r"|(?P<bold2>(?<!\w)__(?P<bold2_body>\S(?:(?:(?!__).)*?\S)?)__(?!\w|\.\w))"
+    r"|(?P<strike>~~(?P<strike_body>\S(?:(?:(?!~~).)*?\S)?)~~)"
     r"|(?P<italic>(?<![\w*])\*(?P<italic_body>[^\s*](?:[^*]*?[^\s*])?)\*(?![\w*]))"
-    r"|(?P<italic2>(?<![\w_])_(?P<italic2_body>[^\s_](?:[^_]*?[^\s_])?)_(?![\w_]))"
+    r"|(?P<italic2>(?<![\w_])_(?P<italic2_body>[^\s_](?:[^_]*?[^\s_])?)_(?![\w_]|\.\w))"
 )
 
 
@@ -105,7 +106,7 @@ _STYLE = {
 def _render(m: re.Match[str], active: frozenset[str]) -> str:
     kind = m.lastgroup
     # lastgroup is the innermost closing group; find the outer alternative that matched
-    for name in ("code", "link", "bold", "bold2", "strike", "italic", "italic2"):
+    for name in ("code", "link", "bolditalic", "bold", "bold2", "strike", "italic", "italic2"):
         if m.group(name) is not None:
             kind = name
             break
@@ -117,6 +118,12 @@ def _render(m: re.Match[str], active: frozenset[str]) -> str:
         if m.group("ticks") != "`" and body.startswith(" ") and body.endswith(" ") and body.strip():
             body = body[1:-1]
         return "`" + escape_code(body) + "`"
+    if kind == "bolditalic":
+        body = m.group("bolditalic_body")
+        inner = convert_inline(body, active | {"bold", "italic"})
+        if "italic" not in active:
+            inner = "_" + inner + "_"
+        return inner if "bold" in active else "*" + inner + "*"
     if kind == "link":
         if "link" in active:
             return escape(m.group(0))

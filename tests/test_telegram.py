@@ -266,6 +266,24 @@ async def test_markup_refused_falls_back_to_plain_text(fake, tg):
     assert modes == ["MarkdownV2", None]
 
 
+@pytest.mark.parametrize(
+    "markdown, markup, plain",
+    [
+        ("***both***", "*_both_*", "both"),
+        ("see __init__.py and __main__", "see \\_\\_init\\_\\_\\.py and *main*", "see __init__.py and main"),
+        ("snake_case_name", "snake\\_case\\_name", "snake_case_name"),
+        ("# Title", "*Title*", "Title"),
+        ("> quoted", ">quoted", "quoted"),
+        ("`a\\b`", "`a\\\\b`", "a\\b"),
+        ("``code with ` tick``", "`code with \\` tick`", "code with ` tick"),
+        ("**open only", "\\*\\*open only", "**open only"),
+    ],
+)
+def test_markdown_conversion_examples(markdown, markup, plain):
+    assert to_markdown_v2(markdown) == markup
+    assert parse_markdown_v2(markup) == plain
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("ab _*[]()~`>#+-=|{}.!\\\n😀x:/")), max_size=60))
 def test_converted_markdown_always_parses_and_never_grows(text):

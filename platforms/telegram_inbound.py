@@ -50,9 +50,12 @@ def update_to_inbound(
     chat = msg.chat
     if chat.type == "supergroup" and chat.is_forum:
         chat_type = "forum"
-        # General topic messages carry no thread id; every other topic message (and every reply
-        # inside a topic) carries the topic's id.
-        thread_id = str(msg.message_thread_id) if msg.message_thread_id else None
+        # A message in a topic (a reply inside one included) is flagged is_topic_message and
+        # carries the topic's id. In the General topic message_thread_id, when present, only
+        # names a reply chain, like in an ordinary supergroup.
+        thread_id = (
+            str(msg.message_thread_id) if msg.is_topic_message and msg.message_thread_id else None
+        )
     elif chat.type in _CHAT_TYPES:
         chat_type = _CHAT_TYPES[chat.type]
         # In ordinary supergroups message_thread_id names a reply chain, not a topic: ignored.

@@ -172,6 +172,14 @@ async def test_forum_topics_carry_thread_id(fake, tg):
     general = await tg.next()
     assert general.source.chat_type == "forum" and general.source.thread_id is None
 
+    # a reply chain inside General carries message_thread_id but is not a topic
+    general_msg = fake.push_message(forum, BOB, "general question")
+    await tg.next()
+    fake.push_message(forum, ANN, "general answer", thread_id=general_msg["message_id"],
+                      reply_to=general_msg, topic=False)
+    chain = await tg.next()
+    assert chain.source.chat_type == "forum" and chain.source.thread_id is None
+
 
 async def test_reply_chains_in_plain_supergroups_are_not_threads(fake, tg):
     group = fake.group_chat(-300, "Big group", supergroup=True)

@@ -289,6 +289,7 @@ class FakeTelegram:
         reply_to: dict | None = None,
         entities: list[dict] | None = None,
         auto_entities: bool = True,
+        topic: bool | None = None,
     ) -> dict:
         """A message as Telegram would deliver it, with mention/command entities computed the
         way clients do (offsets in UTF-16 units)."""
@@ -298,7 +299,7 @@ class FakeTelegram:
             msg["from"] = sender
         if thread_id is not None:
             msg["message_thread_id"] = thread_id
-            if chat.get("is_forum"):
+            if chat.get("is_forum") if topic is None else topic:
                 msg["is_topic_message"] = True
         if reply_to is not None:
             msg["reply_to_message"] = {k: v for k, v in reply_to.items() if not k.startswith("_")}

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
-
-import pytest
 
 from agent.llm import NOT_CONFIGURED_TEXT
 from tests.fakes.gateway_harness import Gateway
-from tests.fakes.openai_server import Reply, ToolCall
+from tests.fakes.openai_server import Reply
 
 
 async def test_dm_turn_persists_and_replies(tmp_path):
@@ -75,7 +72,9 @@ async def test_model_error_becomes_apology(tmp_path):
 
 async def test_model_timeout_becomes_apology(tmp_path):
     async with Gateway(tmp_path, model_options={"timeout_seconds": 1}) as gw:
-        gw.fake.push(Reply(text="too late", delay=3))
+        parked = asyncio.Event()
+        gw.fake.push(Reply(text="too late", wait=parked))
         replies = await gw.say("hi")
+        parked.set()
         assert len(replies) == 1 and "did not answer in time" in replies[0]
         assert await gw.say("still there?") == ["echo: still there?"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from gateway.db import TitleTaken, UnknownSession
+from gateway.db import TitleTaken, UnknownSession, sanitize_title
 from gateway.source import SessionSource, describe_session_key
 from platforms.base import InboundMessage
 
@@ -93,6 +93,15 @@ class Command:
     immediate: bool = False  # read-only: answered at once even while a turn runs
 
 
+def title_taken(db, title: str, except_id: str | None = None) -> bool:
+    """Another session has this title in any letter case. (`/resume <title>` matches case-insensitively,
+    so "Trip" and "trip" on two sessions would make one of them unreachable by title.)"""
+    row = db.read(lambda conn: conn.execute(
+        "SELECT 1 FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
+    ).fetchone())
+    return row is not None
+
+
 def when(ts: float | None) -> str:
     if not ts:
         return "never"
@@ -128,10 +137,14 @@ async def cmd_title(ctx: CommandContext) -> str:
         return f"This conversation is titled “{title}”." if title else (
             "This conversation has no title yet. Set one with /title <name>; titled conversations are "
             "easy to /resume.")
+    wanted = sanitize_title(ctx.args)
+    taken = f"Another conversation is already titled “{wanted}”. Pick a different title."
+    if wanted and await asyncio.to_thread(title_taken, db, wanted, entry.session_id):
+        return taken
     try:
-        clean = await asyncio.to_thread(db.set_title, entry.session_id, ctx.args)
+        clean = await asyncio.to_thread(db.set_title, entry.session_id, wanted)
     except TitleTaken:
-        return f"Another conversation is already titled “{ctx.args.strip()}”. Pick a different title."
+        return taken
     except ValueError as exc:
         return f"That title can't be used: {exc}"
     if not clean:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gateway.access import may_see_session
 from gateway.commands import label as _label
+from gateway.commands import title_taken
 from gateway.commands import when as _when
 from gateway.db import sanitize_title
 from gateway.recall import find_sessions, recent_sessions
@@ -31,7 +32,7 @@ def _one_line(text: str | None, limit: int = SNIPPET_CHARS) -> str:
 async def cmd_new(ctx: "CommandContext") -> str:
     runner = ctx.runner
     title = sanitize_title(ctx.args) if ctx.args else None
-    if title and await runner.db.aread("title_exists", title):
+    if title and await asyncio.to_thread(title_taken, runner.db, title):
         return f"Another conversation is already titled “{title}”. Pick a different title, or /resume {title}."
     old = ctx.existing()
     entry = await runner.store.reset(ctx.source, reason="new", title=title)

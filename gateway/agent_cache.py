@@ -73,7 +73,7 @@ class AgentCache:
         self._slots[session_id] = _Slot(agent, self.clock(), pins=old.pins if same else 0)
         if old is not None and old.agent is not agent:
             await self._retire(old)
-        await self.sweep()
+        await self.sweep(keep=session_id)  # never the one just put: its caller is about to use it
 
     def acquire(self, session_id: str) -> None:
         """Pin the session's agent for a running turn."""
@@ -108,19 +108,20 @@ class AgentCache:
         await self._retire(slot)
         return True
 
-    async def sweep(self) -> int:
-        """Evict idle agents past the TTL, then least recently used ones beyond the count bound."""
+    async def sweep(self, keep: str | None = None) -> int:
+        """Evict idle agents past the TTL, then least recently used ones beyond the count bound.
+        Pinned agents (and `keep`) stay, so the cache may briefly hold more than `max_agents`."""
         now = self.clock()
         victims = [
             sid for sid, slot in self._slots.items()
-            if not slot.pins and now - slot.last_used >= self.idle_ttl
+            if not slot.pins and sid != keep and now - slot.last_used >= self.idle_ttl
         ]
         excess = len(self._slots) - len(victims) - self.max_agents
         if excess > 0:
             for sid, slot in self._slots.items():  # oldest first
                 if excess <= 0:
                     break
-                if not slot.pins and sid not in victims:
+                if not slot.pins and sid != keep and sid not in victims:
                     victims.append(sid)
                     excess -= 1
         for sid in victims:

@@ -71,6 +71,7 @@ class AgentFactory:
         instructions: str | None = None,
         share_client: bool = True,
         clock: Callable[[], float] | None = None,
+        auxiliary: ModelSettings | None = None,
     ) -> None:
         self.settings = settings
         self.home = Path(home)
@@ -79,7 +80,9 @@ class AgentFactory:
         self.instructions = instructions
         self.share_client = share_client
         self.clock = clock
+        self.auxiliary = auxiliary
         self._client: openai.AsyncOpenAI | None = None
+        self._aux_client: openai.AsyncOpenAI | None = None
         self.built = 0
 
     @property
@@ -88,6 +91,19 @@ class AgentFactory:
         if self._client is None and self.settings.is_configured:
             self._client = make_client(self.settings)
         return self._client
+
+    @property
+    def recap_client(self) -> openai.AsyncOpenAI | None:
+        """The client for the auxiliary model (session_search recaps): the main one when the
+        endpoint and key are the same, else its own, made once."""
+        aux = self.auxiliary
+        if aux is None or not aux.is_configured:
+            return None
+        if (aux.base_url, aux.api_key) == (self.settings.base_url, self.settings.api_key):
+            return self.client
+        if self._aux_client is None:
+            self._aux_client = make_client(aux)
+        return self._aux_client
 
     async def build(self, session_id: str, source: SessionSource | None, title: str | None) -> SessionAgent:
         memory, user = await asyncio.to_thread(read_snapshot, self.home)
@@ -107,6 +123,7 @@ class AgentFactory:
         return SessionAgent(agent, session_id, owned)
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        for client in (self._client, self._aux_client):
+            if client is not None:
+                await client.close()
+        self._client = self._aux_client = None

@@ -69,6 +69,7 @@ async def run_turn(
     async def persist(message: dict[str, Any]) -> None:
         nonlocal first_user
         fields = db_fields(message)
+        fields["timestamp"] = runner.clock()  # the reset policy compares activity with this clock
         if message["role"] == "user":
             origin = msg
             if not first_user:
@@ -88,7 +89,11 @@ async def run_turn(
             is_admin=runner.is_admin(msg),
             single_owner=runner.single_owner,
             home=runner.config.home,
-            extra={"config": runner.config, "auxiliary": runner.config.auxiliary},
+            extra={
+                "config": runner.config,
+                "recap_model": getattr(runner.factory, "auxiliary", None),
+                "recap_client": getattr(runner.factory, "recap_client", None),
+            },
         )
         result = await session_agent.agent.run_turn(history, text, ctx, persist, steer)
     finally:

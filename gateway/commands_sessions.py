@@ -119,6 +119,7 @@ async def cmd_resume(ctx: "CommandContext") -> str:
     if current is not None and current.session_id == session["id"]:
         return f"You are already in {_label(session)}."
     await runner.store.switch(ctx.source, session["id"], reason="resume")
+    await _touch(runner, session["id"])
     if current is not None:
         await runner.cache.drop(current.session_id)
     await runner.cache.drop(session["id"])
@@ -127,6 +128,17 @@ async def cmd_resume(ctx: "CommandContext") -> str:
     if session.get("preview"):
         text += f"\nIt began with: {_one_line(session['preview'])}"
     return text
+
+
+async def _touch(runner, session_id: str) -> None:
+    """Resuming is activity: without this, an idle-reset policy would end the resumed session again
+    on the very next message (its last activity is old by definition)."""
+    now = runner.clock()
+
+    def op(conn, events) -> None:
+        conn.execute("UPDATE sessions SET last_active_at = MAX(last_active_at, ?) WHERE id = ?", (now, session_id))
+
+    await runner.db.awrite(op)
 
 
 async def cmd_search(ctx: "CommandContext") -> str:

@@ -57,13 +57,15 @@ class GatewayRunner:
         self.metrics = metrics
         self.access = AccessControl.from_config(config.platforms)
         self.single_owner: bool = bool(config.single_owner)
-        self.model_settings = ModelSettings.from_config(config.as_dict())
+        # The config already resolved the environment fallbacks; don't consult os.environ twice.
+        self.model_settings = ModelSettings.from_config(config.as_dict(), env={})
         self.factory = agent_factory or AgentFactory(
             self.model_settings,
             config.home,
             default_tools(limits_from_config(config.as_dict())),
             max_iterations=config.model.max_iterations,
             clock=clock,
+            auxiliary=ModelSettings.from_config(config.as_dict(), role="auxiliary", env={}),
         )
         cache = config.gateway.agent_cache
         ttl = cache.idle_ttl_minutes * 60 if cache.idle_ttl_minutes > 0 else math.inf

@@ -62,9 +62,12 @@ class AgentCache:
         slot = self._slots.get(session_id)
         if slot is None:
             return None
+        self._touch(session_id, slot)
+        return slot.agent
+
+    def _touch(self, session_id: str, slot: _Slot) -> None:
         slot.last_used = self.clock()
         self._slots.move_to_end(session_id)
-        return slot.agent
 
     async def put(self, session_id: str, agent: Any) -> None:
         """Cache `agent` for `session_id` (replacing and closing any other), then enforce the bounds."""
@@ -80,13 +83,13 @@ class AgentCache:
         slot = self._slots.get(session_id)
         if slot is not None:
             slot.pins += 1
-            slot.last_used = self.clock()
+            self._touch(session_id, slot)
 
     async def release(self, session_id: str, agent: Any = None) -> None:
         slot = self._slots.get(session_id)
         if slot is not None and (agent is None or slot.agent is agent):
             slot.pins = max(0, slot.pins - 1)
-            slot.last_used = self.clock()
+            self._touch(session_id, slot)
         elif agent is not None and id(agent) in self._doomed:
             left = self._doomed_pins[id(agent)] - 1
             if left <= 0:
@@ -110,20 +113,20 @@ class AgentCache:
 
     async def sweep(self, keep: str | None = None) -> int:
         """Evict idle agents past the TTL, then least recently used ones beyond the count bound.
-        Pinned agents (and `keep`) stay, so the cache may briefly hold more than `max_agents`."""
+        Pinned agents (and `keep`) stay, so the cache may briefly hold more than `max_agents`.
+
+        Slots are kept in last-use order, so the scan stops at the first fresh slot once the
+        count is within bounds: the cost is the number evicted (plus pinned ones skipped)."""
         now = self.clock()
-        victims = [
-            sid for sid, slot in self._slots.items()
-            if not slot.pins and sid != keep and now - slot.last_used >= self.idle_ttl
-        ]
-        excess = len(self._slots) - len(victims) - self.max_agents
-        if excess > 0:
-            for sid, slot in self._slots.items():  # oldest first
-                if excess <= 0:
-                    break
-                if not slot.pins and sid != keep and sid not in victims:
-                    victims.append(sid)
-                    excess -= 1
+        over = len(self._slots) - self.max_agents
+        victims = []
+        for sid, slot in self._slots.items():  # least recently used first
+            if over <= 0 and now - slot.last_used < self.idle_ttl:
+                break
+            if slot.pins or sid == keep:
+                continue
+            victims.append(sid)
+            over -= 1
         for sid in victims:
             slot = self._slots.pop(sid)
             self.evictions += 1

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +31,16 @@ from tools.memory import make_memory_tool, read_snapshot
 from tools.registry import Tool, ToolRegistry
 
 log = logging.getLogger(__name__)
+
+
+FROZEN_SESSIONS = 50_000
+
+
+@dataclass(frozen=True)
+class _Frozen:
+    notes: tuple[str, str]  # (MEMORY.md, USER.md) as read when the session's first agent was built
+    title: str | None
+    started: float
 
 
 @dataclass
@@ -61,6 +73,8 @@ def default_tools(memory_limits: dict[str, int] | None = None) -> ToolRegistry:
 
 
 class AgentFactory:
+    agent_class: type[Agent] = Agent  # a subclass may change how the model is called (bench/)
+
     def __init__(
         self,
         settings: ModelSettings,
@@ -84,6 +98,11 @@ class AgentFactory:
         self._client: openai.AsyncOpenAI | None = None
         self._aux_client: openai.AsyncOpenAI | None = None
         self.built = 0
+        # session -> what its system prompt was built from, so an agent rebuilt after eviction gets
+        # the same prompt (DESIGN §7: the snapshot is taken when the session starts). Identical
+        # snapshots are shared, so this costs a few hundred bytes per session; bounded LRU.
+        self._frozen: OrderedDict[str, _Frozen] = OrderedDict()
+        self._interned: dict[tuple[str, str], tuple[str, str]] = {}
 
     @property
     def client(self) -> openai.AsyncOpenAI | None:
@@ -105,10 +124,28 @@ class AgentFactory:
             self._aux_client = make_client(aux)
         return self._aux_client
 
-    async def build(self, session_id: str, source: SessionSource | None, title: str | None) -> SessionAgent:
+    def has_snapshot(self, session_id: str) -> bool:
+        return session_id in self._frozen
+
+    async def _snapshot(self, session_id: str, title: str | None) -> "_Frozen":
+        frozen = self._frozen.get(session_id)
+        if frozen is not None:
+            self._frozen.move_to_end(session_id)
+            return frozen
         memory, user = await asyncio.to_thread(read_snapshot, self.home)
-        now = datetime.fromtimestamp(self.clock(), timezone.utc) if self.clock else None
-        prompt = build_system_prompt(memory, user, source, title, now=now, extra=self.instructions)
+        notes = self._interned.setdefault((memory, user), (memory, user))
+        if len(self._interned) > 64:  # memory edited many times: forget old versions' sharing
+            self._interned = {notes: notes}
+        frozen = _Frozen(notes, title, self.clock() if self.clock else time.time())
+        self._frozen[session_id] = frozen
+        while len(self._frozen) > FROZEN_SESSIONS:
+            self._frozen.popitem(last=False)
+        return frozen
+
+    async def build(self, session_id: str, source: SessionSource | None, title: str | None) -> SessionAgent:
+        frozen = await self._snapshot(session_id, title)
+        (memory, user), now = frozen.notes, datetime.fromtimestamp(frozen.started, timezone.utc)
+        prompt = build_system_prompt(memory, user, source, frozen.title, now=now, extra=self.instructions)
         owned: list[Any] = []
         if self.share_client:
             client = self.client
@@ -119,7 +156,7 @@ class AgentFactory:
             except ModelNotConfigured:
                 client = None
         self.built += 1
-        agent = Agent(client, self.settings, self.tools, prompt, self.max_iterations)
+        agent = self.agent_class(client, self.settings, self.tools, prompt, self.max_iterations)
         return SessionAgent(agent, session_id, owned)
 
     async def close(self) -> None:

@@ -35,8 +35,12 @@ async def _agent_for(runner: "GatewayRunner", msg: "InboundMessage", session_id:
     cached = runner.cache.get(session_id)
     if cached is not None:
         return cached
-    session = await runner.db.aread("get_session", session_id)
-    built = await runner.factory.build(session_id, msg.source, session.get("title") if session else None)
+    factory = runner.factory
+    title = None
+    if not getattr(factory, "has_snapshot", lambda _sid: False)(session_id):  # a rebuild needs no read
+        session = await runner.db.aread("get_session", session_id)
+        title = session.get("title") if session else None
+    built = await factory.build(session_id, msg.source, title)
     await runner.cache.put(session_id, built)
     return built
 

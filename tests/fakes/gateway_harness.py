@@ -24,14 +24,26 @@ from tests.fakes.openai_server import FakeOpenAI
 
 
 class Clock:
+    """Wall-clock time that moves on by itself (so activity order is real) and can jump:
+    `advance(seconds)`, or set `now` outright."""
+
     def __init__(self, start: float | None = None) -> None:
-        self.now = time.time() if start is None else start
+        self._base = time.time() if start is None else start
+        self._t0 = time.monotonic()
+
+    @property
+    def now(self) -> float:
+        return self._base + (time.monotonic() - self._t0)
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self._base, self._t0 = value, time.monotonic()
 
     def __call__(self) -> float:
         return self.now
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        self._base += seconds
 
 
 def make_config(home: Path, fake: FakeOpenAI | None, platforms: dict | None = None,

@@ -17,6 +17,10 @@ Each chat is a closed loop (send, wait for the reply, send the next), all chats 
 message's latency is processing, not queueing behind its own chat. Before the runs, `--known`
 sessions with key entries are created, and the store's raw append rate is measured on the same
 DB: concurrent `aappend_message` (group commit) and one-at-a-time `append_message`.
+
+Two phases per mode: an open loop offering `--rate` messages/s (the latency a message sees at that
+load, and the time the gateway adds to it), then a closed loop with every chat at once (the most
+the gateway can do; its latency is then mostly waiting behind the other chats).
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +99,10 @@ class BenchAdapter(PlatformAdapter):
         super().__init__()
         self.on_message: Any = None
         self.waiters: dict[str, asyncio.Future] = {}
-        self.model_times: dict[str, list[float]] = {}
+        self.outstanding: dict[str, deque[float]] = {}  # open loop: chat -> send times, in order
+        self.latencies: list[float] = []
+        self.added: list[float] = []
+        self.bad = 0
 
     async def start(self, on_message: Any) -> None:
         self.on_message = on_message
@@ -105,7 +114,29 @@ class BenchAdapter(PlatformAdapter):
         waiter = self.waiters.pop(source.chat_id, None)
         if waiter is not None and not waiter.done():
             waiter.set_result(text)
+        starts = self.outstanding.get(source.chat_id)
+        if starts:
+            elapsed = time.perf_counter() - starts.popleft()
+            self.latencies.append(elapsed)
+            self.added.append(elapsed - SPENT.pop(source.chat_id, 0.0))
+            if not text.startswith(("ok: ", "echo: ")):
+                self.bad += 1
         return ["x"]
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds per live thread (Linux /proc), by Python thread name."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for t in threading.enumerate():
+        try:
+            fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = t.name.split(" (")[0]
+        name = "executor" if name.startswith(("asyncio_", "ThreadPoolExecutor")) else name
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def rss_mb() -> float:
@@ -160,6 +191,53 @@ async def raw_append_rate(db: SessionDB, chats: int, per_chat: int) -> tuple[flo
     return concurrent, sequential
 
 
+async def closed_loop(adapter: BenchAdapter, chats: int, messages: int, tag: str) -> tuple[float, list[float], list[float], int]:
+    """Every chat at once, each sending its next message when the previous reply arrived."""
+    latencies: list[float] = []
+    added: list[float] = []
+    errors = 0
+
+    async def chat(i: int) -> None:
+        nonlocal errors
+        source = SessionSource(platform="telegram", chat_id=str(i), chat_type="dm", user_id=str(i))
+        loop = asyncio.get_running_loop()
+        for n in range(messages):
+            waiter = loop.create_future()
+            adapter.waiters[source.chat_id] = waiter
+            started = time.perf_counter()
+            await adapter.on_message(InboundMessage(source, f"message {n} from chat {i}", f"{tag}-{i}-{n}"))
+            reply = await asyncio.wait_for(waiter, 120)
+            elapsed = time.perf_counter() - started
+            if not reply.startswith(("ok: ", "echo: ")):
+                errors += 1
+            latencies.append(elapsed)
+            added.append(elapsed - SPENT.pop(source.chat_id, 0.0))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(chat(i) for i in range(chats)))
+    return time.perf_counter() - started, latencies, added, errors
+
+
+async def open_loop(adapter: BenchAdapter, runner: GatewayRunner, chats: int, messages: int, rate: float,
+                    tag: str) -> float:
+    """Messages arrive at `rate` per second whatever the gateway does, round-robin over the chats
+    (so at 1,000 msg/s each of 1,000 chats writes once a second). Latency = arrival to reply."""
+    total = chats * messages
+    started = time.perf_counter()
+    sent = 0
+    while sent < total:
+        due = min(total, int((time.perf_counter() - started) * rate) + 1)
+        while sent < due:
+            i, n = sent % chats, sent // chats
+            source = SessionSource(platform="telegram", chat_id=str(i), chat_type="dm", user_id=str(i))
+            adapter.outstanding.setdefault(source.chat_id, deque()).append(time.perf_counter())
+            await adapter.on_message(InboundMessage(source, f"message {n} from chat {i}", f"{tag}-{i}-{n}"))
+            sent += 1
+        await asyncio.sleep(0.001)
+    await runner.drain()
+    return time.perf_counter() - started
+
+
 async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     home = workdir / mode
     fake = None
@@ -172,11 +250,13 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
         base_url = "http://127.0.0.1:9/v1"  # never contacted: InstantAgent answers itself
     config = parse_config({
         "model": {"base_url": base_url, "api_key": "k", "name": "fake-model"},
-        "gateway": {"busy_ack": False, "agent_cache": {"max_agents": args.cache, "idle_ttl_minutes": 30}},
+        "session": {"reset": {"mode": "none"}},  # no reset notices in the middle of the count
+        "gateway": {"busy_ack": False, "max_pending": 1000,
+                    "agent_cache": {"max_agents": args.cache, "idle_ttl_minutes": 30}},
         "platforms": {"telegram": {"token": "x", "allowed_users": ["*"]}},
     }, env={}, home_override=home)
     db = SessionDB(home / "state.db")
-    mirrors = Mirrors(home, db)
+    mirrors = Mirrors(home, db) if args.mirrors else None
     precreate(db, args.known)
     raw = await raw_append_rate(db, min(args.chats, 1000), 10)
     store = SessionStore(db, config.session.reset_policies())
@@ -186,56 +266,35 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
     adapter = BenchAdapter()
     runner = GatewayRunner(config, db, store, [adapter], agent_factory=factory)
     await runner.start()
-
-    latencies: list[float] = []
-    gateway_added: list[float] = []
-    errors = 0
-
-    async def chat(i: int) -> None:
-        nonlocal errors
-        source = SessionSource(platform="telegram", chat_id=str(i), chat_type="dm", user_id=str(i))
-        for n in range(args.messages):
-            loop = asyncio.get_running_loop()
-            waiter = loop.create_future()
-            adapter.waiters[source.chat_id] = waiter
-            started = time.perf_counter()
-            await adapter.on_message(InboundMessage(source, f"message {n} from chat {i}", f"{i}-{n}"))
-            reply = await asyncio.wait_for(waiter, 60)
-            elapsed = time.perf_counter() - started
-            if not reply.startswith(("ok: ", "echo: ")):
-                errors += 1
-            latencies.append(elapsed)
-            gateway_added.append(elapsed - SPENT.pop(source.chat_id, 0.0))
-
     gc.collect()
-    started = time.perf_counter()
-    await asyncio.gather(*(chat(i) for i in range(args.chats)))
-    wall = time.perf_counter() - started
-    await runner.drain()
+
+    result: dict[str, Any] = {"mode": mode, "raw_concurrent": raw[0], "raw_sequential": raw[1]}
+    cpu_before = thread_cpu()
+    # 1. open loop at the target rate: the latency a message sees at that load
+    wall = await open_loop(adapter, runner, args.chats, args.messages, args.rate, "open")
     total = args.chats * args.messages
-    result = {
-        "mode": mode,
-        "messages": total,
-        "wall": wall,
-        "rate": total / wall,
-        "p50": pct(latencies, 0.50) * 1000,
-        "p99": pct(latencies, 0.99) * 1000,
-        "added_p50": pct(gateway_added, 0.50) * 1000,
-        "added_p99": pct(gateway_added, 0.99) * 1000,
-        "added_mean": statistics.fmean(gateway_added) * 1000,
-        "errors": errors,
-        "cache": runner.cache_size(),
-        "evictions": runner.cache.evictions,
-        "agents_built": factory.built,
-        "sessions": db.count_sessions(),
-        "db_messages": db.count_messages(),
-        "commits": db.commit_stats,
-        "raw_concurrent": raw[0],
-        "raw_sequential": raw[1],
-        "rss": rss_mb(),
+    result["open"] = {
+        "messages": total, "wall": wall, "rate": total / wall, "bad": adapter.bad,
+        "answered": len(adapter.latencies),
+        "p50": pct(adapter.latencies, 0.5) * 1000, "p99": pct(adapter.latencies, 0.99) * 1000,
+        "added_p50": pct(adapter.added, 0.5) * 1000, "added_p99": pct(adapter.added, 0.99) * 1000,
+    }
+    # 2. closed loop, every chat at once: the most the gateway can do
+    wall, latencies, added, errors = await closed_loop(adapter, args.chats, args.messages, "closed")
+    await runner.drain()
+    result["closed"] = {"messages": total, "wall": wall, "rate": total / wall, "bad": errors,
+                        "p50": pct(latencies, 0.5) * 1000, "p99": pct(latencies, 0.99) * 1000}
+    commits, writes = db.commit_stats
+    cpu_after = thread_cpu()
+    result["cpu"] = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if v - cpu_before.get(k, 0.0) > 0.05}
+    result |= {
+        "cache": runner.cache_size(), "evictions": runner.cache.evictions, "agents_built": factory.built,
+        "sessions": db.count_sessions(), "db_messages": db.count_messages(), "commits": commits,
+        "writes": writes, "rss": rss_mb(),
     }
     await runner.stop()
-    mirrors.close()
+    if mirrors is not None:
+        mirrors.close()
     db.close()
     if fake is not None:
         await fake.__aexit__(None, None, None)
@@ -243,20 +302,26 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
-    commits, writes = r["commits"]
-    print(f"\n== mode: {r['mode']} ({'model answers instantly' if r['mode'] == 'instant' else 'FakeOpenAI over HTTP on 127.0.0.1'})")
-    print(f"   {args.chats} chats x {args.messages} messages = {r['messages']} messages in {r['wall']:.2f} s "
-          f"-> {r['rate']:,.0f} messages/s  (errors: {r['errors']})")
-    print(f"   latency per message (closed loop): p50 {r['p50']:.2f} ms, p99 {r['p99']:.2f} ms")
-    print(f"   time added by the gateway: p50 {r['added_p50']:.2f} ms, p99 {r['added_p99']:.2f} ms, "
-          f"mean {r['added_mean']:.2f} ms")
-    print(f"   store raw append rate (same DB, same run): {r['raw_concurrent']:,.0f} msg/s concurrent "
+    what = "the model answers instantly" if r["mode"] == "instant" else "real client, FakeOpenAI over HTTP on 127.0.0.1"
+    print(f"\n== {r['mode']}: {what}; {args.chats:,} chats x {args.messages} messages; "
+          f"mirrors {'on' if args.mirrors else 'off'}")
+    o, c = r["open"], r["closed"]
+    print(f"   open loop at {args.rate:,.0f} msg/s offered: {o['answered']:,}/{o['messages']:,} answered in "
+          f"{o['wall']:.1f} s ({o['rate']:,.0f} msg/s), bad replies {o['bad']}")
+    print(f"      latency p50 {o['p50']:.1f} ms, p99 {o['p99']:.1f} ms; "
+          f"time added by the gateway p50 {o['added_p50']:.1f} ms, p99 {o['added_p99']:.1f} ms")
+    print(f"   closed loop (all chats at once): {c['messages']:,} messages in {c['wall']:.1f} s -> "
+          f"{c['rate']:,.0f} msg/s (latency p50 {c['p50']:.0f} ms, p99 {c['p99']:.0f} ms: "
+          f"{args.chats:,} messages always in flight), bad replies {c['bad']}")
+    print(f"   store raw append rate, same DB, same run: {r['raw_concurrent']:,.0f} msg/s concurrent "
           f"(group commit), {r['raw_sequential']:,.0f} msg/s one at a time")
     print(f"   DB: {r['sessions']:,} sessions ({args.known:,} pre-created), {r['db_messages']:,} messages, "
-          f"{writes:,} writes in {commits:,} commits ({writes / max(1, commits):.1f} per commit)")
-    print(f"   agent cache: {r['cache']} cached (bound {args.cache}), {r['evictions']:,} evictions, "
+          f"{r['writes']:,} writes in {r['commits']:,} commits ({r['writes'] / max(1, r['commits']):.1f} per commit)")
+    print(f"   agent cache: {r['cache']} held (bound {args.cache}), {r['evictions']:,} evictions, "
           f"{r['agents_built']:,} agents built")
-    print(f"   peak RSS so far: {r['rss']:.0f} MB")
+    print(f"   peak RSS of the process so far: {r['rss']:.0f} MB")
+    cpu = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(r["cpu"].items(), key=lambda kv: -kv[1]))
+    print(f"   CPU by thread over both phases ({2 * r['open']['messages']:,} messages): {cpu}")
 
 
 async def main() -> None:
@@ -266,6 +331,9 @@ async def main() -> None:
     parser.add_argument("--known", type=int, default=10_000)
     parser.add_argument("--cache", type=int, default=64)
     parser.add_argument("--mode", choices=("instant", "http", "both"), default="both")
+    parser.add_argument("--rate", type=float, default=1000.0, help="offered load of the open-loop phase")
+    parser.add_argument("--no-mirrors", dest="mirrors", action="store_false",
+                        help="leave out the JSONL/sessions.json mirrors (to see their share)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     print(f"gateway bench: python {sys.version.split()[0]}, {os.cpu_count()} CPUs; targets: >= 1,000 msg/s, "

@@ -44,68 +44,78 @@ class AgentCache:
         self.max_agents = max_agents
         self.idle_ttl = idle_ttl
         self.clock = clock
-        self._slots: OrderedDict[str, _Slot] = OrderedDict()  # least recently used first
-        self._doomed: dict[int, Any] = {}  # dropped while pinned: closed on release
-        self._doomed_pins: dict[int, int] = {}
+        # Idle agents in last-use order (least recent first) — the only ones eviction looks at —
+        # and running (pinned) ones apart, so a thousand running turns cost nothing to skip.
+        self._idle: OrderedDict[str, _Slot] = OrderedDict()
+        self._running: dict[str, _Slot] = {}
+        self._doomed: dict[int, tuple[Any, int]] = {}  # dropped while pinned: closed on last release
         self.evictions = 0
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return len(self._idle) + len(self._running)
 
     def __contains__(self, session_id: str) -> bool:
-        return session_id in self._slots
+        return session_id in self._idle or session_id in self._running
 
     def session_ids(self) -> list[str]:
-        return list(self._slots)
+        """Least recently used first; running agents last."""
+        return [*self._idle, *self._running]
+
+    def _slot(self, session_id: str) -> _Slot | None:
+        return self._idle.get(session_id) or self._running.get(session_id)
 
     def get(self, session_id: str) -> Any | None:
-        slot = self._slots.get(session_id)
+        slot = self._slot(session_id)
         if slot is None:
             return None
-        self._touch(session_id, slot)
-        return slot.agent
-
-    def _touch(self, session_id: str, slot: _Slot) -> None:
         slot.last_used = self.clock()
-        self._slots.move_to_end(session_id)
+        if session_id in self._idle:
+            self._idle.move_to_end(session_id)
+        return slot.agent
 
     async def put(self, session_id: str, agent: Any) -> None:
         """Cache `agent` for `session_id` (replacing and closing any other), then enforce the bounds."""
-        old = self._slots.pop(session_id, None)
-        same = old is not None and old.agent is agent
-        self._slots[session_id] = _Slot(agent, self.clock(), pins=old.pins if same else 0)
-        if old is not None and old.agent is not agent:
-            await self._retire(old)
+        old = self._idle.pop(session_id, None) or self._running.pop(session_id, None)
+        if old is not None and old.agent is agent:
+            old.last_used = self.clock()
+            (self._running if old.pins else self._idle)[session_id] = old
+        else:
+            self._idle[session_id] = _Slot(agent, self.clock())
+            if old is not None:
+                await self._retire(old)
         await self.sweep(keep=session_id)  # never the one just put: its caller is about to use it
 
     def acquire(self, session_id: str) -> None:
         """Pin the session's agent for a running turn."""
-        slot = self._slots.get(session_id)
+        slot = self._idle.pop(session_id, None) or self._running.get(session_id)
         if slot is not None:
             slot.pins += 1
-            self._touch(session_id, slot)
+            slot.last_used = self.clock()
+            self._running[session_id] = slot
 
     async def release(self, session_id: str, agent: Any = None) -> None:
-        slot = self._slots.get(session_id)
+        slot = self._running.get(session_id)
         if slot is not None and (agent is None or slot.agent is agent):
-            slot.pins = max(0, slot.pins - 1)
-            self._touch(session_id, slot)
+            slot.pins -= 1
+            slot.last_used = self.clock()
+            if slot.pins <= 0:
+                slot.pins = 0
+                del self._running[session_id]
+                self._idle[session_id] = slot
         elif agent is not None and id(agent) in self._doomed:
-            left = self._doomed_pins[id(agent)] - 1
-            if left <= 0:
-                self._doomed_pins.pop(id(agent))
-                await _close(self._doomed.pop(id(agent)))
+            doomed, pins = self._doomed.pop(id(agent))
+            if pins > 1:
+                self._doomed[id(agent)] = (doomed, pins - 1)
             else:
-                self._doomed_pins[id(agent)] = left
+                await _close(doomed)
         await self.sweep()
 
     def is_running(self, session_id: str) -> bool:
-        slot = self._slots.get(session_id)
-        return bool(slot and slot.pins)
+        return session_id in self._running
 
     async def drop(self, session_id: str) -> bool:
         """Forget exactly this session's agent (and close it, now or when its turn ends)."""
-        slot = self._slots.pop(session_id, None)
+        slot = self._idle.pop(session_id, None) or self._running.pop(session_id, None)
         if slot is None:
             return False
         await self._retire(slot)
@@ -113,41 +123,36 @@ class AgentCache:
 
     async def sweep(self, keep: str | None = None) -> int:
         """Evict idle agents past the TTL, then least recently used ones beyond the count bound.
-        Pinned agents (and `keep`) stay, so the cache may briefly hold more than `max_agents`.
-
-        Slots are kept in last-use order, so the scan stops at the first fresh slot once the
-        count is within bounds: the cost is the number evicted (plus pinned ones skipped)."""
+        Running agents (and `keep`) stay, so the cache may briefly hold more than `max_agents`.
+        The scan stops at the first fresh agent once within bounds: it costs what it evicts."""
         now = self.clock()
-        over = len(self._slots) - self.max_agents
+        over = len(self) - self.max_agents
         victims = []
-        for sid, slot in self._slots.items():  # least recently used first
+        for sid, slot in self._idle.items():  # least recently used first
             if over <= 0 and now - slot.last_used < self.idle_ttl:
                 break
-            if slot.pins or sid == keep:
+            if sid == keep:
                 continue
             victims.append(sid)
             over -= 1
         for sid in victims:
-            slot = self._slots.pop(sid)
+            slot = self._idle.pop(sid)
             self.evictions += 1
             await _close(slot.agent)
         return len(victims)
 
     async def close_all(self) -> None:
-        slots = list(self._slots.values())
-        self._slots.clear()
-        for slot in slots:
-            await _close(slot.agent)
-        doomed = list(self._doomed.values())
+        slots = [*self._idle.values(), *self._running.values()]
+        self._idle.clear()
+        self._running.clear()
+        doomed = [agent for agent, _ in self._doomed.values()]
         self._doomed.clear()
-        self._doomed_pins.clear()
-        for agent in doomed:
+        for agent in [s.agent for s in slots] + doomed:
             await _close(agent)
 
     async def _retire(self, slot: _Slot) -> None:
         if slot.pins:
-            self._doomed[id(slot.agent)] = slot.agent
-            self._doomed_pins[id(slot.agent)] = slot.pins
+            self._doomed[id(slot.agent)] = (slot.agent, slot.pins)
         else:
             await _close(slot.agent)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -111,14 +112,32 @@ async def run_turn(
     if usage.prompt_tokens or usage.completion_tokens:
         await asyncio.to_thread(db.add_tokens, session_id, usage.prompt_tokens, usage.completion_tokens)
     await runner.send(msg, result.text or "(no reply)")
-    if result.error is None:
-        conversation = history + result.messages
-        window = runner.model_settings.context_window
-        prompt = estimate_tokens([{"role": "system", "content": session_agent.agent.system_prompt}])
-        if needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD):
-            notice = await compress(runner, msg, session_id, auto=True)
-            if notice:
-                await runner.send(msg, notice)
+    if result.error is None and _near_window(runner, session_agent.agent.system_prompt, history + result.messages):
+        notice = await compress(runner, msg, session_id, auto=True)
+        if notice:
+            await runner.send(msg, notice)
+
+
+def _near_window(runner: "GatewayRunner", system_prompt: str, conversation: list[dict[str, Any]]) -> bool:
+    """Is the conversation near the model's context window? A character count bounds the token
+    estimate from above (no text has more tokens than characters), so the estimate itself only
+    runs for conversations that might be near the limit."""
+    budget = (runner.model_settings.context_window - len(system_prompt) - 4) * COMPRESS_THRESHOLD
+    chars = 0
+    for message in conversation:
+        content = message.get("content")
+        chars += 4 + (len(content) if isinstance(content, str) else len(_json(content)))
+        if message.get("tool_calls"):
+            chars += len(_json(message["tool_calls"]))
+    if chars <= budget:
+        return False
+    window = runner.model_settings.context_window
+    prompt = estimate_tokens([{"role": "system", "content": system_prompt}])
+    return needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD)
+
+
+def _json(value: Any) -> str:
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
 
 
 async def compress(runner: "GatewayRunner", msg: "InboundMessage", session_id: str, *, auto: bool) -> str:

@@ -54,9 +54,10 @@ async def test_running_agent_is_never_evicted():
     await cache.put("a", a)
     cache.acquire("a")
     await cache.put("b", b)  # over the bound, but a is running and b is about to be used
-    assert cache.session_ids() == ["a", "b"] and not a.closed and not b.closed
+    assert sorted(cache.session_ids()) == ["a", "b"] and not a.closed and not b.closed
+    assert cache.is_running("a") and not cache.is_running("b")
     await cache.put("c", Thing("c"))  # b is idle: it goes; a stays
-    assert cache.session_ids() == ["a", "c"] and b.closed == 1 and not a.closed
+    assert sorted(cache.session_ids()) == ["a", "c"] and b.closed == 1 and not a.closed
     clock.advance(100)
     assert await cache.sweep(keep="c") == 0 and "a" in cache  # TTL does not touch a running agent
     await cache.release("a", a)  # released counts as used now; over the bound, the idle LRU goes

@@ -27,7 +27,7 @@ CHAT_TYPES = ("dm", "group", "channel", "thread", "forum")
 
 # Platform ids are digits (Telegram, Discord, may be negative), "oc_…/ou_…/on_…" (Feishu), or a
 # local user name. Anything with ':' or whitespace would make keys ambiguous, so it is refused.
-_SAFE_PART = re.compile(r"^[A-Za-z0-9_\-.@+=/]{1,200}$")
+_SAFE_PART = re.compile(r"[A-Za-z0-9_\-.@+=/]{1,200}")
 
 
 class InvalidSessionSource(ValueError):
@@ -87,7 +87,7 @@ class SessionSource:
 def _part(name: str, value: str | None) -> str:
     if value is None:
         raise InvalidSessionSource(f"{name} is required for this chat and is missing")
-    if not _SAFE_PART.match(value):
+    if not _SAFE_PART.fullmatch(value):
         raise InvalidSessionSource(f"{name} {value[:40]!r} contains characters not allowed in a key")
     return value
 

@@ -95,14 +95,23 @@ class GroupCommitWriter:
             conn.close()
 
     def _commit(self, conn: sqlite3.Connection, batch: list) -> None:
+        try:
+            self._commit_batch(conn, batch)
+        except BaseException as exc:  # never let the writer thread die with callers waiting
+            log.exception("writer batch failed")
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+
+    def _commit_batch(self, conn: sqlite3.Connection, batch: list) -> None:
         outcomes: list[tuple[Future, Any, BaseException | None]] = []
         events: list = []
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            for _, future in batch:
-                future.set_exception(exc)
-            return
+        conn.execute("BEGIN IMMEDIATE")
         for op, future in batch:
             if not future.set_running_or_notify_cancel():
                 continue
@@ -110,21 +119,28 @@ class GroupCommitWriter:
             op_events: list = []
             try:
                 result = op(conn, op_events)
-            except BaseException as exc:  # the op fails alone; the batch goes on
-                conn.execute("ROLLBACK TO op")
-                conn.execute("RELEASE op")
-                outcomes.append((future, None, exc))
-            else:
-                conn.execute("RELEASE op")
-                events.extend(op_events)
-                outcomes.append((future, result, None))
+            except BaseException as exc:
+                if conn.in_transaction:  # the op fails alone; the batch goes on
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    outcomes.append((future, None, exc))
+                    continue
+                # SQLite rolled the whole transaction back (disk full, I/O error): the ops
+                # before this one are not durable either, so they fail with it.
+                for earlier, _, _ in outcomes:
+                    earlier.set_exception(exc)
+                future.set_exception(exc)
+                outcomes, events = [], []
+                conn.execute("BEGIN IMMEDIATE")
+                continue
+            conn.execute("RELEASE op")
+            events.extend(op_events)
+            outcomes.append((future, result, None))
         try:
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:  # disk full, I/O error: nothing in the batch is durable
-            try:
+        except sqlite3.Error as exc:  # nothing in the batch is durable
+            if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
             log.error("commit of %d writes failed: %s", len(outcomes), exc)
             for future, _, _ in outcomes:
                 future.set_exception(exc)

@@ -3,6 +3,7 @@
     python bench/recall.py            # both
     python bench/recall.py --only en  # LoCoMo only;  --only cn  MemoryBank-CN only
     python bench/recall.py --misses 20  # also list the first 20 content-word misses (LoCoMo)
+    python bench/recall.py --only en --speed 100000  # also time recall on a 100k-message store
 
 Data is read from ../shared/data next to the repository (override with CHINWAG_DATA); nothing
 is copied into the repository. Each run builds a fresh store in a temporary directory.
@@ -228,15 +229,71 @@ def bench_memorybank() -> None:
           f"raw any@5 {tallies['raw question|pooled'].get('any@5'):.3f} >= 0.85")
 
 
+def bench_speed(n_messages: int) -> None:
+    """Latency of find_sessions on a synthetic store, next to plain message search in the same run."""
+    import random
+
+    rng = random.Random(7)
+    words = ("deploy service docker nginx timeout retry config build test cache queue worker database "
+             "index backup restore upgrade rollback metrics alert latency memory cpu disk network proxy "
+             "token secret cluster node pod container image registry branch merge release").split()
+    words += [f"w{i}" for i in range(3000)]
+    zh = "部署 网关 超时 服务 配置 数据库 缓存 重试 日志 监控 告警 钢琴 公园 机房 停电".split()
+    weights = [1 / (i + 1) for i in range(len(words))]
+    per_session = 50
+    records = []
+    for s_i in range(n_messages // per_session):
+        sid = f"s{s_i:06d}"
+        msgs = []
+        for m in range(per_session):
+            text = " ".join(rng.choices(words, weights, k=rng.randint(5, 40)))
+            if rng.random() < 0.15:
+                text += " " + "".join(rng.choices(zh, k=4))
+            if rng.random() < 0.05:
+                text += f" ERR_{rng.randint(0, 999999):06d} /etc/app/{rng.choice(words)}.conf"
+            msgs.append({"role": "user" if m % 2 == 0 else "assistant", "content": text})
+        records.append({"session": {"id": sid, "source": "local", "started_at": 1.7e9 + s_i * 600},
+                        "messages": msgs})
+    queries = ["docker", "deploy service", "timeout OR retry", "部署", "钢琴 公园",
+               "When did we deploy the nginx proxy with the new timeout?", "上次部署网关超时是怎么解决的？",
+               "ERR_004211", "/etc/app/cache.conf"]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = SessionDB(Path(tmp) / "speed.db")
+        try:
+            t0 = time.perf_counter()
+            for i in range(0, len(records), 100):
+                db.import_records(records[i : i + 100])
+            print(f"\nspeed: {n_messages:,} synthetic messages in {len(records):,} sessions "
+                  f"(built in {time.perf_counter() - t0:.0f} s); median of 5 runs, warm cache")
+            print(f"{'query':<58}{'find_sessions':>14}{'search_messages':>17}")
+            for q in queries:
+                timings = []
+                for fn in (lambda: find_sessions(db, q, see_all=True),
+                           lambda: db.search_messages(q, limit=50)):
+                    runs = []
+                    for _ in range(5):
+                        t = time.perf_counter()
+                        fn()
+                        runs.append(time.perf_counter() - t)
+                    timings.append(sorted(runs)[2] * 1000)
+                print(f"{q[:56]:<58}{timings[0]:>11.1f} ms{timings[1]:>14.1f} ms")
+        finally:
+            db.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("en", "cn"))
     parser.add_argument("--misses", type=int, default=0, help="print the first N LoCoMo content-word misses")
+    parser.add_argument("--speed", type=int, default=0, metavar="N",
+                        help="also time recall on a synthetic store of N messages (e.g. 100000)")
     args = parser.parse_args()
     if args.only in (None, "en"):
         bench_locomo(args.misses)
     if args.only in (None, "cn"):
         bench_memorybank()
+    if args.speed:
+        bench_speed(args.speed)
 
 
 if __name__ == "__main__":

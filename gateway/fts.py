@@ -35,8 +35,11 @@ _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # a token as unicode61 sees it: letters and digits (underscore and punctuation separate)
 _WORD = re.compile(r"[^\W_]+")
-# identifier-like: letters/digits joined by . _ - / : @ # ~ + = %, or words mixing letters and digits
-_IDENT = re.compile(r"[\w.\-/:@#~+=%]*[\w]")
+# identifier-like: a run of word characters and . _ - / : @ # ~ + = % holding a digit or one of
+# those joiners. The look-behind starts matches only at token starts; the look-ahead rejects plain
+# words without a Python call per word (this runs on every appended message).
+_IDENT_CHAR = r"[\w.\-/:@#~+=%]"
+_IDENT = re.compile(rf"(?<!{_IDENT_CHAR})(?={_IDENT_CHAR}*?[\d.\-/:@#~+=%_]){_IDENT_CHAR}*\w")
 _IDENT_PUNCT = re.compile(r"[._\-/:@#~+=%]")
 _DIGIT = re.compile(r"\d")
 MAX_IDENTS_PER_MESSAGE = 400

@@ -1,0 +1,277 @@
+"""Store benchmark: durable append rate, bytes per message and query latency, against a naive
+baseline built the reference's way in the same run (one transaction per message; text indexed
+twice inline — a word index and a trigram index over all content, kept by triggers).
+
+    python bench/store.py                 # 100k messages
+    python bench/store.py --sizes 100000 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.corpus import PLANTED, generate  # noqa: E402
+from gateway.db import SessionDB  # noqa: E402
+
+QUERIES = {
+    "word": ["docker", "timeout", "rollback", "webhook", "quokka"],
+    "phrase": ['"restart the agent"', '"docker compose"', '"feature flag"'],
+    "identifier": ["ERR_004211", "nginx.conf", "--onefile", "node-17.corp.example.net"],
+    "email": ["alice.wong@example.org"],
+    "url": ["https://wiki.example.com/runbooks/pager-rotation", "https://docs.example.com/guide/setup"],
+    "zh 2-char word": ["部署", "机房", "钢琴", "松兰"],
+    "zh word AND en word": ["松兰 机房", "部署 docker", "网关 timeout"],
+    "empty result": ["xylophonic", "不存在词"],
+}
+CJK = re.compile("[\u4e00-\u9fff]")
+
+
+# --- the naive baseline -------------------------------------------------------------------------
+NAIVE_SCHEMA = """
+PRAGMA journal_mode = WAL;
+CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL, title TEXT);
+CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, role TEXT, content TEXT,
+    tool_calls TEXT, timestamp REAL, active INTEGER DEFAULT 1);
+CREATE INDEX idx_m_session ON messages(session_id);
+CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id');
+CREATE VIRTUAL TABLE messages_tri USING fts5(content, content='messages', content_rowid='id', tokenize='trigram');
+CREATE TRIGGER m_ai AFTER INSERT ON messages BEGIN
+  INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+  INSERT INTO messages_tri(rowid, content) VALUES (new.id, new.content);
+END;
+"""
+
+
+def naive_connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA busy_timeout = 60000")
+    return conn
+
+
+def naive_append(conn: sqlite3.Connection, sid: str, role: str, content: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+                 (sid, role, content, time.time()))
+    conn.execute("COMMIT")
+
+
+def naive_search(conn: sqlite3.Connection, query: str) -> list:
+    """The reference's behaviour: LIKE scan for Chinese, raw MATCH otherwise (errors -> nothing)."""
+    if CJK.search(query):
+        terms = query.split()
+        where = " OR ".join("content LIKE ?" for _ in terms)
+        return conn.execute(f"SELECT id FROM messages WHERE {where} ORDER BY timestamp DESC LIMIT 20",
+                            [f"%{t}%" for t in terms]).fetchall()
+    try:
+        rows = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT 20",
+                            (query,)).fetchall()
+    except sqlite3.OperationalError:
+        rows = []
+    if not rows and re.search(r"[^\w\s]", query):
+        try:
+            rows = conn.execute("SELECT rowid FROM messages_tri WHERE messages_tri MATCH ? ORDER BY rank LIMIT 20",
+                                ('"' + query.replace('"', '""') + '"',)).fetchall()
+        except sqlite3.OperationalError:
+            rows = []
+    return rows
+
+
+# --- loading ----------------------------------------------------------------------------------
+def corpus_with_facts(n: int) -> list:
+    messages = list(generate(n))
+    rng = random.Random(99)
+    for i, text in enumerate(PLANTED.values()):
+        at = rng.randrange(len(messages))
+        messages[at].content = text
+        messages[at].role = "user"
+    return messages
+
+
+def load_ours(path: str, messages: list) -> SessionDB:
+    db = SessionDB(path)
+    sessions = sorted({m.session for m in messages})
+
+    async def load() -> None:
+        await asyncio.gather(*(db.acreate_session(f"s{s:07d}", "telegram", user_id=f"u{s % 500}") for s in sessions))
+        for start in range(0, len(messages), 5000):
+            await asyncio.gather(*(db.aappend_message(f"s{m.session:07d}", m.role, m.content)
+                                   for m in messages[start:start + 5000]))
+
+    asyncio.run(load())
+    db.optimize()
+    return db
+
+
+def load_naive(path: str, messages: list) -> sqlite3.Connection:
+    conn = naive_connect(path)
+    conn.executescript(NAIVE_SCHEMA)
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO sessions VALUES (?, 'telegram', ?, NULL)",
+                     [(f"s{s:07d}", time.time()) for s in sorted({m.session for m in messages})])
+    conn.execute("COMMIT")
+    for start in range(0, len(messages), 20000):
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+                         [(f"s{m.session:07d}", m.role, m.content, time.time()) for m in messages[start:start + 20000]])
+        conn.execute("COMMIT")
+    conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+    conn.execute("INSERT INTO messages_tri(messages_tri) VALUES ('optimize')")
+    return conn
+
+
+# --- measurements -----------------------------------------------------------------------------
+def rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds else float("inf")
+
+
+def ours_appends(db: SessionDB) -> tuple[float, float]:
+    db.create_session("bench_one", "local")
+    t = time.perf_counter()
+    for i in range(300):
+        db.append_message("bench_one", "user", f"durable append number {i} with some words docker timeout")
+    one = rate(300, time.perf_counter() - t)
+
+    async def many() -> float:
+        await asyncio.gather(*(db.acreate_session(f"bench_c{c}", "telegram") for c in range(100)))
+
+        async def chat(c: int) -> None:
+            for i in range(20):
+                await db.aappend_message(f"bench_c{c}", "user", f"chat {c} message {i} about deploy and retry")
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(chat(c) for c in range(100)))
+        return rate(2000, time.perf_counter() - t0)
+
+    return one, asyncio.run(many())
+
+
+def naive_appends(path: str) -> tuple[float, float]:
+    conn = naive_connect(path)
+    t = time.perf_counter()
+    for i in range(300):
+        naive_append(conn, "bench_one", "user", f"durable append number {i} with some words docker timeout")
+    one = rate(300, time.perf_counter() - t)
+    conn.close()
+
+    def chat(c: int) -> None:
+        own = naive_connect(path)
+        for i in range(10):
+            naive_append(own, f"bench_c{c}", "user", f"chat {c} message {i} about deploy and retry")
+        own.close()
+
+    threads = [threading.Thread(target=chat, args=(c,)) for c in range(100)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return one, rate(1000, time.perf_counter() - t)
+
+
+def latencies(run, queries: list[str], rounds: int) -> tuple[float, float, int]:
+    for q in queries:  # warm the cache
+        run(q)
+    samples, empty = [], 0
+    for r in range(rounds):
+        q = queries[r % len(queries)]
+        t = time.perf_counter()
+        rows = run(q)
+        samples.append((time.perf_counter() - t) * 1000)
+        empty += not rows
+    samples.sort()
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    return statistics.median(samples), p99, empty
+
+
+def file_bytes(path: str) -> int:
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+def bench_size(n: int, workdir: str, rounds: int, naive_rounds: int) -> None:
+    print(f"\n=== {n:,} messages ===", flush=True)
+    messages = corpus_with_facts(n)
+    text_bytes = sum(len(m.content.encode()) for m in messages)
+    print(f"corpus: {text_bytes / n:.0f} bytes of text per message on average", flush=True)
+
+    ours_path, naive_path = os.path.join(workdir, f"ours_{n}.db"), os.path.join(workdir, f"naive_{n}.db")
+    t = time.perf_counter()
+    db = load_ours(ours_path, messages)
+    print(f"load ours: {time.perf_counter() - t:.1f}s ({rate(n, time.perf_counter() - t):,.0f} msg/s, group-committed)", flush=True)
+    t = time.perf_counter()
+    naive = load_naive(naive_path, messages)
+    print(f"load naive: {time.perf_counter() - t:.1f}s (bulk transactions)", flush=True)
+    del messages
+
+    db.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+    naive.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    ours_b, naive_b = file_bytes(ours_path) / n, file_bytes(naive_path) / n
+    print(f"\nbytes per message: ours {ours_b:,.0f}  naive {naive_b:,.0f}  ratio {ours_b / naive_b:.2f}  "
+          f"(reference: ~3,000 at 100k)")
+    parts = db.stats().get("bytes_by_part")
+    if parts:
+        print("  ours by part: " + ", ".join(f"{k} {v / n:,.0f} B/msg" for k, v in sorted(parts.items())))
+
+    o1, o100 = ours_appends(db)
+    n1, n100 = naive_appends(naive_path)
+    print("\ndurable appends/s        ours      naive     ratio")
+    print(f"  one chat          {o1:9,.0f}  {n1:9,.0f}  {o1 / n1:6.2f}x")
+    print(f"  100 chats at once {o100:9,.0f}  {n100:9,.0f}  {o100 / n100:6.2f}x   (target >= 3x)")
+    commits, writes = db.commit_stats
+    print(f"  ours group commit: {writes:,} writes in {commits:,} commits")
+
+    print(f"\nquery latency ms (ours: {rounds} runs/shape; naive: {naive_rounds})")
+    print(f"  {'shape':22} {'ours p50':>9} {'ours p99':>9} {'naive p50':>10} {'naive p99':>10} {'p99 ratio':>9}  empty ours/naive")
+    reader = naive_connect(naive_path)
+    for shape, queries in QUERIES.items():
+        op50, op99, oempty = latencies(lambda q: db.search_messages(q, limit=20), queries, rounds)
+        np50, np99, nempty = latencies(lambda q: naive_search(reader, q), queries, naive_rounds)
+        print(f"  {shape:22} {op50:9.2f} {op99:9.2f} {np50:10.2f} {np99:10.2f} {np99 / op99 if op99 else 0:8.1f}x  "
+              f"{oempty}/{rounds} {nempty}/{naive_rounds}", flush=True)
+
+    found_ours = found_naive = 0
+    for needle, text in PLANTED.items():
+        ids = {h["id"] for h in db.search_messages(needle, limit=5)}
+        target = db.read(lambda c: c.execute("SELECT id FROM messages WHERE content = ?", (text,)).fetchone()[0])
+        found_ours += target in ids
+        found_naive += target in {r[0] for r in naive_search(reader, needle)[:5]}
+    print(f"\nplanted facts found in top 5: ours {found_ours}/{len(PLANTED)}  naive {found_naive}/{len(PLANTED)}")
+    db.close()
+    reader.close()
+    naive.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--naive-rounds", type=int, default=40)
+    parser.add_argument("--workdir", default=None, help="where the databases go (default: a temp dir, removed)")
+    args = parser.parse_args()
+    workdir = args.workdir or tempfile.mkdtemp(prefix="chinwag-bench-")
+    os.makedirs(workdir, exist_ok=True)
+    print(f"SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, dir {workdir}")
+    try:
+        for n in args.sizes:
+            bench_size(n, workdir, args.rounds, args.naive_rounds)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

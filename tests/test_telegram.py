@@ -487,34 +487,21 @@ async def test_revoked_token_makes_adapter_unready_and_never_logs_token(fake, ca
 
 async def test_start_survives_unreachable_server_and_connects_later(fake):
     port = fake.port
-    await fake.stop()
-    adapter = TelegramAdapter({**cfg(fake), "base_url": f"http://127.0.0.1:{port}/bot"})
+    await fake.stop()  # nothing listens there now
+    adapter = TelegramAdapter(cfg(fake))
     inbox: asyncio.Queue[InboundMessage] = asyncio.Queue()
     await adapter.start(inbox.put)  # network down: start returns, not ready
+    revived = None
     try:
         assert not adapter.health().ready
-        revived = FakeTelegram()
-        runner_port = await _start_on_port(revived, port)
-        assert runner_port == port
+        revived = await FakeTelegram().start(port=port)
         await until(lambda: adapter.health().ready, timeout=5)
         revived.push_message(revived.private_chat(ANN), ANN, "I'm back")
         assert (await asyncio.wait_for(inbox.get(), 5)).text == "I'm back"
     finally:
         await adapter.stop()
-        await revived.stop()
-
-
-async def _start_on_port(fake: FakeTelegram, port: int) -> int:
-    # same fake, bound to a fixed port (the one the adapter already points at)
-    app = web.Application()
-    app.router.add_route("*", "/bot{token}/{method}", fake._handle)
-    fake._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
-    await fake._runner.setup()
-    site = web.TCPSite(fake._runner, "127.0.0.1", port)
-    await site.start()
-    fake.port = port
-    fake._client = aiohttp.ClientSession()
-    return port
+        if revived:
+            await revived.stop()
 
 
 # -- webhook ---------------------------------------------------------------------------------

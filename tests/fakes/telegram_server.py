@@ -197,12 +197,14 @@ class FakeTelegram:
         self.port = 0
 
     # -- server lifecycle ---------------------------------------------------------------------
-    async def start(self) -> "FakeTelegram":
+    async def start(self, port: int = 0) -> "FakeTelegram":
+        """Serve on 127.0.0.1 (`port` 0: any free port; a fixed one to come back where a client
+        already points)."""
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._client = aiohttp.ClientSession()

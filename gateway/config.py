@@ -483,6 +483,10 @@ def parse_config(
     out["platforms"] = platforms
 
     _check_reset(out["session"]["reset"], err)
+    for section in ("model", "auxiliary"):
+        url = out[section]["base_url"]
+        if url and not url.startswith(("http://", "https://")):
+            err(f"{section}.base_url", f"must be an http:// or https:// URL (got {url!r})")
     _check_platform_rules(platforms, err)
     warnings = _platform_warnings(platforms)
 
@@ -682,6 +686,17 @@ def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[s
     fs = platforms["feishu"]
     if fs["_present"] and fs["mode"] == "webhook" and fs["app_id"] and not fs["verification_token"]:
         err("platforms.feishu.verification_token", "is required when mode is webhook")
+    for name, key in (("telegram", "base_url"), ("telegram", "base_file_url"), ("discord", "api_base"),
+                      ("feishu", "domain")):
+        value = str(platforms[name].get(key) or "")
+        if name == "feishu" and value.lower() in ("feishu", "lark"):
+            continue
+        if value and not value.startswith(("http://", "https://")):
+            also = "feishu, lark or " if name == "feishu" else ""
+            err(f"platforms.{name}.{key}", f"must be {also}an http:// or https:// URL (got {value!r})")
+    gateway_url = str(platforms["discord"].get("gateway_url") or "")
+    if gateway_url and not gateway_url.startswith(("ws://", "wss://")):
+        err("platforms.discord.gateway_url", f"must be a ws:// or wss:// URL (got {gateway_url!r})")
     for name in CHAT_PLATFORMS:
         raw = platforms[name]
         if raw["group_policy"] == "allowlist" and raw["_present"] and not raw["group_allowlist"]:

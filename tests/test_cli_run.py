@@ -327,3 +327,62 @@ async def test_doctor_checks_platform_credentials(tmp_path: Path) -> None:
         assert text.rstrip().endswith("3 problem(s) found.")
     finally:
         await runner.cleanup()
+
+
+# ---------------------------------------------------------------- assembly (in process)
+
+
+async def test_app_mounts_adapter_webhooks_and_reports_readiness(tmp_path: Path) -> None:
+    from gateway.app import build_app
+    from gateway.config import parse_config
+
+    config = parse_config(
+        {
+            "http": {"port": 0},
+            "platforms": {
+                "local": {"enabled": True, "user": "op"},
+                "telegram": {"token": "123:abc", "mode": "webhook", "secret_token": "s3cret_value",
+                             "webhook_url": "https://bot.example/webhooks/telegram", "allowed_users": [1]},
+            },
+        },
+        env={}, home_override=tmp_path / "home",
+    )
+    read_fd, write_fd = os.pipe()
+    app = build_app(config, stdin=os.fdopen(read_fd, "r"), stdout=io.StringIO())
+    try:
+        assert app.adapter_names == ["local", "telegram"]
+        await app.ops.start()  # the adapters are not started: Telegram is not ready
+        async with aiohttp.ClientSession() as http:
+            async with http.post(app.ops.url + "/webhooks/telegram", json={"update_id": 1}) as resp:
+                assert resp.status == 403  # the real adapter's handler: no secret header
+            async with http.post(app.ops.url + "/webhooks/telegram", json={"update_id": 1},
+                                 headers={"X-Telegram-Bot-Api-Secret-Token": "s3cret_value"}) as resp:
+                assert resp.status == 503  # right secret, adapter not started yet
+            async with http.get(app.ops.url + "/readyz") as resp:
+                assert resp.status == 503
+                body = await resp.json()
+            assert set(body["adapters"]) == {"local", "telegram"}
+            assert body["adapters"]["telegram"]["ready"] is False
+    finally:
+        os.close(write_fd)
+        await app.ops.stop()
+        app.close_storage()
+
+
+async def test_sdks_are_imported_only_for_configured_platforms(tmp_path: Path) -> None:
+    script = (
+        "import sys, tempfile\n"
+        "from gateway.config import parse_config\n"
+        "from gateway.app import build_app\n"
+        "c = parse_config({'http': {'enabled': False}}, env={}, home_override=tempfile.mkdtemp())\n"
+        "app = build_app(c)\n"
+        "print(sorted(m for m in ('telegram', 'discord', 'lark_oapi') if m in sys.modules))\n"
+        "app.close_storage()\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, cwd=ROOT, env=clean_env(tmp_path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "[]"

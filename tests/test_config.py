@@ -207,6 +207,21 @@ def test_webhook_mode_implied_by_webhook_url(tmp_path: Path) -> None:
     assert ok.gateway.shutdown_timeout_seconds == 2.5
 
 
+def test_urls_are_checked(tmp_path: Path) -> None:
+    text = "\n".join(problems_of(
+        tmp_path,
+        "model: {base_url: 'localhost:8000/v1'}\n"
+        "platforms:\n"
+        "  feishu: {app_id: a, app_secret: b, domain: 'ftp://x'}\n"
+        "  discord: {token: d, gateway_url: 'http://127.0.0.1:1'}\n",
+    ))
+    assert "model.base_url: must be an http:// or https:// URL (got 'localhost:8000/v1')" in text
+    assert "platforms.feishu.domain: must be feishu, lark or an http:// or https:// URL (got 'ftp://x')" in text
+    assert "platforms.discord.gateway_url: must be a ws:// or wss:// URL" in text
+    lark = parse_config({"platforms": {"feishu": {"app_id": "a", "app_secret": "b", "domain": "lark"}}}, env={})
+    assert lark.adapter_config("feishu")["domain"] == "lark"
+
+
 def test_single_owner_resolution(tmp_path: Path) -> None:
     one = parse_config({"platforms": {"telegram": {"token": "t", "allowed_users": [7], "admins": [7]}}}, env={})
     assert one.single_owner is True

@@ -85,6 +85,8 @@ class TelegramAdapter(PlatformAdapter):
         self.webhook_url = cfg.get("webhook_url") or None
         self.mode = str(cfg.get("mode") or ("webhook" if self.webhook_url else "polling"))
         self.secret_token = cfg.get("secret_token") or None
+        if self.secret_token:
+            redact_token(str(self.secret_token))  # the SDK logs setWebhook parameters at DEBUG
         try:
             self.poll_timeout = int(cfg.get("poll_timeout", 30))
             self.watchdog_seconds = float(cfg.get("watchdog_seconds", 120))

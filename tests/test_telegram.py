@@ -534,7 +534,8 @@ async def start_webhook_adapter(fake, hook_server, **extra):
     return adapter, inbox, url
 
 
-async def test_webhook_mode_registers_and_receives(fake, hook_server):
+async def test_webhook_mode_registers_and_receives(fake, hook_server, caplog):
+    caplog.set_level(logging.DEBUG)
     adapter, inbox, url = await start_webhook_adapter(fake, hook_server)
     try:
         assert fake.webhook == {"url": url, "secret_token": "s3cret-Token", "allowed_updates": ["message"]}
@@ -546,6 +547,8 @@ async def test_webhook_mode_registers_and_receives(fake, hook_server):
         await until(lambda: adapter.health().ready)
     finally:
         await adapter.stop()
+    assert "setWebhook" in caplog.text  # the SDK did log the call, with its secrets redacted
+    assert "s3cret-Token" not in caplog.text and fake.token not in caplog.text
 
 
 async def test_webhook_rejects_bad_or_missing_secret(fake, hook_server):

@@ -624,3 +624,20 @@ async def test_webhook_delivery_errors_reported_by_telegram_are_logged(fake, hoo
         assert inbox.empty()
     finally:
         await adapter.stop()
+
+
+async def test_webhook_watchdog_flips_readiness_when_checks_hang(fake, hook_server):
+    adapter, inbox, url = await start_webhook_adapter(
+        fake, hook_server, watchdog_seconds=0.5, webhook_check_seconds=0.05
+    )
+    try:
+        await until(lambda: adapter.health().ready)
+        fake.fail("getWebhookInfo", "hang", times=1000)
+        await until(lambda: not adapter.health().ready)
+        assert "no event or poll" in adapter.health().detail
+        fake.failures.clear()
+        await until(lambda: adapter.health().ready, timeout=5)
+        fake.push_message(fake.private_chat(ANN), ANN, "still delivered")
+        assert (await asyncio.wait_for(inbox.get(), 5)).text == "still delivered"
+    finally:
+        await adapter.stop()

@@ -8,7 +8,9 @@ migrates or repairs anything. Secrets never appear in the output (URLs with a to
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import socket
 import sqlite3
 import sys
 from dataclasses import dataclass, field
@@ -74,6 +76,7 @@ def run_doctor(config_path: str | None = None, home: str | None = None, *, timeo
     check_home(report, data_dir)
     check_database(report, data_dir / "state.db")
     if config is not None:
+        check_http_port(report, config)
         asyncio.run(check_endpoints(report, config, timeout))
     if report.failures:
         print(f"\n{report.failures} problem(s) found.", file=report.out)
@@ -125,6 +128,33 @@ def check_database(report: Report, path: Path) -> None:
         report.fail(f"database {path} is not a readable SQLite database: {exc}")
     finally:
         conn.close()
+
+
+def check_http_port(report: Report, config: Config) -> None:
+    if not config.http.enabled:
+        report.ok("http: disabled (no health, readiness, metrics or webhooks)")
+        return
+    host, port = config.http.host, config.http.port
+    if port == 0:
+        report.ok(f"http: {host}, a free port is picked at start")
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        report.fail(f"http: host {host!r} cannot be resolved ({exc}); set http.host, e.g. 127.0.0.1")
+        return
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                report.warn(f"http: port {port} on {host} is in use (fine if chinwag is running; "
+                            "otherwise set http.port)")
+            else:
+                report.fail(f"http: cannot listen on {host}:{port} ({exc.strerror or exc}); set http.host / http.port")
+            return
+    report.ok(f"http: {host}:{port} is free")
 
 
 async def check_endpoints(report: Report, config: Config, timeout: float) -> None:

@@ -7,6 +7,7 @@ import io
 import os
 import re
 import signal
+import socket
 import sqlite3
 import sys
 from pathlib import Path
@@ -274,6 +275,18 @@ async def test_doctor_on_a_real_database(tmp_path: Path) -> None:
     conn.close()
     code, text = await doctor(tmp_path)
     assert code == 1 and "has schema v999, newer than this chinwag" in text
+
+
+async def test_doctor_checks_the_http_port(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, text = await doctor(tmp_path, f"http: {{port: {port}}}\n")
+        assert code == 0, text
+        assert f"warn  http: port {port} on 127.0.0.1 is in use" in text
+    code, text = await doctor(tmp_path, f"http: {{port: {port}}}\n")
+    assert f"ok    http: 127.0.0.1:{port} is free" in text
 
 
 async def test_doctor_checks_platform_credentials(tmp_path: Path) -> None:

@@ -78,6 +78,8 @@ class LocalAdapter(PlatformAdapter):
                     loop.call_soon_threadsafe(queue.put_nowait, line)
             except (OSError, ValueError) as exc:  # closed stream
                 log.debug("local input ended: %s", exc)
+            except RuntimeError:  # the event loop closed under us (shutdown while input flows)
+                return
             finally:
                 try:
                     loop.call_soon_threadsafe(queue.put_nowait, None)

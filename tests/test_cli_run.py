@@ -84,11 +84,13 @@ async def test_run_chats_with_a_model_and_recalls_across_runs(tmp_path: Path) ->
         env = clean_env(tmp_path, OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-test-key-123456",
                         CHINWAG_MODEL="fake-model")
         fake.push("The capital of Mongolia is Ulaanbaatar.")
-        code, out, err = await chinwag(["run"], env, "what is the capital of Mongolia?\n")
+        code, out, err = await chinwag(["run", "--verbose"], env, "what is the capital of Mongolia?\n")
         assert code == 0, err
         assert "The capital of Mongolia is Ulaanbaatar." in out
         assert fake.requests[0]["model"] == "fake-model"
-        assert "sk-test-key-123456" not in err  # never logged
+        assert fake.headers[0]["Authorization"] == "Bearer sk-test-key-123456"
+        assert " DEBUG " in err  # even the SDKs' debug lines ...
+        assert "sk-test-key-123456" not in err  # ... never carry the key
         # a new conversation in `chinwag chat` finds the earlier one
         code, out, err = await chinwag(["chat"], env, "/new\n/search Mongolia capital\n")
         assert code == 0, err

@@ -264,6 +264,11 @@ def test_example_config_is_valid_and_documents_every_key() -> None:
            "DISCORD_BOT_TOKEN": "d", "OPENAI_API_KEY": "sk-x"}
     config = load_config(example, env=env)
     assert config.path == example
+    assert config.configured_platforms() == ["telegram", "feishu", "discord"]
+    # copied as-is on a fresh machine (no secrets in the environment): valid, terminal only
+    bare = load_config(example, env={"CHINWAG_HOME": "/tmp/chinwag-example"})
+    assert bare.configured_platforms() == ["local"]
+    assert bare.home == Path("/tmp/chinwag-example")
     # every key the validator knows appears in the example (uncommented or as a commented line)
     documented = {line.strip().lstrip("#").strip().split(":")[0] for line in text.splitlines()}
     leaf_names = {p.rsplit(".", 1)[-1] for p in _schema_paths(SCHEMA) - {"platforms"}}

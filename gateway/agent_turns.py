@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL = 4.0  # seconds: platforms show "typing…" for about five
+TYPING_DELAY = 0.2  # seconds before the first hint
 COMPRESS_THRESHOLD = 0.8  # of the context window
 
 
@@ -46,18 +47,37 @@ async def _agent_for(runner: "GatewayRunner", msg: "InboundMessage", session_id:
     return built
 
 
-async def _typing(runner: "GatewayRunner", msg: "InboundMessage") -> None:
-    adapter = runner.adapters.get(msg.source.platform.value)
-    if adapter is None:
-        return
-    while True:
-        try:
-            await adapter.send_typing(msg.source)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a typing hint is cosmetic; never fail the turn over it
-            log.debug("typing indicator failed", exc_info=True)
-        await asyncio.sleep(TYPING_INTERVAL)
+class _Typing:
+    """The platform's typing hint while a turn runs: first after TYPING_DELAY (a reply that is
+    already there needs no hint, and platforms rate-limit these calls), then every TYPING_INTERVAL."""
+
+    def __init__(self, runner: "GatewayRunner", msg: "InboundMessage") -> None:
+        self.adapter = runner.adapters.get(msg.source.platform.value)
+        self.source = msg.source
+        self.task: asyncio.Task | None = None
+        self.handle = asyncio.get_running_loop().call_later(TYPING_DELAY, self._begin) if self.adapter else None
+
+    def _begin(self) -> None:
+        self.task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        assert self.adapter is not None
+        while True:
+            try:
+                await self.adapter.send_typing(self.source)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a typing hint is cosmetic; never fail the turn over it
+                log.debug("typing indicator failed", exc_info=True)
+            await asyncio.sleep(TYPING_INTERVAL)
+
+    async def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
 
 
 async def run_turn(
@@ -84,7 +104,7 @@ async def run_turn(
             fields["platform_message_id"] = origin.message_id or None
         await db.aappend_message(session_id, message["role"], message.get("content"), **fields)
 
-    typing = asyncio.create_task(_typing(runner, msg))
+    typing = _Typing(runner, msg)
     try:
         history = await db.aread("get_messages_as_conversation", session_id)
         ctx = ToolContext(
@@ -103,9 +123,7 @@ async def run_turn(
         result = await session_agent.agent.run_turn(history, text, ctx, persist, steer)
     finally:
         lane.steer_queue = None  # from here on a new message queues instead of steering
-        typing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await typing
+        await typing.stop()
         await runner.cache.release(session_id, session_agent)
 
     usage = result.usage

@@ -24,7 +24,25 @@ async def test_dm_turn_persists_and_replies(tmp_path):
         body = gw.fake.requests[0]
         assert body["messages"][0]["role"] == "system" and "Ana" in body["messages"][0]["content"]
         assert body["messages"][-1] == {"role": "user", "content": "hello there"}
-        assert gw.adapter.typing, "typing indicator shown while the turn ran"
+
+
+
+async def test_typing_hint_while_a_slow_turn_runs(tmp_path):
+    async with Gateway(tmp_path) as gw:
+        release = asyncio.Event()
+        gw.fake.push(Reply(text="done", wait=release))
+        await gw.adapter.inject("think hard")
+        await gw.fake.wait_requests(1)
+        await asyncio.wait_for(_until(lambda: gw.adapter.typing), 5)
+        assert gw.adapter.typing[0].chat_id == "100"
+        release.set()
+        await gw.runner.drain()
+        assert gw.adapter.texts() == ["done"]
+
+
+async def _until(predicate) -> None:
+    while not predicate():
+        await asyncio.sleep(0.01)
 
 
 async def test_second_turn_sees_history(tmp_path):

@@ -1,0 +1,24 @@
+# chinwag: `chinwag run` with config and data on a volume, as a non-root user.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    CHINWAG_HOME=/data
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY gateway ./gateway
+COPY platforms ./platforms
+COPY agent ./agent
+COPY tools ./tools
+RUN pip install . \
+    && useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin chinwag \
+    && mkdir -p /data && chown chinwag:chinwag /data
+
+USER chinwag
+VOLUME ["/data"]
+# health, readiness, metrics and webhooks; bind 0.0.0.0 inside the container (http.host in config.yaml)
+EXPOSE 8765
+HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=4)" || exit 1
+CMD ["chinwag", "run"]

@@ -416,8 +416,9 @@ def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[s
         if not tg["secret_token"]:
             err("platforms.telegram.secret_token", "is required in webhook mode (Telegram sends it with every update)")
     fs = platforms["feishu"]
-    if fs["_present"] and fs["mode"] == "webhook" and fs["app_id"] and not fs["verification_token"]:
-        err("platforms.feishu.verification_token", "is required when mode is webhook")
+    if fs["_present"] and fs["mode"] == "webhook" and fs["app_id"] and not (fs["verification_token"] or fs["encrypt_key"]):
+        err("platforms.feishu.verification_token", "webhook mode needs verification_token and/or encrypt_key "
+            "(an unauthenticated webhook would let anyone talk as any user)")
     for name, key in (("telegram", "base_url"), ("telegram", "base_file_url"), ("discord", "api_base"),
                       ("feishu", "domain")):
         value = str(platforms[name].get(key) or "")

@@ -140,7 +140,7 @@ ADAPTER_KEYS: dict[str, dict[str, Field]] = {
     "feishu": {
         "app_id": _s(),
         "app_secret": _s(),
-        "domain": _s("https://open.feishu.cn"),
+        "domain": _s("feishu"),
         "mode": _c("websocket", "websocket", "webhook"),
         "verification_token": _s(),
         "encrypt_key": _s(),

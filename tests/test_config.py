@@ -201,7 +201,6 @@ def test_platform_settings_and_busy_override(tmp_path: Path) -> None:
 def test_webhook_mode_implied_by_webhook_url(tmp_path: Path) -> None:
     text = "\n".join(problems_of(tmp_path, "platforms: {telegram: {token: t, webhook_url: 'https://x/webhooks/telegram'}}\n"))
     assert "platforms.telegram.secret_token: is required in webhook mode" in text
-    assert "platforms.feishu.verification_token: webhook mode needs verification_token and/or encrypt_key" in text
     ok = parse_config({"platforms": {"telegram": {"token": "t", "webhook_url": "https://x/y", "secret_token": "s_1"}},
                        "gateway": {"shutdown_timeout_seconds": 2.5}}, env={})
     assert ok.adapter_config("telegram")["webhook_url"] == "https://x/y"
@@ -244,6 +243,7 @@ def test_cross_field_rules(tmp_path: Path) -> None:
         "  discord: {token: d, group_policy: allowlist}\n",
     ))
     assert "platforms.telegram.webhook_url: is required when mode is webhook" in text
+    assert "platforms.feishu.verification_token: webhook mode needs verification_token and/or encrypt_key" in text
     assert "platforms.telegram.secret_token: is required in webhook mode" in text
     assert "platforms.discord.group_allowlist: is empty but group_policy is allowlist" in text
 

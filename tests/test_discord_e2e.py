@@ -3,6 +3,7 @@ the real GatewayRunner on a real SQLite file, and the fake OpenAI-compatible mod
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from gateway.runner import GatewayRunner
 from gateway.store import SessionStore
 from platforms.discord_adapter import DiscordAdapter
 from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Reply
 
 GUILD, GENERAL, DM_CHANNEL, THREAD = 500, 600, 700, 810
 ANN_ID, BOB_ID = 42, 43
@@ -116,11 +117,14 @@ def at_bot(d: FakeDiscord, text: str) -> dict:
 
 async def test_dm_turn_is_answered_and_stored(stack):
     d = stack.discord
+    model_may_answer = asyncio.Event()
+    stack.llm.push(Reply(text="echo: hello bot", wait=model_may_answer))
     await d.user_says(DM_CHANNEL, ann(d), "hello bot")
+    await d.wait_for(lambda: DM_CHANNEL in d.typing)  # typing shown while the turn runs
+    model_may_answer.set()
     [reply] = await stack.wait_replies(DM_CHANNEL, 1)
     assert reply["content"] == "echo: hello bot"
     assert "message_reference" not in reply  # DMs are answered plainly
-    assert DM_CHANNEL in d.typing  # typing shown while the turn ran
     assert stack.session_keys() == [f"agent:main:discord:dm:{DM_CHANNEL}"]
     # the bot's reply came back over the gateway (as on Discord) and was not taken as input
     await d.user_says(DM_CHANNEL, ann(d), "second")

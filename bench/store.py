@@ -243,6 +243,12 @@ def bench_size(n: int, workdir: str, rounds: int, naive_rounds: int) -> None:
         print(f"  {shape:22} {op50:9.2f} {op99:9.2f} {np50:10.2f} {np99:10.2f} {np99 / op99 if op99 else 0:8.1f}x  "
               f"{oempty}/{rounds} {nempty}/{naive_rounds}", flush=True)
 
+    sessions = db.count_sessions()
+    for label, kwargs in (("list_sessions_rich, newest 20", {}), ("… of one user", {"user_id": "u7"}),
+                          ("… of one source, page 10", {"source": "telegram", "offset": 200})):
+        p50, p99, _ = latencies(lambda q: db.list_sessions_rich(limit=20, **kwargs), ["-"], 50)
+        print(f"{label:32} over {sessions:,} sessions: p50 {p50:.2f} ms  p99 {p99:.2f} ms  (reference: ~48 ms at 2,000)")
+
     found_ours = found_naive = 0
     for needle, text in PLANTED.items():
         ids = {h["id"] for h in db.search_messages(needle, limit=5)}

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from gateway.fts import Query, make_snippet, parse_query
 
-CANDIDATE_CAP = 5000
+CANDIDATE_CAP = 2000
 MIN_SESSIONS_BEFORE_RELAXING = 3
 VISIBLE = "(m.active = 1 OR m.compacted = 1)"
 
@@ -42,19 +42,36 @@ def word_hits(
     limit: int = 20,
     cap: int = CANDIDATE_CAP,
 ) -> list[sqlite3.Row]:
-    """Visible messages matching an FTS5 expression on the word index, best BM25 first."""
+    """Visible messages matching an FTS5 expression on the word index, best BM25 first.
+
+    BM25 is computed for the newest `cap` matches only; the join to messages and sessions (for
+    visibility and filters) is done for the best few of those first, and for all of them only when
+    the filters threw too many away.
+    """
     if not expression:
         return []
-    sql = f"""
-        SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.user_id,
-               s.source, s.title AS session_title, c.score
-        FROM (SELECT rowid, rank AS score FROM messages_fts
-              WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?) AS c
-        JOIN messages m ON m.id = c.rowid
-        JOIN sessions s ON s.id = m.session_id
-        WHERE {VISIBLE} {filters[0]}
-        ORDER BY c.score LIMIT ?"""
-    return conn.execute(sql, [expression, cap, *filters[1], limit]).fetchall()
+    for shortlist in (limit * 4 + 20, cap):
+        sql = f"""
+            SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.user_id,
+                   s.source, s.title AS session_title, c.score
+            FROM (SELECT rowid, score FROM
+                    (SELECT rowid, rank AS score FROM messages_fts
+                     WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?)
+                  ORDER BY score LIMIT ?) AS c
+            JOIN messages m ON m.id = c.rowid
+            JOIN sessions s ON s.id = m.session_id
+            WHERE {VISIBLE} {filters[0]}
+            ORDER BY c.score LIMIT ?"""
+        rows = conn.execute(sql, [expression, cap, shortlist, *filters[1], limit]).fetchall()
+        if len(rows) >= limit or shortlist >= cap:
+            return rows
+        candidates = conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+            "ORDER BY rowid DESC LIMIT ?)", (expression, shortlist)
+        ).fetchone()[0]
+        if candidates < shortlist:  # the shortlist already held every match: nothing more to find
+            return rows
+    return rows
 
 
 def substring_hits(

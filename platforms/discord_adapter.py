@@ -47,6 +47,11 @@ class _LRU(OrderedDict):
             self.popitem(last=False)
 
 
+# A text-only bot: discord.py's warnings about missing voice libraries are noise in our logs.
+discord.VoiceClient.warn_nacl = False
+discord.VoiceClient.warn_dave = False
+
+
 def _intents() -> discord.Intents:
     intents = discord.Intents.none()
     intents.guilds = True
@@ -275,7 +280,8 @@ class DiscordAdapter(PlatformAdapter):
         )
         guild_me = message.guild.me if message.guild is not None else None
         if not mentioned and guild_me is not None and message.role_mentions:
-            mentioned = any(role in guild_me.roles for role in message.role_mentions)
+            # a ping of a role the bot holds (its managed role, say) addresses it; @everyone does not
+            mentioned = any(role in guild_me.roles and not role.is_default() for role in message.role_mentions)
 
         reply_to_id, reply_to_bot = None, False
         ref = message.reference

@@ -118,6 +118,16 @@ async def test_guild_channel_with_mention_strips_it_and_names_others(fake, runni
     assert msg.raw["content"].startswith(f"<@{fake.bot_id}>")
 
 
+async def test_mention_of_the_bots_role_is_a_mention(fake, running):
+    _, inbox = running
+    role = fake.bot_role_id(GUILD)
+    await fake.user_says(GENERAL, alice(fake), f"<@&{role}> status?", mention_roles=[role])
+    msg = await inbox.next()
+    assert msg.mentioned
+    await fake.user_says(GENERAL, alice(fake), f"<@&{GUILD}> everyone role", mention_roles=[GUILD])
+    assert not (await inbox.next()).mentioned
+
+
 async def test_mention_of_someone_else_is_not_a_mention(fake, running):
     _, inbox = running
     await fake.user_says(GENERAL, alice(fake), f"hey <@{BOB_ID}>", mentions=[bob(fake)])

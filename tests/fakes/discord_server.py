@@ -160,10 +160,24 @@ class FakeDiscord:
         return self.user(self.bot_id, self.bot_name, bot=True)
 
     def add_guild(self, guild_id: int, name: str = "guild") -> dict:
-        guild = {"id": str(guild_id), "name": name, "channels": [], "threads": [], "roles": [],
-                 "member_count": 3, "unavailable": False, "features": []}
+        # the bot's member record carries its managed role, as Discord gives a bot on joining
+        roles = [self._role(guild_id, "@everyone", position=0),
+                 self._role(self.bot_role_id(guild_id), self.bot_name, position=1, managed=True)]
+        me = {"user": self.bot_user, "roles": [str(self.bot_role_id(guild_id))], "joined_at": _iso(),
+              "deaf": False, "mute": False, "flags": 0}
+        guild = {"id": str(guild_id), "name": name, "channels": [], "threads": [], "roles": roles,
+                 "members": [me], "member_count": 3, "unavailable": False, "features": []}
         self.guilds[guild_id] = guild
         return guild
+
+    @staticmethod
+    def bot_role_id(guild_id: int) -> int:
+        return guild_id + 1
+
+    @staticmethod
+    def _role(role_id: int, name: str, *, position: int, managed: bool = False) -> dict:
+        return {"id": str(role_id), "name": name, "permissions": "0", "position": position,
+                "color": 0, "hoist": False, "managed": managed, "mentionable": True, "flags": 0}
 
     def add_text_channel(self, guild_id: int, channel_id: int, name: str = "general") -> dict:
         channel = {"id": str(channel_id), "type": TEXT, "guild_id": str(guild_id), "name": name,
@@ -200,12 +214,14 @@ class FakeDiscord:
     def message_payload(
         self, channel_id: int, author: dict, content: str, *, mentions: list[dict] | None = None,
         reply_to: dict | None = None, attachments: list[dict] | None = None, msg_type: int | None = None,
+        mention_roles: list[int] | None = None,
     ) -> dict:
         channel = self.channels.get(channel_id, {})
         data: dict[str, Any] = {
             "id": str(self.snowflake()), "channel_id": str(channel_id), "author": author,
             "content": content, "timestamp": _iso(), "edited_timestamp": None, "tts": False,
-            "mention_everyone": False, "mentions": mentions or [], "mention_roles": [],
+            "mention_everyone": False, "mentions": mentions or [],
+            "mention_roles": [str(r) for r in mention_roles or []],
             "attachments": attachments or [], "embeds": [], "pinned": False, "flags": 0,
             "type": 0 if msg_type is None else msg_type,
         }

@@ -312,6 +312,18 @@ async def test_reconnect_resumes_and_replays_missed_events(fake, running, close_
     assert (await inbox.next()).text == "and after"
 
 
+async def test_unresumable_session_identifies_afresh(fake, running):
+    adapter, inbox = running
+    fake.forget_sessions()
+    await fake.drop_connection()
+    # RESUME is refused (INVALID_SESSION, not resumable); discord.py waits the 5 s identify
+    # spacing Discord asks for, then starts a new session
+    await fake.wait_for(lambda: len(fake.identifies) == 2 and adapter.health().ready, timeout=10)
+    assert len(fake.resumes) == 1
+    await fake.user_says(DM_CHANNEL, alice(fake), "new session")
+    assert (await inbox.next()).text == "new session"
+
+
 async def test_watchdog_flips_readiness_and_reconnects(fake, caplog):
     caplog.set_level(logging.INFO, logger="platforms.base")
     adapter, inbox = make_adapter(fake, watchdog_seconds=0.4), Inbox()

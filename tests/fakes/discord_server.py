@@ -275,6 +275,10 @@ class FakeDiscord:
         assert self._live is not None, "no live gateway connection"
         self._live.stalled = True
 
+    def forget_sessions(self) -> None:
+        """The gateway loses its sessions (as after a Discord restart): RESUME gets INVALID_SESSION."""
+        self.session_id = None
+
     def revoke_token(self, new_token: str = "rotated-token") -> None:
         self.token = new_token
 

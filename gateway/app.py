@@ -15,12 +15,13 @@ import asyncio
 import importlib
 import logging
 import signal
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
 from gateway.config import Config
-from gateway.db import SessionDB
+from gateway.db import SchemaTooNew, SessionDB
 from gateway.home import Home
 from gateway.metrics import Metrics
 from gateway.mirrors import Mirrors
@@ -167,14 +168,23 @@ def build_app(
     """Wire the gateway for `config`. `local_only`: just the terminal (`chinwag chat`)."""
     from gateway.runner import GatewayRunner  # the top of the stack; imported last
 
-    home = Home(config.home).ensure()
+    try:
+        home = Home(config.home).ensure()
+    except OSError as exc:
+        raise AppError(f"cannot create the data directory {config.home}: {exc.strerror or exc}") from None
     names = ["local"] if local_only else config.configured_platforms()
     if not names:
         raise AppError(
             "nothing to serve: no chat platform is configured and platforms.local.enabled is false"
         )
     adapters = [create_adapter(config, name, stdin=stdin, stdout=stdout) for name in names]
-    db = SessionDB(home.db_path)
+    try:
+        db = SessionDB(home.db_path)
+    except (SchemaTooNew, sqlite3.DatabaseError, OSError) as exc:
+        raise AppError(
+            f"cannot open the database {home.db_path}: {exc} (`chinwag doctor` checks it; "
+            "restore a backup or set another home)"
+        ) from None
     try:
         mirrors = Mirrors(home, db)
         try:

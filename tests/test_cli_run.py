@@ -215,6 +215,17 @@ async def test_run_refuses_a_bad_config_with_the_key_named(tmp_path: Path) -> No
     assert "Traceback" not in err
 
 
+async def test_run_refuses_a_damaged_database_in_a_sentence(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "state.db").write_bytes(b"not a database at all " * 200)
+    code, out, err = await chinwag(["run", "--no-http"], clean_env(tmp_path), "hello\n")
+    assert code == 1
+    assert f"chinwag: cannot open the database {home / 'state.db'}" in err
+    assert "Traceback" not in err
+    assert (home / "state.db").read_bytes() == b"not a database at all " * 200  # left as it was
+
+
 # ---------------------------------------------------------------- doctor
 
 

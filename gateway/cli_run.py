@@ -89,6 +89,10 @@ def _serve(config: Config, *, local_only: bool, http: bool | None) -> int:
         return 1
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
+    except Exception as exc:  # a bug or an SDK refusing to start: the log has the (redacted) trace
+        log.critical("chinwag stopped by an unexpected error", exc_info=True)
+        print(f"chinwag: stopped by an unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

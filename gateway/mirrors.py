@@ -72,8 +72,12 @@ def index_bytes(entries: Iterable[Mapping]) -> bytes:
     return _dumps(data, indent=2, sort_keys=True) + b"\n"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data`: temp file in the same directory, fsync, rename, fsync dir."""
+def atomic_write(path: Path, data: bytes, sync_dir: bool = True) -> None:
+    """Replace `path` with `data`: temp file in the same directory, fsync, rename, fsync dir.
+
+    Readers see the old content or the new, never a mix. `sync_dir=False` leaves the directory
+    fsync (which makes the rename itself durable) to the caller, who may batch many renames.
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -87,7 +91,12 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
     os.close(fd)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    if sync_dir:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -360,6 +369,8 @@ class Mirrors:
             if progress and (n % step == 0 or n == total):
                 progress(n, total)
         report.sessions_checked = total
+        if report.files_created or report.files_rewritten:
+            fsync_dir(self.home.sessions_dir)  # one directory sync for all the renames above
         known = set(ids)
         for path in sorted(self.home.sessions_dir.iterdir()):
             name = path.name
@@ -420,7 +431,7 @@ class Mirrors:
             want = Counter(lines)
             report.lines_added += sum((want - have).values())
             report.lines_removed += sum((have - want).values())
-            atomic_write(path, expected)
+            atomic_write(path, expected, sync_dir=False)
             self._state(sid).last_id = last_id
             if current is None:
                 report.files_created += 1

@@ -14,7 +14,7 @@ import logging
 import sys
 
 from gateway.config import Config, ConfigError, load_config
-from gateway.logs import secrets_from_config, setup_logging
+from gateway.logs import Redactor, secrets_from_config, setup_logging
 
 log = logging.getLogger("chinwag")
 
@@ -85,13 +85,14 @@ def _serve(config: Config, *, local_only: bool, http: bool | None) -> int:
     try:
         return asyncio.run(main())
     except AppError as exc:
-        print(f"chinwag: {exc}", file=sys.stderr)
+        print(f"chinwag: {Redactor(secrets_from_config(config))(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
     except Exception as exc:  # a bug or an SDK refusing to start: the log has the (redacted) trace
         log.critical("chinwag stopped by an unexpected error", exc_info=True)
-        print(f"chinwag: stopped by an unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        redact = Redactor(secrets_from_config(config))
+        print(f"chinwag: stopped by an unexpected error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
         return 1
 
 

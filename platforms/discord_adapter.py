@@ -47,11 +47,6 @@ class _LRU(OrderedDict):
             self.popitem(last=False)
 
 
-# A text-only bot: discord.py's warnings about missing voice libraries are noise in our logs.
-discord.VoiceClient.warn_nacl = False
-discord.VoiceClient.warn_dave = False
-
-
 def _intents() -> discord.Intents:
     intents = discord.Intents.none()
     intents.guilds = True
@@ -145,6 +140,9 @@ class DiscordAdapter(PlatformAdapter):
             discord.http.Route.BASE = self.api_base
         if self.gateway_url:
             discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.gateway_url)
+        # a text-only bot: discord.py's warnings about missing voice libraries are noise
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
         self._on_message = on_message
         self._stopping = False
         self.set_ready(False, "connecting")

@@ -113,6 +113,8 @@ class DiscordAdapter(PlatformAdapter):
         super().__init__()
         config = dict(config or {})
         self._token = str(config.get("token") or os.environ.get("DISCORD_BOT_TOKEN") or "").strip()
+        if not self._token:
+            raise ValueError("token is not set (put the bot token in DISCORD_BOT_TOKEN)")
         self.api_base = str(config.get("api_base") or "").rstrip("/")
         self.gateway_url = str(config.get("gateway_url") or "")
         self.watchdog_seconds = float(config.get("watchdog_seconds", 120))
@@ -133,8 +135,6 @@ class DiscordAdapter(PlatformAdapter):
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, on_message: MessageHandler) -> None:
-        if not self._token:
-            raise ValueError("platforms.discord.token is not set (or DISCORD_BOT_TOKEN)")
         # A base URL is a real setting (proxies, test servers); empty means real Discord.
         if self.api_base:
             discord.http.Route.BASE = self.api_base

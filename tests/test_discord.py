@@ -434,9 +434,12 @@ async def test_stop_disconnects(fake):
     await fake.wait_for(lambda: not fake.live, timeout=3)
 
 
-async def test_missing_token_is_a_clear_error():
-    with pytest.raises(ValueError, match="token"):
-        await DiscordAdapter({"token": ""}).start(Inbox())
+def test_missing_token_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("DISCORD_BOT_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="token is not set"):
+        DiscordAdapter({"token": ""})
+    monkeypatch.setenv("DISCORD_BOT_TOKEN", "from-env")
+    DiscordAdapter({"token": ""})  # the environment supplies it
 
 
 async def test_reply_to_a_deleted_message_still_sends(fake, running):

@@ -1,229 +1,55 @@
 """Recall: rank whole SESSIONS for a query (ground floor; no SDK, no tools/agent imports).
 
 A message search answers "which messages contain these words"; recall answers "which earlier
-conversation is this about". So the unit that is scored is the root of a lineage chain (a session
-and its compression/delegation children), and the score is a session-level BM25:
+conversation is this about". The unit scored is the root of a lineage chain (a session and its
+compression/delegation children), with a session-level BM25 over the query's units (see
+gateway/recall_query.py for how a question becomes units):
 
-    score(s) = sum over query units u of  idf(u) * tf(u, s) * (k1 + 1) / (tf(u, s) + k1 * norm(s))
+    score(s) = sum over units u of  idf(u) * tf(u, s) * (k1 + 1) / (tf(u, s) + k1 * norm(s))
                + CO_WEIGHT * best(s)
 
-- a unit is one piece of evidence: an English word (also matched by a light stem as a prefix, so
-  "painted" finds "painting"), an identifier (also matched as a substring), or a Chinese/Japanese/
-  Korean bigram (a run of Han characters has no spaces, so a question like "上次部署网关超时是怎么
-  解决的" is cut at stop words and then into overlapping character pairs);
-- tf(u, s) is the number of messages of the session's lineage that contain u, saturated (k1), so
-  one chatty session cannot win on a single word repeated;
-- idf(u) is computed over sessions, not messages: a word found in every session tells nothing;
-- norm(s) is BM25 length normalisation on the number of messages;
-- best(s) is the largest idf mass that one single message of the session carries: several query
-  words in the same message is the strongest sign that the session answers the question.
+- tf(u, s): how many messages of the lineage hold u, saturated by k1, so one chatty session
+  cannot win on a single word said over and over;
+- idf(u): over sessions, not messages: a word found in every conversation tells nothing;
+- norm(s): BM25 length normalisation on the lineage's message count (gentle: B = 0.5);
+- best(s): the largest idf mass carried by PASSAGE consecutive messages of the session: several
+  query words in one turn and its reply is the strongest sign the session answers the question.
+- a date in the query is a unit held by the sessions active that day (or, more weakly, that week).
 
-Every query is OR-shaped (a session with some of the words still ranks, below one with all of
-them), so there is no separate "relax AND to OR" pass and no input yields nothing when a content
-word occurs. Each unit looks at most CANDIDATE_CAP newest matching messages, which bounds the
-cost of a very common word on a large store; its idf is then extrapolated from the full count.
+Every query is OR-shaped (a session with some of the words still ranks, below one with more of
+them), so there is no separate "relax AND to OR" pass, and no input yields nothing when a content
+word occurs. Each unit looks at most CANDIDATE_CAP newest matching messages, which bounds the cost
+of a very common word on a large store; its idf is then extrapolated from the full match count.
+Exclusions (current lineage, hidden sources, sessions the person took no part in) are applied to
+lineage roots after idf is computed, so they never change how the rest is ranked.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gateway.recall_dates import NEAR_DAYS, DateSpec, extract_dates
-from gateway.fts import (
-    MAX_QUERY_CHARS,
-    CHINESE_STOP_CHARS,
-    CHINESE_STOP_WORDS,
-    ENGLISH_STOP_WORDS,
-    Query,
-    Term,
-    clean,
-    make_snippet,
-    parse_query,
-)
+from gateway.fts import make_snippet
+from gateway.recall_dates import NEAR_DAYS
+from gateway.recall_query import Plan, Unit, cjk_pieces, plan_query
 
-__all__ = ["SessionHit", "Plan", "Unit", "find_sessions", "recent_sessions", "plan_query", "MAX_SESSIONS"]
+__all__ = [
+    "SessionHit", "Plan", "Unit", "find_sessions", "recent_sessions", "plan_query", "cjk_pieces", "MAX_SESSIONS",
+]
 
 MAX_SESSIONS = 5
 CANDIDATE_CAP = 3000  # newest matching messages looked at per unit
-MAX_UNITS = 48
 K1 = 1.2
 B = 0.5  # sessions differ in length far less than documents do; normalise gently
 CO_WEIGHT = 0.5
 PAIR_WEIGHT = 0.5
-PAIR_WINDOW = 4
 PASSAGE = 2  # messages looked at together when judging the best evidence of a session
 RERANK = 30  # sessions whose passages are examined
 HIDDEN_SOURCES = ("tool",)
 _VISIBLE = "(m.active = 1 OR m.compacted = 1)"
-_STOP_WORD_LENGTHS = sorted({len(w) for w in CHINESE_STOP_WORDS}, reverse=True)
-_SUFFIXES = ("ingly", "ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ments")
-
-
-# ---------------------------------------------------------------------------------------------
-# query -> units
-
-
-@dataclass
-class Unit:
-    label: str  # what a person would call this piece of the query ("部署", "nginx.conf", "paint")
-    word_expr: str  # FTS5 expression on the word index ("" = none)
-    ident_expr: str = ""  # FTS5 expression on the identifier (trigram) index ("" = none)
-    highlight: list[str] = field(default_factory=list)
-    pair: bool = False  # a proximity unit: two adjacent query words close together
-    date: bool = False  # a date the query names: the sessions active then hold it
-
-
-@dataclass
-class Plan:
-    query: Query
-    units: list[Unit]
-    dates: list[DateSpec] = field(default_factory=list)
-
-    @property
-    def understood(self) -> str:
-        """The query as recall used it: its content pieces, space separated."""
-        return " ".join([*(u.label for u in self.units if not u.pair), *(d.label for d in self.dates)])
-
-    def highlight_words(self) -> list[str]:
-        words = {w for u in self.units for w in u.highlight if w}
-        return sorted(words, key=len, reverse=True)
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace('"', '""') + '"'
-
-
-def _stem(word: str) -> str | None:
-    """A light English stem, used as a prefix ("painting" -> "paint"); None when not worth it."""
-    if not word.isascii() or not word.isalpha() or len(word) < 4:
-        return None
-    lower = word.lower()
-    for suffix in _SUFFIXES:
-        if suffix == "s" and lower.endswith("ss"):
-            continue
-        if lower.endswith(suffix) and len(lower) - len(suffix) >= (3 if suffix == "s" else 4):
-            return lower[: -len(suffix)]  # "stories" -> "stor*", which also matches "story"
-    return lower if len(lower) >= 5 else None
-
-
-def cjk_pieces(run: str, fallback: bool = True) -> list[str]:
-    """Bigrams of a Han/kana/hangul run, after cutting it at stop words and stop characters.
-
-    "上次部署网关超时是怎么解决的" -> 部署 署网 网关 关超 超时 解决. A content character left alone
-    between stop material is kept as a one-character piece, plus its bigram with a neighbouring
-    stop character ("有趣" -> "趣", "有趣"), so a word that contains a stop character is not lost.
-    A run of nothing but stop material gives all its bigrams when `fallback`, else nothing.
-    """
-    n = len(run)
-    if n <= 2:
-        stop_only = run in CHINESE_STOP_WORDS or set(run) <= CHINESE_STOP_CHARS
-        return [run] if fallback or not stop_only else []
-    in_word = [False] * n  # part of a stop word
-    i = 0
-    while i < n:
-        for length in _STOP_WORD_LENGTHS:
-            if length > 1 and i + length <= n and run[i : i + length] in CHINESE_STOP_WORDS:
-                for j in range(i, i + length):
-                    in_word[j] = True
-                i += length - 1
-                break
-        i += 1
-    stop = [in_word[i] or ch in CHINESE_STOP_CHARS for i, ch in enumerate(run)]
-    pieces: dict[str, None] = {}
-    i = 0
-    while i < n:
-        if stop[i]:
-            i += 1
-            continue
-        j = i
-        while j < n and not stop[j]:
-            j += 1
-        if j - i >= 2:
-            for k in range(i, j - 1):
-                pieces[run[k : k + 2]] = None
-        else:
-            pieces[run[i]] = None
-            if i > 0 and not in_word[i - 1]:
-                pieces[run[i - 1 : i + 1]] = None
-            if i + 1 < n and not in_word[i + 1]:
-                pieces[run[i : i + 2]] = None
-        i = j
-    if not pieces and fallback:
-        for k in range(n - 1):
-            pieces[run[k : k + 2]] = None
-    return list(pieces)
-
-
-_OPERATOR_WORDS = re.compile(r"\b(?:OR|AND|NOT|NEAR)\b")
-_POSSESSIVE = re.compile(r"['’][sS]$")
-
-
-def _word_unit(word: str) -> Unit:
-    """A plain word, also matched through its light stem as a prefix."""
-    stem = _stem(word)
-    expr = _quote(word) + (f" OR {_quote(stem)}*" if stem and stem != word.lower() else "")
-    if stem == word.lower():
-        expr = _quote(word) + "*"
-    return Unit(label=word, word_expr=expr, highlight=[stem or word])
-
-
-def _units_of(term: Term, fallback: bool = False) -> list[Unit]:
-    if term.cjk:
-        return [
-            Unit(label=p, word_expr=_quote(" ".join(p)), highlight=[p])
-            for p in cjk_pieces("".join(term.tokens), fallback)
-        ]
-    tokens = term.tokens
-    if len(tokens) == 2 and tokens[1].lower() == "s" and _POSSESSIVE.search(term.text):
-        tokens = tokens[:1]  # "Caroline's" is about Caroline
-    if term.identifier and "/" in term.text and all(t.isalpha() for t in tokens):
-        return [_word_unit(t) for t in tokens]  # "artists/bands": alternatives, not a path
-    if term.identifier and len(tokens) > 1 or any(c.isdigit() for c in term.text):
-        ident = term.text.lower().strip("-./:@#~+=%_")
-        ident_expr = _quote(ident) if term.identifier and len(ident) >= 3 else ""
-        return [Unit(label=term.text, word_expr=term.phrase(), ident_expr=ident_expr,
-                     highlight=[term.text, *tokens])]
-    if len(tokens) == 1 and not term.prefix:
-        return [_word_unit(tokens[0])]
-    return [Unit(label=term.text, word_expr=term.phrase(), highlight=[term.text, *tokens])]
-
-
-def _pair_unit(a: Unit, b: Unit) -> Unit:
-    """Two query words that stand next to each other, found close together in one message."""
-    def side(u: Unit) -> str:
-        stem = u.highlight[0] if u.highlight else u.label
-        return _quote(stem.lower()) + "*"
-
-    return Unit(label=f"{a.label} {b.label}", word_expr=f"NEAR({side(a)} {side(b)}, {PAIR_WINDOW})",
-                highlight=[], pair=True)
-
-
-def plan_query(query: str | bytes | None) -> Plan:
-    """Parse any input into the units recall counts. Never raises."""
-    dates, rest = extract_dates(_OPERATOR_WORDS.sub(" ", clean(query)[:MAX_QUERY_CHARS]))
-    parsed = parse_query(rest)
-    parsed.text = clean(query)[:MAX_QUERY_CHARS].strip()
-    units: dict[str, Unit] = {}
-    previous: Unit | None = None
-    pairs: list[Unit] = []
-    terms = parsed.content_terms
-    # a query made only of stop material still searches for it (never an empty answer)
-    fallback = not any(_units_of(t) for t in terms)
-    for term in terms:
-        for unit in _units_of(term, fallback):
-            key = unit.word_expr + "|" + unit.ident_expr
-            units.setdefault(key, unit)
-            simple = not term.cjk and not unit.ident_expr and " " not in unit.label
-            if simple and previous is not None and previous.label.lower() != unit.label.lower():
-                pairs.append(_pair_unit(previous, unit))
-            previous = unit if simple else None
-    singles = list(units.values())[:MAX_UNITS]
-    return Plan(parsed, singles + pairs[: max(0, MAX_UNITS - len(singles))], dates)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import re
 import signal
@@ -213,6 +214,25 @@ async def test_run_refuses_a_bad_config_with_the_key_named(tmp_path: Path) -> No
     assert code == 2
     assert "gateway.busy_mode: must be one of queue, interrupt, steer (got 'fast')" in err
     assert "Traceback" not in err
+
+
+async def test_run_logs_json_lines_without_secrets(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    async with FakeOpenAI() as fake:
+        (home / "config.yaml").write_text(
+            "logging: {format: json, level: DEBUG}\nhttp: {enabled: false}\n"
+            f"model: {{base_url: '{fake.base_url}', api_key: '${{MY_KEY}}'}}\n", encoding="utf-8",
+        )
+        env = clean_env(tmp_path, MY_KEY="plainsecretvalue42")
+        code, out, err = await chinwag(["run"], env, "hello\n")
+    assert code == 0, err
+    assert out.strip() == "echo: hello"
+    entries = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert entries and all({"ts", "level", "logger", "msg"} <= set(e) for e in entries)
+    assert any(e["msg"].startswith("chinwag running") for e in entries)
+    assert any(e["level"] == "DEBUG" for e in entries)
+    assert "plainsecretvalue42" not in err
 
 
 async def test_run_refuses_a_damaged_database_in_a_sentence(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from agent.llm import NOT_CONFIGURED_TEXT
@@ -149,7 +150,8 @@ async def test_run_serves_ops_http_and_stops_gracefully_on_sigterm(tmp_path: Pat
         db.close()
 
 
-async def shutdown_during_a_turn(tmp_path: Path, timeout: float, release: bool) -> tuple[int, str, str, Path]:
+async def shutdown_during_a_turn(tmp_path: Path, timeout: float, release: bool,
+                                 sig: signal.Signals = signal.SIGTERM) -> tuple[int, str, str, Path]:
     """Start `chinwag run`, hold the model's reply, SIGTERM mid-turn; maybe release the reply."""
     home = tmp_path / "home"
     home.mkdir()
@@ -166,8 +168,8 @@ async def shutdown_during_a_turn(tmp_path: Path, timeout: float, release: bool) 
             proc.stdin.write("a question that takes a while\n".encode())
             await proc.stdin.drain()
             await fake.wait_requests(1, timeout=TIMEOUT)
-            proc.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(read_until(proc.stderr, r"SIGTERM received", err_lines), TIMEOUT)
+            proc.send_signal(sig)
+            await asyncio.wait_for(read_until(proc.stderr, f"{sig.name} received", err_lines), TIMEOUT)
             if release:
                 fake.gate.set()
             out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
@@ -178,8 +180,9 @@ async def shutdown_during_a_turn(tmp_path: Path, timeout: float, release: bool) 
     return proc.returncode, out.decode(), "".join(err_lines) + err.decode(), home
 
 
-async def test_sigterm_lets_a_running_turn_finish(tmp_path: Path) -> None:
-    code, out, err, home = await shutdown_during_a_turn(tmp_path, timeout=20, release=True)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_lets_a_running_turn_finish(tmp_path: Path, sig: signal.Signals) -> None:
+    code, out, err, home = await shutdown_during_a_turn(tmp_path, timeout=20, release=True, sig=sig)
     assert code == 0, err
     assert "echo: a question that takes a while" in out  # the reply still went out
     assert "Traceback" not in err

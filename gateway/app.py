@@ -135,19 +135,23 @@ class App:
                 task.cancel()
             if local is not None and local.input_closed.is_set() and not self._stop.is_set():
                 log.info("end of input; finishing")
-                await self.runner.drain()
+                drain = asyncio.create_task(self.runner.drain())
+                stop = asyncio.create_task(self._stop.wait())  # a signal still cuts this short
+                await asyncio.wait([drain, stop], return_when=asyncio.FIRST_COMPLETED)
+                for task in (drain, stop):
+                    task.cancel()
         finally:
+            # From here a second signal has its default effect (Ctrl-C raises, SIGTERM ends the
+            # process): the way out when a graceful stop takes too long.
             for sig in installed:
                 loop.remove_signal_handler(sig)
             await self.stop(self.config.gateway.shutdown_timeout_seconds if stop_timeout is None else stop_timeout)
         return 0
 
     def _on_signal(self, sig: int) -> None:
-        if self._stop.is_set():
-            log.warning("%s again: already stopping; running turns get up to %.0fs, then are cancelled",
-                        signal.Signals(sig).name, self.config.gateway.shutdown_timeout_seconds)
-        else:
-            log.info("%s received: shutting down gracefully", signal.Signals(sig).name)
+        log.info("%s received: shutting down gracefully (running turns get up to %gs; "
+                 "signal again to stop at once)", signal.Signals(sig).name,
+                 self.config.gateway.shutdown_timeout_seconds)
         self._stop.set()
 
     def _local_only(self) -> Any:

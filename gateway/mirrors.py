@@ -180,6 +180,7 @@ class Mirrors:
         self._index_lock = threading.Lock()  # sessions.json: read DB + write file as one step
         self._cond = threading.Condition()
         self._index_dirty = False
+        self._index_writing = False
         self._closing = False
         self._closed = False
         self._last_index_write = float("-inf")
@@ -288,9 +289,8 @@ class Mirrors:
         data = memoryview(b"".join(line for _, line in items))
         while data:
             data = data[os.write(state.fd, data):]
-        state.last_id = max(mid for mid, _ in items) if state.last_id is None else max(
-            state.last_id, *(mid for mid, _ in items)
-        )
+        top = max(mid for mid, _ in items)
+        state.last_id = top if state.last_id is None else max(state.last_id, top)
         self.lines_appended += len(items)
 
     def _remove(self, sid: str) -> None:
@@ -326,19 +326,25 @@ class Mirrors:
             with self._cond:
                 while not self._index_dirty and not self._closing:
                     self._cond.wait()
-                if not self._index_dirty:
-                    return
                 # coalesce: whatever else changes until then goes into the same write
                 while not self._closing:
                     remaining = self._last_index_write + self.index_interval - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
-                self._index_dirty = False
+                if not self._index_dirty:  # flush() wrote it meanwhile, or closing with nothing due
+                    if self._closing:
+                        return
+                    continue
+                self._index_dirty, self._index_writing = False, True
             try:
                 self.write_index()
             except Exception:  # noqa: BLE001 - logged; the next change or repair retries
                 log.exception("writing sessions.json failed")
+            finally:
+                with self._cond:
+                    self._index_writing = False
+                    self._cond.notify_all()
 
     def write_index(self) -> None:
         """Write sessions.json from the DB now (atomic)."""
@@ -349,8 +355,10 @@ class Mirrors:
             self._last_index_write = time.monotonic()
 
     def flush(self) -> None:
-        """Write a pending sessions.json change now instead of at the end of the interval."""
+        """Make sessions.json current now: finish a write in progress, do a pending one."""
         with self._cond:
+            while self._index_writing:
+                self._cond.wait()
             dirty, self._index_dirty = self._index_dirty, False
         if dirty:
             self.write_index()

@@ -128,7 +128,8 @@ def test_deleting_a_session_removes_its_file_and_key(home, db, mirrors):
     assert (home / "sessions" / f"{sid}.jsonl").exists()
     db.delete_session(sid)
     assert not (home / "sessions" / f"{sid}.jsonl").exists()
-    wait_for(lambda: json.loads((home / "sessions.json").read_text()) == {})
+    mirrors.flush()
+    assert json.loads((home / "sessions.json").read_text()) == {}
 
 
 def test_open_files_are_bounded(home, db):

@@ -156,10 +156,11 @@ class SessionHit:
 
 
 def _unit_hits(
-    conn: sqlite3.Connection, unit: Unit, roles: list[str], cap: int
-) -> tuple[list[tuple[int, str]], int]:
-    """(message id, session id) of visible messages holding the unit, newest first; and the total
-    number of index matches (an estimate of frequency beyond the cap)."""
+    conn: sqlite3.Connection, unit: Unit, roles: list[str], cap: int, newest_id: int
+) -> tuple[list[tuple[int, str]], float]:
+    """(message id, session id) of visible messages holding the unit, newest first; and the
+    number of index matches, estimated beyond the cap from how far back the newest `cap` reach
+    (matches are assumed spread evenly over time; a count(*) would cost as much as the search)."""
     role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
     sources = []
     if unit.word_expr:
@@ -167,27 +168,25 @@ def _unit_hits(
     if unit.ident_expr:
         sources.append(("messages_ident", unit.ident_expr))
     found: dict[int, str] = {}
-    total = 0
+    total = 0.0
     for table, expr in sources:
         sql = f"""
-            SELECT m.id, m.session_id
+            SELECT c.rowid, m.session_id, ({_VISIBLE}{role_sql}) AS wanted
             FROM (SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) AS c
-            JOIN messages m ON m.id = c.rowid
-            WHERE {_VISIBLE}{role_sql}"""
+            JOIN messages m ON m.id = c.rowid"""
         try:
-            rows = conn.execute(sql, [expr, cap, *roles]).fetchall()
+            rows = conn.execute(sql, [*roles, expr, cap]).fetchall()
         except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
             continue
-        for mid, sid in rows:
-            found.setdefault(mid, sid)
-        n = len(rows)
-        if n >= cap:
-            try:
-                n = conn.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", [expr]).fetchone()[0]
-            except sqlite3.OperationalError:
-                pass
+        for mid, sid, wanted in rows:
+            if wanted:
+                found.setdefault(mid, sid)
+        n: float = len(rows)
+        if rows and n >= cap:
+            reach = max(1, newest_id - rows[-1][0] + 1)
+            n = n * max(1.0, newest_id / reach)
         total = max(total, n)
-    return list(found.items()), max(total, len(found))
+    return list(found.items()), max(total, float(len(found)))
 
 
 def _rank(
@@ -211,12 +210,13 @@ def _rank(
 
     n_sessions = max(1, conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
     avg_len = conn.execute("SELECT avg(message_count) FROM sessions").fetchone()[0] or 1.0
+    newest_id = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
 
     # unit -> root -> [message ids]; df over roots before any exclusion (idf describes the corpus)
     per_unit: list[dict[str, list[int]]] = []
     idf: list[float] = []
     for unit in plan.units:
-        hits, total = _unit_hits(conn, unit, roles, cap)
+        hits, total = _unit_hits(conn, unit, roles, cap, newest_id)
         roots = meta.roots(sid for _, sid in hits)
         by_root: dict[str, list[int]] = defaultdict(list)
         for mid, sid in hits:

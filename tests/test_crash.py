@@ -68,7 +68,7 @@ def test_sigkill_at_random_moments(tmp_path):
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
         try:
-            output = read_until(proc, rnd.choice([0, 1, rnd.randint(2, 100), rnd.randint(100, 1500), rnd.randint(100, 1500)]))
+            output = read_until(proc, rnd.choice([0, 1, rnd.randint(2, 100), rnd.randint(100, 800), rnd.randint(100, 800)]))
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

@@ -51,6 +51,8 @@ class SessionAgent:
     session_id: str
     owned_clients: list[Any] = field(default_factory=list)
     closed: bool = False
+    # The session's active conversation as stored (None until the first turn loads it).
+    history: list[dict[str, Any]] | None = None
 
     async def close(self) -> None:
         self.closed = True

@@ -90,6 +90,10 @@ async def run_turn(
     steer: asyncio.Queue[str] = asyncio.Queue()
     lane.steer_queue = steer
     first_user = True
+    # The conversation so far: kept with the cached agent so a warm chat does not re-read it.
+    # Everything that rewrites a session's history (/undo, /retry, compression, ...) drops the agent.
+    conversation = getattr(session_agent, "history", None)
+    loaded = conversation is None
 
     async def persist(message: dict[str, Any]) -> None:
         nonlocal first_user
@@ -103,10 +107,16 @@ async def run_turn(
             fields["user_id"] = origin.source.person_id
             fields["platform_message_id"] = origin.message_id or None
         await db.aappend_message(session_id, message["role"], message.get("content"), **fields)
+        if conversation is not None:
+            conversation.append(_as_stored(message))  # the cached copy follows the DB, in order
 
     typing = _Typing(runner, msg)
     try:
-        history = await db.aread("get_messages_as_conversation", session_id)
+        if loaded:
+            conversation = await db.aread("get_messages_as_conversation", session_id)
+            if hasattr(session_agent, "history"):
+                session_agent.history = conversation
+        history = list(conversation)
         ctx = ToolContext(
             session_id=session_id,
             source=msg.source,
@@ -152,6 +162,18 @@ def _near_window(runner: "GatewayRunner", system_prompt: str, conversation: list
     window = runner.model_settings.context_window
     prompt = estimate_tokens([{"role": "system", "content": system_prompt}])
     return needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD)
+
+
+def _as_stored(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as `db.get_messages_as_conversation` would return it after the append."""
+    out: dict[str, Any] = {"role": message["role"], "content": message.get("content")}
+    if message.get("tool_calls"):
+        out["tool_calls"] = message["tool_calls"]
+    if message["role"] == "tool":
+        out["tool_call_id"] = message.get("tool_call_id")
+        if message.get("name"):
+            out["name"] = message["name"]
+    return out
 
 
 def _json(value: Any) -> str:

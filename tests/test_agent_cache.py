@@ -9,7 +9,7 @@ from agent.llm import ModelSettings
 from gateway.agent_cache import AgentCache
 from gateway.agent_factory import AgentFactory
 from tests.fakes.gateway_harness import Clock, Gateway
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 
 
 class Thing:
@@ -136,3 +136,25 @@ async def test_memory_snapshot_is_frozen_per_session(tmp_path):
         await gw.say("/new")
         await gw.say("fresh")
         assert "Name: Changed" in gw.fake.requests[-1]["messages"][0]["content"]
+
+
+async def test_cached_conversation_matches_the_database(tmp_path):
+    async with Gateway(tmp_path) as gw:
+        await gw.say("first")
+        gw.fake.push(Reply(tool_calls=[ToolCall("memory", {"action": "read", "target": "memory"})]))
+        gw.fake.push("after the tool")
+        await gw.say("use a tool")
+        sid = gw.session_id()
+        cached = gw.runner.cache.get(sid)
+        assert cached.history == gw.db.get_messages_as_conversation(sid)
+        assert [m["role"] for m in cached.history] == ["user", "assistant", "user", "assistant", "tool", "assistant"]
+        # the next turn is served from it, and sees exactly what the DB holds
+        await gw.say("third")
+        sent = gw.fake.requests[-1]["messages"][1:]
+        assert [m["role"] for m in sent] == ["user", "assistant", "user", "assistant", "tool", "assistant", "user"]
+        # /undo rewrites history in the DB: the cached copy goes with the agent
+        await gw.say("/undo")
+        await gw.say("fourth")
+        sent = gw.fake.requests[-1]["messages"][1:]
+        assert [m.get("content") for m in sent][-1] == "fourth" and "third" not in [m.get("content") for m in sent]
+        assert gw.runner.cache.get(sid).history == gw.db.get_messages_as_conversation(sid)

@@ -96,3 +96,31 @@ async def test_model_timeout_becomes_apology(tmp_path):
         parked.set()
         assert len(replies) == 1 and "did not answer in time" in replies[0]
         assert await gw.say("still there?") == ["echo: still there?"]
+
+
+async def test_empty_message_gets_a_clear_answer_in_dm_and_silence_in_groups(tmp_path):
+    from gateway.runner import EMPTY_TEXT
+
+    async with Gateway(tmp_path) as gw:
+        assert await gw.say("   ") == [EMPTY_TEXT]
+        assert await gw.say("", chat_id="-4", chat_type="group", mentioned=True) == []
+        assert gw.fake.requests == [] and gw.db.count_sessions() == 0
+
+
+async def test_metrics_and_readiness(tmp_path):
+    from gateway.metrics import Metrics
+    from gateway.runner import GatewayRunner
+
+    async with Gateway(tmp_path) as gw:
+        metrics = Metrics()
+        runner = GatewayRunner(gw.config, gw.db, gw.store, [gw.adapter], clock=gw.clock, metrics=metrics)
+        await runner.start()  # the adapter now delivers to this runner
+        await gw.adapter.inject("count me", message_id="x1")
+        await gw.adapter.deliver(gw.adapter.message("count me", message_id="x1"))
+        await runner.drain()
+        text = metrics.render()
+        assert 'messages_in_total{platform="telegram"} 2' in text
+        assert 'messages_out_total{platform="telegram"} 1' in text
+        assert "turn_seconds_count 1" in text and "queue_depth 0" in text and "agent_cache_size 1" in text
+        assert runner.readiness()["telegram"].ready
+        await runner.stop()

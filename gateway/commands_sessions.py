@@ -168,8 +168,33 @@ async def cmd_search(ctx: "CommandContext") -> str:
     runner.observe("search_seconds", max(0.0, runner.clock() - started))
     if not hits:
         return f"No conversation of yours mentions “{_one_line(query, 60)}”."
+    answers = await asyncio.to_thread(_answers, db, [h.matched_message_ids[:1] for h in hits])
     lines = [f"Conversations matching “{_one_line(query, 60)}”:"]
-    for hit in hits:
+    for hit, answer in zip(hits, answers):
         lines.append(f"• {hit.title or '(untitled)'} — {_when(hit.last_active_at or hit.started_at)} — "
                      f"/resume {hit.session_id}\n  {_one_line(hit.snippet)}")
+        if answer:
+            lines.append(f"  ↳ {_one_line(answer)}")
     return "\n".join(lines)
+
+
+def _answers(db, best: list[list[int]]) -> list[str | None]:
+    """For each hit whose best match is something the person wrote, the reply it got (one line):
+    what was found is usually the answer, not the question."""
+
+    def read(conn) -> list[str | None]:
+        out: list[str | None] = []
+        for ids in best:
+            row = conn.execute("SELECT session_id, role FROM messages WHERE id = ?", ids[:1]).fetchone() if ids else None
+            if row is None or row[1] != "user":
+                out.append(None)
+                continue
+            reply = conn.execute(
+                "SELECT content FROM messages WHERE session_id = ? AND id > ? AND role = 'assistant' "
+                "AND content IS NOT NULL AND content != '' AND (active = 1 OR compacted = 1) ORDER BY id LIMIT 1",
+                (row[0], ids[0]),
+            ).fetchone()
+            out.append(reply[0] if reply else None)
+        return out
+
+    return db.read(read)

@@ -101,6 +101,7 @@ async def test_search_lists_sessions_ready_for_resume(tmp_path):
         assert lines[0] == "Conversations matching “nginx 502”:"
         assert lines[1].startswith("• Deploy notes — ") and lines[1].endswith(f"/resume {deploy}")
         assert "nginx" in lines[2]
+        assert lines[3] == "  ↳ echo: the nginx reload failed with error 502 on host web-3"  # the reply it got
         assert "Cooking" not in text
         # the current conversation is not offered back
         assert (await gw.say("/search bread", **ANA))[0].startswith("No conversation of yours mentions")

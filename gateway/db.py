@@ -340,7 +340,7 @@ class SessionDB:
 
     # -- deletion and retention ------------------------------------------------------------------
     @staticmethod
-    def _delete_session_rows(conn: sqlite3.Connection, session_id: str) -> bool:
+    def _delete_session_rows(conn: sqlite3.Connection, session_id: str, events: list) -> bool:
         for row in conn.execute("SELECT id, content FROM messages WHERE session_id = ?", (session_id,)):
             words, idents = index_text(row["content"]), ident_text(row["content"])
             # contentless FTS5: a delete must repeat exactly the text that was indexed
@@ -361,17 +361,16 @@ class SessionDB:
             "UPDATE sessions SET parent_session_id = ? WHERE parent_session_id = ?",
             (parent[0] if parent else None, session_id),
         )
+        for (key,) in conn.execute("SELECT session_key FROM session_keys WHERE session_id = ?", (session_id,)).fetchall():
+            events.append(("key_deleted", {"session_key": key}))
         conn.execute("DELETE FROM session_keys WHERE session_id = ?", (session_id,))
-        return conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
+        if conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount == 0:
+            return False
+        events.append(("session_deleted", {"id": session_id}))
+        return True
 
     def delete_session(self, session_id: str) -> bool:
-        def op(conn: sqlite3.Connection, events: list) -> bool:
-            deleted = self._delete_session_rows(conn, session_id)
-            if deleted:
-                events.append(("session_deleted", {"id": session_id}))
-            return deleted
-
-        return self.write(op)
+        return self.write(lambda conn, events: self._delete_session_rows(conn, session_id, events))
 
     def prune(self, older_than_days: float, keep: Iterable[str] = ()) -> int:
         """Delete sessions whose last activity is older than the cutoff (not those in `keep`)."""
@@ -388,9 +387,7 @@ class SessionDB:
             def op(conn: sqlite3.Connection, events: list) -> int:
                 n = 0
                 for sid in batch:
-                    if self._delete_session_rows(conn, sid):
-                        events.append(("session_deleted", {"id": sid}))
-                        n += 1
+                    n += self._delete_session_rows(conn, sid, events)
                 return n
 
             return op
@@ -508,13 +505,17 @@ class SessionDB:
                         continue
                     raise ValueError(f"session {sid} already exists (use --skip-existing)")
                 create(conn, events)
+                flagged = False
                 for append, msg in appends:
                     mid = append(conn, events)
                     if not msg.get("active", 1) or msg.get("compacted"):
+                        flagged = True
                         conn.execute(
                             "UPDATE messages SET active = ?, compacted = ? WHERE id = ?",
                             (int(msg.get("active", 1)), int(msg.get("compacted", 0)), mid),
                         )
+                if flagged:  # the "message" events carried the default flags
+                    events.append(("rewrite", {"session_id": sid}))
                 conn.execute(
                     "UPDATE sessions SET ended_at = ?, end_reason = ?, input_tokens = COALESCE(?, 0), "
                     "output_tokens = COALESCE(?, 0), message_count = "

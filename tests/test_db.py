@@ -298,3 +298,16 @@ def test_stats(db, make_session):
     make_session(messages=[("user", "hello world")])
     stats = db.stats()
     assert stats["sessions"] == 1 and stats["messages"] == 1 and stats["db_bytes"] > 0
+
+
+def test_import_and_delete_tell_the_mirrors(db):
+    events = []
+    db.add_commit_listener(events.extend)
+    record = {"session": {"id": "i1", "source": "local"},
+              "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "active": 0}]}
+    db.import_records([record])
+    assert ("rewrite", {"session_id": "i1"}) in events  # hidden flags reach the transcript
+    db.set_key_entry("k", "i1")
+    events.clear()
+    db.delete_session("i1")
+    assert ("key_deleted", {"session_key": "k"}) in events and ("session_deleted", {"id": "i1"}) in events

@@ -536,6 +536,8 @@ async def start_webhook_adapter(fake, hook_server, **extra):
 
 async def test_webhook_mode_registers_and_receives(fake, hook_server, caplog):
     caplog.set_level(logging.DEBUG)
+    for name in ("telegram", "telegram.ext"):  # other tests may have quietened the SDK's loggers
+        caplog.set_level(logging.DEBUG, logger=name)
     adapter, inbox, url = await start_webhook_adapter(fake, hook_server)
     try:
         assert fake.webhook == {"url": url, "secret_token": "s3cret-Token", "allowed_updates": ["message"]}

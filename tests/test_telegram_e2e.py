@@ -3,6 +3,7 @@ Bot API), the real GatewayRunner on a real SQLite file, and the fake OpenAI-comp
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -112,12 +113,18 @@ async def stack(tmp_path):
 
 async def test_dm_turn_is_answered_and_stored(stack):
     tg = stack.telegram
+    stack.llm.gate = asyncio.Event()  # hold the model's answer until the typing hint shows
     tg.push_message(tg.private_chat(ANN), ANN, "hello bot")
+    for _ in range(500):
+        if tg.calls_to("sendChatAction"):
+            break
+        await asyncio.sleep(0.01)
+    assert tg.calls_to("sendChatAction")  # typing shown while the turn runs
+    stack.llm.gate.set()
     [reply] = await stack.wait_replies(42, 1)
     assert reply["text"] == "echo: hello bot"
     assert reply["_parse_mode"] == "MarkdownV2"
     assert "reply_to_message" not in reply  # DMs are answered plainly
-    assert tg.calls_to("sendChatAction")  # typing shown while the turn ran
     [session] = stack.sessions()
     assert session["session_key"] == "agent:main:telegram:dm:42"
     assert session["message_count"] >= 2

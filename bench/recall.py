@@ -119,6 +119,14 @@ def load_memorybank(db: SessionDB, users: dict) -> dict[tuple[str, str], str]:
 # ---------------------------------------------------------------------------------------------
 # scoring
 
+def message_search_sessions(db: SessionDB, text: str) -> list[str]:
+    """The naive baseline: message search, then sessions in the order of their first hit."""
+    out: dict[str, None] = {}
+    for hit in db.search_messages(text, limit=50):
+        out.setdefault(hit["session_id"], None)
+    return list(out)[:5]
+
+
 class Tally:
     def __init__(self) -> None:
         self.n = 0
@@ -175,6 +183,7 @@ def bench_locomo(misses: int) -> dict[str, Tally]:
                         if mode == "content words" and rr < 1 and shown < misses:
                             shown += 1
                             print(f"  miss: {text!r} gold={sorted(gold)} got={ranked[:3]}")
+                        tallies[f"baseline {mode}|all"].add(message_search_sessions(db, text), gold)
         finally:
             db.close()
     latencies.sort()
@@ -189,8 +198,11 @@ def bench_locomo(misses: int) -> dict[str, Tally]:
             tally = tallies.get(f"{mode}|{subset}")
             if tally:
                 print(f"{mode:<15}{subset:<7}{tally.row(keys)}")
+        base = tallies[f"baseline {mode}|all"]
+        print(f"{'  baseline*':<22}{base.row(keys)}")
         ref = REFERENCE[f"locomo {mode}"]
         print(f"{'  reference':<22}" + "  ".join(f"{ref[k]:.3f}" for k in keys))
+    print("  * baseline: this store's message search (db.search_messages, 50 hits), sessions in order of first hit")
     content, raw = tallies["content words|all"], tallies["raw question|all"]
     print(f"targets: content any@1 {content.get('any@1'):.3f} >= 0.70, MRR {content.get('MRR'):.3f} >= 0.78; "
           f"raw MRR {raw.get('MRR'):.3f} >= {0.9 * content.get('MRR'):.3f} (0.9x), raw empty {raw.empty} == 0")
@@ -215,6 +227,7 @@ def bench_memorybank() -> None:
                     for scope, person in (("pooled", None), ("per-user", row["user"])):
                         hits = find_sessions(db, text, limit=5, see_all=person is None, person_id=person)
                         tallies[f"{mode}|{scope}"].add([h.session_id for h in hits], gold)
+                    tallies[f"baseline {mode}"].add(message_search_sessions(db, text), gold)
         finally:
             db.close()
     n_sessions = len(ids)
@@ -223,8 +236,10 @@ def bench_memorybank() -> None:
     for mode in ("keyword query", "raw question"):
         for scope in ("pooled", "per-user"):
             print(f"{mode:<15}{scope:<10}{tallies[f'{mode}|{scope}'].row(keys)}")
+        print(f"{'  baseline*':<25}{tallies[f'baseline {mode}'].row(keys)}")
         ref = REFERENCE[f"cn {mode}"]
         print(f"{'  reference':<25}" + "  ".join(f"{ref[k]:.3f}" for k in keys))
+    print("  * baseline: db.search_messages (50 hits), sessions in order of first hit, pooled")
     print(f"targets (pooled): keyword any@5 {tallies['keyword query|pooled'].get('any@5'):.3f} >= 0.85, "
           f"raw any@5 {tallies['raw question|pooled'].get('any@5'):.3f} >= 0.85")
 

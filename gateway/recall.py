@@ -12,8 +12,9 @@ gateway/recall_query.py for how a question becomes units):
   cannot win on a single word said over and over;
 - idf(u): over sessions, not messages: a word found in every conversation tells nothing;
 - norm(s): BM25 length normalisation on the lineage's message count (gentle: B = 0.5);
-- best(s): the largest idf mass carried by PASSAGE consecutive messages of the session: several
-  query words in one turn and its reply is the strongest sign the session answers the question.
+- best(s): the largest idf mass carried by PASSAGE consecutive messages of the session, each hit
+  discounted BM25-style by its message's length: several query words in one short turn and its
+  reply is the strongest sign the session answers the question.
 - a date in the query is a unit held by the sessions active that day (or, more weakly, that week).
 
 Every query is OR-shaped (a session with some of the words still ranks, below one with more of
@@ -46,6 +47,8 @@ K1 = 1.2
 B = 0.5  # sessions differ in length far less than documents do; normalise gently
 CO_WEIGHT = 0.5
 PAIR_WEIGHT = 0.5
+MSG_K1 = 1.2
+MSG_B = 0.5
 PASSAGE = 2  # messages looked at together when judging the best evidence of a session
 RERANK = 30  # sessions whose passages are examined
 HIDDEN_SOURCES = ("tool",)
@@ -156,7 +159,7 @@ class SessionHit:
 
 
 def _unit_hits(
-    conn: sqlite3.Connection, unit: Unit, roles: list[str], cap: int, newest_id: int
+    conn: sqlite3.Connection, unit: Unit, roles: list[str], cap: int, newest_id: int, sizes: dict[int, int]
 ) -> tuple[list[tuple[int, str]], float]:
     """(message id, session id) of visible messages holding the unit, newest first; and the
     number of index matches, estimated beyond the cap from how far back the newest `cap` reach
@@ -171,16 +174,17 @@ def _unit_hits(
     total = 0.0
     for table, expr in sources:
         sql = f"""
-            SELECT c.rowid, m.session_id, ({_VISIBLE}{role_sql}) AS wanted
+            SELECT c.rowid, m.session_id, ({_VISIBLE}{role_sql}) AS wanted, length(m.content)
             FROM (SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) AS c
             JOIN messages m ON m.id = c.rowid"""
         try:
             rows = conn.execute(sql, [*roles, expr, cap]).fetchall()
         except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
             continue
-        for mid, sid, wanted in rows:
+        for mid, sid, wanted, size in rows:
             if wanted:
                 found.setdefault(mid, sid)
+                sizes[mid] = size or 1
         n: float = len(rows)
         if rows and n >= cap:
             reach = max(1, newest_id - rows[-1][0] + 1)
@@ -215,8 +219,9 @@ def _rank(
     # unit -> root -> [message ids]; df over roots before any exclusion (idf describes the corpus)
     per_unit: list[dict[str, list[int]]] = []
     idf: list[float] = []
+    sizes: dict[int, int] = {}  # message id -> length in characters
     for unit in plan.units:
-        hits, total = _unit_hits(conn, unit, roles, cap, newest_id)
+        hits, total = _unit_hits(conn, unit, roles, cap, newest_id, sizes)
         roots = meta.roots(sid for _, sid in hits)
         by_root: dict[str, list[int]] = defaultdict(list)
         for mid, sid in hits:
@@ -269,6 +274,9 @@ def _rank(
         if row is not None and (root := meta.root(sid)) in keep:
             lengths[root] += int(row["message_count"] or 0)
 
+    # in `best`, a hit in a short message says more than one in a long one (BM25-style, tf = 1)
+    mean_size = sum(sizes.values()) / len(sizes) if sizes else 1.0
+    short = {mid: (MSG_K1 + 1) / (1 + MSG_K1 * (1 - MSG_B + MSG_B * size / mean_size)) for mid, size in sizes.items()}
     scores: dict[str, float] = defaultdict(float)
     message_units: dict[int, dict[int, float]] = defaultdict(dict)  # message -> {unit index: weight}
     message_root: dict[int, str] = {}
@@ -284,7 +292,7 @@ def _rank(
             if not unit.pair:
                 matched[root].append(unit.label)
             for mid in mids:
-                message_units[mid][index] = weight
+                message_units[mid][index] = weight * short[mid]
                 message_root[mid] = root
     evidence: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for mid, found in message_units.items():

@@ -204,6 +204,16 @@ async def test_long_session_is_cut_around_the_matches(db, add):
     assert transcript.startswith("…[earlier part") and transcript.endswith("cut]…")
 
 
+async def test_preview_of_a_long_session_shows_the_match(db, add):
+    filler = ["small talk about the garden and the neighbours " * 20] * 60
+    add(filler[:40] + ["the zfs scrub found 3 checksum errors on disk sdb"] + filler[40:])
+    out = parse(await asession_search("zfs scrub", db=db, model=None))
+    summary = out["results"][0]["summary"]
+    assert out["results"][0]["summary_kind"] == "preview"
+    assert "zfs scrub found 3 checksum errors" in summary
+    assert len(summary) < 2_000
+
+
 def test_cut_around_picks_the_densest_cluster():
     text = "".join(f"{i:09d}\n" for i in range(50_000))  # 500k characters
     lonely, cluster = 10_000, [400_000 + k * 1000 for k in range(20)]

@@ -168,7 +168,8 @@ def _when(epoch: float | None) -> str:
 @dataclass
 class _Task:
     hit: Any  # gateway.recall.SessionHit
-    transcript: str
+    transcript: str  # what the model reads: cut to MAX_SESSION_CHARS around the matches
+    preview: str  # what the person gets without a recap: a window around the best match
 
 
 async def _recap_once(client: Any, settings: ModelSettings, query: str, task: _Task) -> str:
@@ -267,14 +268,6 @@ def _roles(role_filter: Any) -> list[str] | None:
     return roles or None
 
 
-def _preview(transcript: str) -> str:
-    if not transcript:
-        return "(no messages)"
-    if len(transcript) <= PREVIEW_CHARS:
-        return transcript
-    return transcript[:PREVIEW_CHARS] + "\n…[cut]"
-
-
 def _error(message: str) -> str:
     return json.dumps({"error": message, "count": 0, "results": []}, ensure_ascii=False)
 
@@ -337,7 +330,8 @@ async def asession_search(
         for hit in hits:
             rendered = render_messages(_visible_lineage_messages(db, hit.session_id))
             points = [rendered.offsets[m] for m in hit.matched_message_ids if m in rendered.offsets]
-            tasks.append(_Task(hit, cut_around(rendered.text, points)))
+            preview = cut_around(rendered.text, points[:1], PREVIEW_CHARS) if rendered.text else "(no messages)"
+            tasks.append(_Task(hit, cut_around(rendered.text, points), preview))
         return tasks
 
     tasks = await asyncio.to_thread(prepare)
@@ -364,7 +358,7 @@ async def asession_search(
             entry |= {"summary": recap, "summary_kind": "recap"}
         else:
             entry |= {
-                "summary": f"[raw preview, no recap: {why or 'unavailable'}]\n{_preview(task.transcript)}",
+                "summary": f"[raw preview, no recap: {why or 'unavailable'}]\n{task.preview}",
                 "summary_kind": "preview",
             }
         results.append(entry)

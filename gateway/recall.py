@@ -233,20 +233,25 @@ def _rank(
         idf.append(weight * (PAIR_WEIGHT if unit.pair else 1.0))
         per_unit.append(by_root)
     units = list(plan.units)
-    if plan.dates:
-        spans = conn.execute("SELECT id, started_at, last_active_at FROM sessions").fetchall()
-        for spec in plan.dates:
-            # the day itself, and (more weakly, through its lower idf) the week around it
-            slacks = (0, NEAR_DAYS) if spec.day else (0,)
-            for slack in slacks:
+    spans: list | None = None
+    for spec in plan.dates:
+        # the day itself, and (more weakly, through its lower idf) the week around it
+        for slack in (0, NEAR_DAYS) if spec.day else (0,):
+            window = spec.bounds(slack)
+            if window is not None:  # sessions whose active span meets the window
+                on_date = [r[0] for r in conn.execute(
+                    "SELECT id FROM sessions WHERE last_active_at >= ? AND started_at < ?", window)]
+            else:  # no year given: any year; check each session's ends
+                if spans is None:
+                    spans = conn.execute("SELECT id, started_at, last_active_at FROM sessions").fetchall()
                 on_date = [sid for sid, started, last in spans
                            if spec.covers(started, slack) or spec.covers(last, slack)]
-                roots = meta.roots(on_date)
-                by_root = {roots[sid]: [] for sid in on_date}
-                df = len(by_root)
-                idf.append(math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0)
-                per_unit.append(by_root)
-                units.append(Unit(label=spec.label, word_expr="", date=True, pair=slack > 1))
+            roots = meta.roots(on_date)
+            by_root = {roots[sid]: [] for sid in on_date}
+            df = len(by_root)
+            idf.append(math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0)
+            per_unit.append(by_root)
+            units.append(Unit(label=spec.label, word_expr="", date=True, pair=slack > 1))
 
     # filters are applied to roots, and to the session each hit lives in
     candidates: set[str] = set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 
 MONTHS = {
     name: n
@@ -47,6 +47,28 @@ class DateSpec:
         parts = [str(self.year) if self.year else "", f"{self.month:02d}" if self.month else "",
                  f"{self.day:02d}" if self.day else ""]
         return "-".join(p for p in parts if p) or "?"
+
+    def bounds(self, slack_days: int = 0) -> tuple[float, float] | None:
+        """[start, end) in epoch seconds (UTC) when the year is known; None otherwise (or when
+        the date does not exist, like 30 February)."""
+        if self.year is None:
+            return None
+        try:
+            if self.day and self.month:
+                start = date(self.year, self.month, self.day) - timedelta(days=slack_days)
+                end = date(self.year, self.month, self.day) + timedelta(days=slack_days + 1)
+            elif self.month:
+                start = date(self.year, self.month, 1)
+                end = date(self.year + self.month // 12, self.month % 12 + 1, 1)
+            else:
+                start, end = date(self.year, 1, 1), date(self.year + 1, 1, 1)
+        except ValueError:
+            return None
+
+        def epoch(d: date) -> float:
+            return datetime(d.year, d.month, d.day, tzinfo=timezone.utc).timestamp()
+
+        return epoch(start), epoch(end)
 
     def covers(self, moment: float, slack_days: int = 1) -> bool:
         """Does a session active at `moment` (epoch seconds, UTC) fall on this date? A day matches

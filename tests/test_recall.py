@@ -197,6 +197,14 @@ def test_dates_in_the_query_are_evidence(db, add):
     assert dates_in("in June 2022 and 2023-05-02") == [DateSpec(2023, 5, 2), DateSpec(2022, 6, None)]
 
 
+def test_a_date_inside_a_long_session_counts(db, add):
+    spanning = add(["we kept tuning the kafka consumer"], started=ts("2023-04-28"))
+    db.append_message(spanning, "user", "still tuning the kafka consumer", timestamp=ts("2023-05-06"))
+    add(["we kept tuning the kafka consumer"], started=ts("2023-06-20"))
+    assert ids(find_sessions(db, "kafka consumer on 2 May 2023", see_all=True))[0] == spanning
+    assert ids(find_sessions(db, "kafka consumer in June 2023", see_all=True))[0] != spanning
+
+
 def test_recent_sessions_folds_children_and_applies_exclusions(db, add):
     old = add(["old chat"], started=ts("2024-01-01"))
     root = add(["root chat"], started=ts("2024-01-02"))

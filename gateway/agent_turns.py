@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL = 4.0  # seconds: platforms show "typing…" for about five
-TYPING_DELAY = 0.2  # seconds before the first hint
+# Seconds before the first hint. 0: at once — adapters use the hint to mark the message being
+# answered (Feishu's "working" reaction), which should happen even for a quick reply.
+TYPING_DELAY = 0.0
 COMPRESS_THRESHOLD = 0.8  # of the context window
 
 
@@ -48,14 +50,19 @@ async def _agent_for(runner: "GatewayRunner", msg: "InboundMessage", session_id:
 
 
 class _Typing:
-    """The platform's typing hint while a turn runs: first after TYPING_DELAY (a reply that is
-    already there needs no hint, and platforms rate-limit these calls), then every TYPING_INTERVAL."""
+    """The platform's typing hint while a turn runs: first after TYPING_DELAY, then every
+    TYPING_INTERVAL, until the turn ends."""
 
     def __init__(self, runner: "GatewayRunner", msg: "InboundMessage") -> None:
         self.adapter = runner.adapters.get(msg.source.platform.value)
         self.source = msg.source
         self.task: asyncio.Task | None = None
-        self.handle = asyncio.get_running_loop().call_later(TYPING_DELAY, self._begin) if self.adapter else None
+        self.handle: asyncio.TimerHandle | None = None
+        if self.adapter is not None:
+            if TYPING_DELAY > 0:
+                self.handle = asyncio.get_running_loop().call_later(TYPING_DELAY, self._begin)
+            else:
+                self._begin()
 
     def _begin(self) -> None:
         self.task = asyncio.create_task(self._loop())

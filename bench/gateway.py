@@ -32,7 +32,6 @@ import gc
 import logging
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import threading

@@ -24,7 +24,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol
+from typing import Callable, Protocol
 
 from platforms.base import InboundMessage
 
@@ -154,9 +154,8 @@ class ChatLane:
             self.worker = None
             if self.current is None and not self.inbox and not self.pending:
                 self.host.lane_idle(self)
-            elif not (self.current is None and not self.inbox and not self.pending):
-                # the worker was cancelled (shutdown) or crashed with work left: nothing to resume it
-                log.debug("lane %s stopped with work left", self.key)
+            else:  # cancelled with work left: the next push starts a new worker
+                log.warning("lane %s stopped with work left", self.key)
 
     def _start(self, job: Job) -> None:
         self.current_job = job
@@ -164,7 +163,7 @@ class ChatLane:
         self.current.add_done_callback(lambda _t: self._wake.set())
 
     def _finish_current(self) -> None:
-        task, job = self.current, self.current_job
+        task = self.current
         self.current, self.current_job = None, None
         assert task is not None
         if not task.cancelled() and task.exception() is not None:
@@ -175,7 +174,6 @@ class ChatLane:
         self.steered.clear()
         for msg in reversed(leftovers):
             self.pending.appendleft(Job(msg, "turn"))
-        del job
 
     async def _route(self, job: Job) -> None:
         if not self.busy and not self.pending:
@@ -212,5 +210,3 @@ class ChatLane:
         self.last_ack = now
         await self.host.notify(self, msg, ACK_TEXT[mode])
 
-
-NotifyFn = Callable[[ChatLane, InboundMessage, str], Awaitable[None]]

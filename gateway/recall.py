@@ -223,13 +223,14 @@ def _rank(
     for unit in plan.units:
         hits, total = _unit_hits(conn, unit, roles, cap, newest_id, sizes)
         roots = meta.roots(sid for _, sid in hits)
+        df = len({roots[sid] for _, sid in hits})
         by_root: dict[str, list[int]] = defaultdict(list)
         for mid, sid in hits:
-            by_root[roots[sid]].append(mid)
-        df = len(by_root)
+            if (meta.get(sid) or {}).get("source") not in hidden:  # a hidden child adds nothing
+                by_root[roots[sid]].append(mid)
         if hits and total > len(hits):
             df = min(n_sessions, df * total / len(hits))
-        weight = math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if by_root else 0.0
+        weight = math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0
         idf.append(weight * (PAIR_WEIGHT if unit.pair else 1.0))
         per_unit.append(by_root)
     units = list(plan.units)
@@ -285,7 +286,6 @@ def _rank(
     scores: dict[str, float] = defaultdict(float)
     message_units: dict[int, dict[int, float]] = defaultdict(dict)  # message -> {unit index: weight}
     message_root: dict[int, str] = {}
-    message_session: dict[int, str] = {}
     matched: dict[str, list[str]] = defaultdict(list)
     for index, (unit, by_root, weight) in enumerate(zip(units, per_unit, idf)):
         for root, mids in by_root.items():

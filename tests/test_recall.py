@@ -151,6 +151,10 @@ def test_hidden_sources_are_left_out(db, add):
     visible = add(["the invoice pipeline is slow"], source="discord")
     assert ids(find_sessions(db, "invoice pipeline", see_all=True)) == [visible]
     assert len(find_sessions(db, "invoice pipeline", see_all=True, exclude_sources=())) == 2
+    # a hidden child under a visible root does not lend its words to the root
+    root = add(["weekly planning"], source="discord")
+    add(["tool run: zanzibar sync"], source="tool", parent_session_id=root)
+    assert find_sessions(db, "zanzibar", see_all=True) == []
 
 
 def test_privacy_only_sessions_the_person_took_part_in(db, add):

@@ -246,6 +246,16 @@ async def test_child_hit_is_recapped_with_its_whole_lineage(db, add):
     assert "we started the kafka upgrade" in sent and "broker 3 refused" in sent
 
 
+async def test_recap_leaves_out_hidden_children(db, add):
+    root = add(["we started the kafka upgrade"])
+    add(["internal tool log: kafka secret-ish details"], source="tool", parent_session_id=root)
+    async with FakeOpenAI() as fake:
+        out = parse(await asession_search("kafka upgrade", db=db, model=model_for(fake)))
+        sent = fake.requests[0]["messages"][1]["content"]
+    assert [r["session_id"] for r in out["results"]] == [root]
+    assert "internal tool log" not in sent
+
+
 async def test_current_lineage_hidden_source_and_limit(db, add):
     current_root = add(["sentry issue triage"])
     current = add(["sentry issue continues"], parent_session_id=current_root)

@@ -146,9 +146,13 @@ def cut_around(text: str, points: list[int], max_chars: int = MAX_SESSION_CHARS)
 
 
 def _visible_lineage_messages(db: Any, root: str) -> list[dict[str, Any]]:
-    """Every message of the lineage a person could find again (not those /undo took back)."""
+    """Every message of the lineage a person could find again (not those /undo took back, not
+    hidden-source sessions)."""
     out: list[dict[str, Any]] = []
     for sid in db.get_lineage(root):
+        session = db.get_session(sid)
+        if session is None or session.get("source") in HIDDEN_SOURCES:
+            continue
         for row in db.get_messages(sid, include_inactive=True):
             if row.get("active") or row.get("compacted"):
                 out.append(row)

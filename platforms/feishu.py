@@ -99,6 +99,7 @@ class FeishuAdapter(PlatformAdapter):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
         self._sent_ids = _Lru()  # messages the bot sent (for reply_to_bot)
+        self._parents = _Lru()  # replied-to message id -> sent by this bot? (looked up)
         self._latest = _Lru()  # (chat_id, thread_id) -> latest inbound message id
         self._reactions = _Lru()  # message id -> reaction id (None while being added)
         self._stopping = asyncio.Event()
@@ -261,10 +262,30 @@ class FeishuAdapter(PlatformAdapter):
 
     async def _deliver(self, msg: InboundMessage) -> None:
         assert self._on_message is not None
+        if msg.reply_to_message_id and not msg.reply_to_bot and msg.source.chat_type != "dm":
+            msg.reply_to_bot = await self._is_bot_message(msg.reply_to_message_id)
         try:
             await self._on_message(msg)
         except Exception:
             log.exception("feishu: gateway failed on message %s", msg.message_id)
+
+    async def _is_bot_message(self, message_id: str) -> bool:
+        """Whether a replied-to message is the bot's, when it is not among those sent since start.
+
+        Replying to the bot addresses it in a group; after a restart the memory of sent ids is
+        empty, so the message is looked up (once; the answer is remembered).
+        """
+        known = self._parents.get(message_id)
+        if known is not None:
+            return known
+        try:
+            sender_type, sender_id = await self.api.message_sender(message_id)
+        except FeishuApiError as exc:
+            log.info("feishu: cannot look up replied-to message: %s", exc)
+            return False
+        mine = sender_type == "app" and sender_id == self.app_id
+        self._parents.remember(message_id, mine)
+        return mine
 
     # -- outbound ------------------------------------------------------------------------------------
     async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:

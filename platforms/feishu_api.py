@@ -27,6 +27,7 @@ from lark_oapi.api.im.v1 import (
     CreateMessageRequestBody,
     DeleteMessageReactionRequest,
     Emoji,
+    GetMessageRequest,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
     UpdateMessageRequest,
@@ -197,6 +198,18 @@ class FeishuApi:
 
         resp = await self.call("reply" if reply_to else "send", do)
         return resp.data.message_id
+
+    async def message_sender(self, message_id: str) -> tuple[str | None, str | None]:
+        """(sender_type, sender id) of a message: ("app", app_id) for a message a bot sent."""
+
+        def do() -> Any:
+            return self.client.im.v1.message.get(GetMessageRequest.builder().message_id(message_id).build())
+
+        resp = await self.call("get message", do)
+        items = resp.data.items if resp.data and resp.data.items else []
+        if not items or items[0].sender is None:
+            return None, None
+        return items[0].sender.sender_type, items[0].sender.id
 
     async def update_message(self, message_id: str, msg_type: str, content: dict[str, Any]) -> None:
         body = json.dumps(content, ensure_ascii=False)

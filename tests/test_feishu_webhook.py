@@ -371,3 +371,22 @@ async def test_bot_info_failure_at_start_is_retried_in_background(fake, make_rig
                                mentions=[("@_user_1", fake.bot_open_id, "chinwag")])
     await rig.post(event)
     assert (await rig.next_message()).mentioned
+
+
+async def test_reply_to_a_bot_message_sent_before_a_restart_is_looked_up_once(fake, make_rig):
+    first = await make_rig()
+    await first.post(fake.message_event("x", chat_id="oc_g", chat_type="group", token=TOKEN))
+    asked = await first.next_message()
+    [old_bot_mid] = await first.adapter.send(asked.source, "from before the restart", reply_to=asked.message_id)
+    await first.adapter.stop()
+
+    fresh = await make_rig()  # knows nothing of what the first adapter sent
+    for _ in range(2):
+        await fresh.post(fake.message_event("re: that", chat_id="oc_g", chat_type="group",
+                                            parent_id=old_bot_mid, root_id=old_bot_mid, token=TOKEN))
+        msg = await fresh.next_message()
+        assert msg.reply_to_bot is True
+    assert len(fake.calls_to("get")) == 1  # the answer is remembered
+    await fresh.post(fake.message_event("re: a person", chat_id="oc_g", chat_type="group",
+                                        parent_id=asked.message_id, token=TOKEN))
+    assert (await fresh.next_message()).reply_to_bot is False

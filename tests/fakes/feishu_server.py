@@ -105,6 +105,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_post("/open-apis/im/v1/messages/{mid}/reply", self._reply)
         app.router.add_put("/open-apis/im/v1/messages/{mid}", self._update)
+        app.router.add_get("/open-apis/im/v1/messages/{mid}", self._get)
         app.router.add_post("/open-apis/im/v1/messages/{mid}/reactions", self._react)
         app.router.add_delete("/open-apis/im/v1/messages/{mid}/reactions/{rid}", self._unreact)
         app.router.add_post("/callback/ws/endpoint", self._endpoint)
@@ -349,6 +350,18 @@ class FakeFeishu:
                 msg["text"] = _text_of(body.get("msg_type"), msg["content"])
                 return web.json_response({"code": 0, "msg": "success", "data": {}})
         return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
+
+    async def _get(self, request: web.Request) -> web.Response:
+        _call, failed = await self._record("get", request)
+        if failed:
+            return failed
+        mid = request.match_info["mid"]
+        if any(m["message_id"] == mid for m in self.sent):
+            sender = {"id": self.app_id, "id_type": "app_id", "sender_type": "app", "tenant_key": "tk"}
+        else:  # anything else is treated as a person's message
+            sender = {"id": "ou_someone", "id_type": "open_id", "sender_type": "user", "tenant_key": "tk"}
+        item = {"message_id": mid, "msg_type": "text", "sender": sender}
+        return web.json_response({"code": 0, "msg": "success", "data": {"items": [item]}})
 
     async def _react(self, request: web.Request) -> web.Response:
         call, failed = await self._record("reaction", request)

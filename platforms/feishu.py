@@ -100,6 +100,7 @@ class FeishuAdapter(PlatformAdapter):
         self._tasks: set[asyncio.Task] = set()
         self._sent_ids = _Lru()  # messages the bot sent (for reply_to_bot)
         self._parents = _Lru()  # replied-to message id -> sent by this bot? (looked up)
+        self._chains: dict[str, asyncio.Task] = {}  # chat -> its latest delivery (keeps order)
         self._latest = _Lru()  # (chat_id, thread_id) -> latest inbound message id
         self._reactions = _Lru()  # message id -> reaction id (None while being added)
         self._stopping = asyncio.Event()
@@ -257,13 +258,20 @@ class FeishuAdapter(PlatformAdapter):
             return
         if msg is None or self._on_message is None:
             return
-        self._latest.remember(_chat_key(msg.source), msg.message_id)
-        self._spawn(self._deliver(msg))
+        key = _chat_key(msg.source)
+        self._latest.remember(key, msg.message_id)
+        # One chat's messages reach the gateway in arrival order, even when one of them waits
+        # for a lookup; different chats do not wait for each other.
+        task = self._spawn(self._deliver(msg, self._chains.get(key)))
+        self._chains[key] = task
+        task.add_done_callback(lambda t: self._chains.pop(key) if self._chains.get(key) is t else None)
 
-    async def _deliver(self, msg: InboundMessage) -> None:
+    async def _deliver(self, msg: InboundMessage, previous: asyncio.Task | None) -> None:
         assert self._on_message is not None
         if msg.reply_to_message_id and not msg.reply_to_bot and msg.source.chat_type != "dm":
             msg.reply_to_bot = await self._is_bot_message(msg.reply_to_message_id)
+        if previous is not None:
+            await asyncio.wait({previous})
         try:
             await self._on_message(msg)
         except Exception:

@@ -390,3 +390,16 @@ async def test_reply_to_a_bot_message_sent_before_a_restart_is_looked_up_once(fa
     await fresh.post(fake.message_event("re: a person", chat_id="oc_g", chat_type="group",
                                         parent_id=asked.message_id, token=TOKEN))
     assert (await fresh.next_message()).reply_to_bot is False
+
+
+async def test_a_chat_keeps_its_order_while_a_reply_lookup_is_slow(fake, make_rig):
+    rig = await make_rig()
+    # the lookup of the replied-to message fails twice (back-off) before it answers
+    fake.fail_next("get", status=503, times=2)
+    await rig.post(fake.message_event("first, a reply", chat_id="oc_g", chat_type="group",
+                                      parent_id="om_unknown", token=TOKEN))
+    await rig.post(fake.message_event("second", chat_id="oc_g", chat_type="group", token=TOKEN))
+    await rig.post(fake.message_event("other chat", chat_id="oc_other", chat_type="group", token=TOKEN))
+    got = [(await rig.next_message()).text for _ in range(3)]
+    assert got.index("first, a reply") < got.index("second")
+    assert got[0] == "other chat"  # not held up by another chat's lookup

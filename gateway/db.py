@@ -19,27 +19,17 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from gateway import search
+from gateway import search, transfer
 from gateway.fts import ident_text, index_text
-from gateway.schema import SCHEMA_VERSION, SchemaTooNew, migrate
+from gateway.schema import MESSAGE_FIELDS, ROLES, SCHEMA_VERSION, SESSION_FIELDS, SchemaTooNew, migrate
 from gateway.writer import CommitListener, GroupCommitWriter
 
 __all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_session_id"]
 
-ROLES = ("user", "assistant", "tool", "system")
 MAX_CONTENT_CHARS = 4_000_000
 TITLE_MAX = 100
 PREVIEW_CHARS = 200
 EVENT_TTL_SECONDS = 8 * 24 * 3600  # Feishu redelivers for up to ~7 h; keep a week of ids
-
-SESSION_FIELDS = (
-    "user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name",
-    "model", "title", "parent_session_id", "started_at",
-)
-MESSAGE_FIELDS = (
-    "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count", "finish_reason",
-    "reasoning", "platform_message_id", "user_id",
-)
 
 
 class UnknownSession(KeyError):
@@ -160,7 +150,7 @@ class SessionDB:
         return self._writer.batches, self._writer.ops
 
     # -- sessions: writes ------------------------------------------------------------------------
-    def _op_create_session(self, session_id: str, source: str, fields: dict) -> Callable:
+    def op_create_session(self, session_id: str, source: str, fields: dict) -> Callable:
         unknown = set(fields) - set(SESSION_FIELDS)
         if unknown:
             raise TypeError(f"unknown session field(s): {', '.join(sorted(unknown))}")
@@ -190,21 +180,21 @@ class SessionDB:
                     "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
                     (session_id, values["user_id"]),
                 )
-            events.append(("session", self._session_row(conn, session_id)))
+            events.append(("session", self.session_row(conn, session_id)))
 
         return op
 
     def create_session(self, session_id: str, source: str, **fields: Any) -> None:
-        self.write(self._op_create_session(session_id, source, fields))
+        self.write(self.op_create_session(session_id, source, fields))
 
     async def acreate_session(self, session_id: str, source: str, **fields: Any) -> None:
-        await self.awrite(self._op_create_session(session_id, source, fields))
+        await self.awrite(self.op_create_session(session_id, source, fields))
 
     def _update_session(self, session_id: str, sql: str, params: Iterable) -> Callable:
         def op(conn: sqlite3.Connection, events: list) -> None:
             if conn.execute(sql, (*params, session_id)).rowcount == 0:
                 raise UnknownSession(session_id)
-            events.append(("session", self._session_row(conn, session_id)))
+            events.append(("session", self.session_row(conn, session_id)))
 
         return op
 
@@ -235,13 +225,13 @@ class SessionDB:
                 raise TitleTaken(f"another session is already titled {clean!r}") from None
             if not changed:
                 raise UnknownSession(session_id)
-            events.append(("session", self._session_row(conn, session_id)))
+            events.append(("session", self.session_row(conn, session_id)))
             return clean
 
         return self.write(op)
 
     # -- messages: writes ------------------------------------------------------------------------
-    def _op_append(self, session_id: str, role: str, content: Any, fields: dict) -> Callable:
+    def op_append(self, session_id: str, role: str, content: Any, fields: dict) -> Callable:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         unknown = set(fields) - set(MESSAGE_FIELDS)
@@ -291,10 +281,10 @@ class SessionDB:
         return op
 
     def append_message(self, session_id: str, role: str, content: Any, **fields: Any) -> int:
-        return self.write(self._op_append(session_id, role, content, fields))
+        return self.write(self.op_append(session_id, role, content, fields))
 
     async def aappend_message(self, session_id: str, role: str, content: Any, **fields: Any) -> int:
-        return await self.awrite(self._op_append(session_id, role, content, fields))
+        return await self.awrite(self.op_append(session_id, role, content, fields))
 
     def _flag_op(self, session_id: str, where: str, params: tuple, active: int, compacted: int | None) -> Callable:
         def op(conn: sqlite3.Connection, events: list) -> int:
@@ -477,59 +467,24 @@ class SessionDB:
     async def amark_event_seen(self, platform: str, event_id: str) -> bool:
         return await self.awrite(self._op_mark_seen(platform, event_id))
 
-    # -- import ----------------------------------------------------------------------------------
+    # -- the import/export format (DESIGN §10), in gateway/transfer.py -------------------------
     def import_records(self, records: list[dict], skip_existing: bool = False) -> int:
         """Import `{"session": {...}, "messages": [...]}` records in one transaction: all or nothing."""
-        ops = []
-        for n, record in enumerate(records, 1):
-            session = dict(record.get("session") or {})
-            sid, source = session.pop("id", None), session.pop("source", None)
-            if not sid or not source:
-                raise ValueError(f"record {n}: session needs 'id' and 'source'")
-            fields = {k: v for k, v in session.items() if k in SESSION_FIELDS}
-            create = self._op_create_session(sid, source, fields)
-            extra = {k: session.get(k) for k in ("ended_at", "end_reason", "input_tokens", "output_tokens")}
-            appends = []
-            for m, msg in enumerate(record.get("messages") or [], 1):
-                if not isinstance(msg, dict) or msg.get("role") not in ROLES:
-                    raise ValueError(f"record {n} ({sid}), message {m}: needs a role in {ROLES}")
-                mfields = {k: msg.get(k) for k in MESSAGE_FIELDS if msg.get(k) is not None}
-                appends.append((self._op_append(sid, msg["role"], msg.get("content"), mfields), msg))
-            ops.append((sid, create, extra, appends))
+        return self.write(transfer.import_op(self, records, skip_existing))
 
-        def op(conn: sqlite3.Connection, events: list) -> int:
-            imported = 0
-            for sid, create, extra, appends in ops:
-                if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():
-                    if skip_existing:
-                        continue
-                    raise ValueError(f"session {sid} already exists (use --skip-existing)")
-                create(conn, events)
-                flagged = False
-                for append, msg in appends:
-                    mid = append(conn, events)
-                    if not msg.get("active", 1) or msg.get("compacted"):
-                        flagged = True
-                        conn.execute(
-                            "UPDATE messages SET active = ?, compacted = ? WHERE id = ?",
-                            (int(msg.get("active", 1)), int(msg.get("compacted", 0)), mid),
-                        )
-                if flagged:  # the "message" events carried the default flags
-                    events.append(("rewrite", {"session_id": sid}))
-                conn.execute(
-                    "UPDATE sessions SET ended_at = ?, end_reason = ?, input_tokens = COALESCE(?, 0), "
-                    "output_tokens = COALESCE(?, 0), message_count = "
-                    "(SELECT COUNT(*) FROM messages WHERE session_id = ? AND active = 1) WHERE id = ?",
-                    (extra["ended_at"], extra["end_reason"], extra["input_tokens"], extra["output_tokens"], sid, sid),
-                )
-                imported += 1
-            return imported
+    def export_session(self, session_id: str) -> dict:
+        """`{"session": {...}, "messages": [...]}` with every row (hidden ones and flags included)."""
+        def snapshot(conn: sqlite3.Connection) -> dict:
+            session = self.session_row(conn, session_id)
+            if session is None:
+                raise UnknownSession(session_id)
+            return transfer.export_record(conn, session)
 
-        return self.write(op)
+        return self.read(snapshot)
 
     # -- reads -----------------------------------------------------------------------------------
     @staticmethod
-    def _session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
+    def session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
         row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return dict(row) if row else None
 
@@ -543,7 +498,7 @@ class SessionDB:
         return entry
 
     def get_session(self, session_id: str) -> dict | None:
-        return self._session_row(self._reader(), session_id)
+        return self.session_row(self._reader(), session_id)
 
     def get_key_entry(self, session_key: str) -> dict | None:
         return self._key_row(self._reader(), session_key)
@@ -558,7 +513,7 @@ class SessionDB:
         if not ref:
             return None
         conn = self._reader()
-        row = self._session_row(conn, ref)
+        row = self.session_row(conn, ref)
         if row:
             return row
         if len(ref) >= 6 and re.fullmatch(r"[0-9a-f_]+", ref):
@@ -566,9 +521,9 @@ class SessionDB:
                 "SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")
             ).fetchall()
             if len(ids) == 1:
-                return self._session_row(conn, ids[0][0])
+                return self.session_row(conn, ids[0][0])
         hit = conn.execute("SELECT id FROM sessions WHERE title = ? COLLATE NOCASE LIMIT 1", (ref,)).fetchone()
-        return self._session_row(conn, hit[0]) if hit else None
+        return self.session_row(conn, hit[0]) if hit else None
 
     def list_sessions_rich(
         self,
@@ -622,24 +577,6 @@ class SessionDB:
                     msg["name"] = row["tool_name"]
             out.append(msg)
         return out
-
-    def export_session(self, session_id: str) -> dict:
-        def snapshot(conn: sqlite3.Connection) -> dict:
-            session = self._session_row(conn, session_id)
-            if session is None:
-                raise UnknownSession(session_id)
-            messages = []
-            for row in conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)):
-                msg = {k: v for k, v in dict(row).items() if v is not None and k != "session_id"}
-                if "tool_calls" in msg:
-                    try:
-                        msg["tool_calls"] = json.loads(msg["tool_calls"])
-                    except ValueError:
-                        pass
-                messages.append(msg)
-            return {"session": session, "messages": messages}
-
-        return self.read(snapshot)
 
     def search_messages(
         self,

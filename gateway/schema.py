@@ -9,6 +9,17 @@ from __future__ import annotations
 
 import sqlite3
 
+ROLES = ("user", "assistant", "tool", "system")
+# columns callers may set (the rest are kept by the database itself)
+SESSION_FIELDS = (
+    "user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name",
+    "model", "title", "parent_session_id", "started_at",
+)
+MESSAGE_FIELDS = (
+    "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count", "finish_reason",
+    "reasoning", "platform_message_id", "user_id",
+)
+
 MIGRATIONS: list[str] = [
     # v0 -> v1: sessions, messages and the two contentless full-text indexes
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import socket
 import sqlite3
@@ -75,6 +76,7 @@ def run_doctor(config_path: str | None = None, home: str | None = None, *, timeo
             data_dir = Path(env.get("CHINWAG_HOME") or "~/.chinwag").expanduser()
     check_home(report, data_dir)
     check_database(report, data_dir / "state.db")
+    check_mirrors(report, data_dir)
     if config is not None:
         check_http_port(report, config)
         asyncio.run(check_endpoints(report, config, timeout))
@@ -155,6 +157,22 @@ def check_http_port(report: Report, config: Config) -> None:
                 report.fail(f"http: cannot listen on {host}:{port} ({exc.strerror or exc}); set http.host / http.port")
             return
     report.ok(f"http: {host}:{port} is free")
+
+
+def check_mirrors(report: Report, root: Path) -> None:
+    """sessions.json must parse; the transcripts are checked by `chinwag sessions repair`."""
+    index = root / "sessions.json"
+    if not index.exists():
+        return
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        report.warn(f"mirror {index} is unreadable ({exc}); the database is intact and wins: "
+                    "`chinwag sessions repair` (or the next start) rewrites it")
+        return
+    report.ok(f"mirror {index}: {len(data)} session key(s)")
 
 
 async def check_endpoints(report: Report, config: Config, timeout: float) -> None:

@@ -304,6 +304,9 @@ async def test_doctor_on_a_real_database(tmp_path: Path) -> None:
     code, text = await doctor(tmp_path)
     assert code == 0, text
     assert re.search(r"ok    database .*state\.db: integrity ok, schema v\d+, 1 sessions, 1 messages", text)
+    (home / "sessions.json").write_text("{truncated", encoding="utf-8")
+    code, text = await doctor(tmp_path)
+    assert code == 0 and "sessions.json is unreadable" in text and "chinwag sessions repair" in text
     # a database from the future is refused
     conn = sqlite3.connect(home / "state.db")
     conn.execute("UPDATE schema_version SET version = 999")

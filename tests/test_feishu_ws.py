@@ -84,9 +84,9 @@ async def test_malformed_frames_are_skipped(fake, make_adapter):
 
 async def test_reconnects_after_dropped_connection(fake, make_adapter):
     adapter, inbox = await make_adapter()
-    assert fake.ws_connects == 1
+    before = fake.ws_connects
     await fake.drop_connections()
-    await fake.wait_for(lambda: fake.ws_connects == 2 and fake.live_conns, timeout=10)
+    await fake.wait_for(lambda: fake.ws_connects > before and fake.live_conns, timeout=10)
     await fake.wait_for(lambda: adapter.health().ready, timeout=5)
     await fake.push_event(fake.message_event("after reconnect"))
     msg = await asyncio.wait_for(inbox.get(), 5)
@@ -106,10 +106,11 @@ async def test_watchdog_flips_readiness_and_forces_reconnect_on_silent_link(fake
     adapter, inbox = await make_adapter(watchdog_seconds=0.6)
     await fake.wait_for(lambda: fake.conns[0].pings >= 2)  # pongs keep it alive meanwhile
     assert adapter.health().ready
+    before = fake.ws_connects
     fake.mute_connections()  # the socket stays open but nothing comes back: a dead link
     seen_not_ready = await fake.wait_for(lambda: not adapter.health().ready, timeout=5)
     assert seen_not_ready
-    await fake.wait_for(lambda: fake.ws_connects == 2 and adapter.health().ready, timeout=10)
+    await fake.wait_for(lambda: fake.ws_connects > before and adapter.health().ready, timeout=10)
     await fake.push_event(fake.message_event("alive again"))
     assert (await asyncio.wait_for(inbox.get(), 5)).text == "alive again"
 
@@ -159,8 +160,9 @@ async def test_secrets_never_reach_the_logs(fake, make_adapter, caplog):
     fake.expire_tokens()
     fake.fail_next("reply", status=500)
     await adapter.send(msg.source, "answer", reply_to=msg.message_id)
+    before = fake.ws_connects
     await fake.drop_connections()
-    await fake.wait_for(lambda: fake.ws_connects == 2 and adapter.health().ready, timeout=10)
+    await fake.wait_for(lambda: fake.ws_connects > before and adapter.health().ready, timeout=10)
     issued = [c for c in fake.calls_to("token")]
     assert len(issued) >= 2
     # (aiohttp.access is the fake platform's own server log, not the adapter's)

@@ -403,3 +403,21 @@ async def test_a_chat_keeps_its_order_while_a_reply_lookup_is_slow(fake, make_ri
     got = [(await rig.next_message()).text for _ in range(3)]
     assert got.index("first, a reply") < got.index("second")
     assert got[0] == "other chat"  # not held up by another chat's lookup
+
+
+async def test_missing_token_answer_also_refreshes_and_a_second_refusal_is_an_error(fake, make_rig):
+    rig = await make_rig()
+    await rig.post(fake.message_event("x", token=TOKEN))
+    msg = await rig.next_message()
+    tokens_before = len(fake.calls_to("token"))
+    fake.fail_next("reply", status=400, code=99991661, msg="Missing access token for authorization")
+    await rig.adapter.send(msg.source, "ok after refresh", reply_to=msg.message_id)
+    assert len(fake.calls_to("token")) == tokens_before + 1
+    assert fake.sent[-1]["text"] == "ok after refresh"
+    # refreshed once per call: a token refused again is a real error, not a loop
+    fake.fail_next("reply", status=400, code=99991663, times=2)
+    fake.fail_next("create", status=400, code=99991663, times=2)
+    from platforms.feishu_api import FeishuApiError
+    with pytest.raises(FeishuApiError) as err:
+        await rig.adapter.api.send_message(msg.source.chat_id, "text", {"text": "no"}, msg.message_id)
+    assert err.value.code == 99991663

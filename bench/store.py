@@ -261,17 +261,46 @@ def bench_size(n: int, workdir: str, rounds: int, naive_rounds: int) -> None:
     naive.close()
 
 
+def bench_sessions(n: int, workdir: str) -> None:
+    """list_sessions_rich over `n` sessions of 1,000 people, three messages each."""
+    print(f"\n=== list_sessions_rich over {n:,} sessions ===", flush=True)
+    db = SessionDB(os.path.join(workdir, f"sessions_{n}.db"))
+    t0 = time.time() - n * 60
+
+    async def load() -> None:
+        for start in range(0, n, 2000):
+            batch = range(start, min(n, start + 2000))
+            await asyncio.gather(*(db.acreate_session(f"l{i:07d}", "telegram" if i % 3 else "discord",
+                                                      user_id=f"p{i % 1000}", started_at=t0 + i * 60,
+                                                      title=f"topic {i}" if i % 4 == 0 else None) for i in batch))
+            await asyncio.gather(*(db.aappend_message(f"l{i:07d}", "user", f"question {i} about deploy",
+                                                      user_id=f"p{i % 1000}", timestamp=t0 + i * 60 + 1)
+                                   for i in batch))
+
+    asyncio.run(load())
+    for label, kwargs in (("newest 20", {}), ("of one person", {"user_id": "p7"}),
+                          ("of a person with none", {"user_id": "nobody"}),
+                          ("of one source, page 10", {"source": "discord", "offset": 200}),
+                          ("titled, of one person", {"user_id": "p7", "titled_only": True})):
+        p50, p99, _ = latencies(lambda q: db.list_sessions_rich(limit=20, **kwargs), ["-"], 100)
+        print(f"  {label:28} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms   (reference: ~48 ms for 2,000 sessions)")
+    db.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100_000])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--naive-rounds", type=int, default=40)
+    parser.add_argument("--list-sessions", type=int, default=100_000, help="sessions for the listing benchmark (0: skip)")
     parser.add_argument("--workdir", default=None, help="where the databases go (default: a temp dir, removed)")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="chinwag-bench-")
     os.makedirs(workdir, exist_ok=True)
     print(f"SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, dir {workdir}")
     try:
+        if args.list_sessions:
+            bench_sessions(args.list_sessions, workdir)
         for n in args.sizes:
             bench_size(n, workdir, args.rounds, args.naive_rounds)
     finally:

@@ -416,7 +416,6 @@ async def test_missing_token_answer_also_refreshes_and_a_second_refusal_is_an_er
     assert fake.sent[-1]["text"] == "ok after refresh"
     # refreshed once per call: a token refused again is a real error, not a loop
     fake.fail_next("reply", status=400, code=99991663, times=2)
-    fake.fail_next("create", status=400, code=99991663, times=2)
     from platforms.feishu_api import FeishuApiError
     with pytest.raises(FeishuApiError) as err:
         await rig.adapter.api.send_message(msg.source.chat_id, "text", {"text": "no"}, msg.message_id)

@@ -314,6 +314,8 @@ class FeishuAdapter(PlatformAdapter):
                 self._sent_ids.remember(mid)
                 return mid
             except FeishuApiError as exc:
+                if exc.status is None or exc.status >= 500 or exc.status == 429:
+                    raise  # Feishu is unwell, not refusing the markup: plain text would fare no better
                 log.warning("feishu: rich reply refused (%s); sending plain text", exc.code)
         mid = await self.api.send_message(chat_id, "text", {"text": text}, reply_to, in_thread)
         self._sent_ids.remember(mid)
@@ -332,17 +334,27 @@ class FeishuAdapter(PlatformAdapter):
         message_id = self._latest.get(_chat_key(source))
         if not message_id or message_id in self._reactions:
             return
-        self._reactions.remember(message_id, None)
+        self._reactions.remember(message_id, None)  # None: being added
         try:
-            self._reactions.remember(message_id, await self.api.add_reaction(message_id, self.reaction))
+            reaction_id = await self.api.add_reaction(message_id, self.reaction)
         except FeishuApiError as exc:
             log.info("feishu: working reaction not added: %s", exc)
+            return
+        if self._reactions.get(message_id) == "" and reaction_id:
+            # the answer went out while the reaction was being added: take it straight off
+            await self._delete_reaction(message_id, reaction_id)
+        else:
+            self._reactions.remember(message_id, reaction_id)
 
     async def _clear_reaction(self, message_id: str | None) -> None:
-        reaction_id = self._reactions.get(message_id) if message_id else None
-        if not reaction_id:
+        if not message_id or message_id not in self._reactions:
             return
-        self._reactions.remember(message_id, "")  # keep the entry: never react to it again
+        reaction_id = self._reactions.get(message_id)
+        self._reactions.remember(message_id, "")  # "": answered; never react to it again
+        if reaction_id:
+            await self._delete_reaction(message_id, reaction_id)
+
+    async def _delete_reaction(self, message_id: str, reaction_id: str) -> None:
         try:
             await self.api.delete_reaction(message_id, reaction_id)
         except FeishuApiError as exc:

@@ -420,3 +420,27 @@ async def test_missing_token_answer_also_refreshes_and_a_second_refusal_is_an_er
     with pytest.raises(FeishuApiError) as err:
         await rig.adapter.api.send_message(msg.source.chat_id, "text", {"text": "no"}, msg.message_id)
     assert err.value.code == 99991663
+
+
+async def test_reaction_landing_after_the_answer_is_taken_off(fake, make_rig):
+    rig = await make_rig()
+    await rig.post(fake.message_event("quick one", token=TOKEN))
+    msg = await rig.next_message()
+    fake.delays["reaction"] = 0.5  # the reaction call is slow...
+    typing = asyncio.create_task(rig.adapter.send_typing(msg.source))
+    await fake.wait_for(lambda: fake.calls_to("reaction"))
+    await rig.adapter.send(msg.source, "answer", reply_to=msg.message_id)  # ...the answer is faster
+    await asyncio.wait_for(typing, 5)
+    [reaction] = fake.reactions.values()
+    assert reaction["deleted"] is True
+
+
+async def test_server_errors_do_not_trigger_the_plain_text_fallback(fake, make_rig):
+    rig = await make_rig()
+    await rig.post(fake.message_event("x", token=TOKEN))
+    msg = await rig.next_message()
+    fake.fail_next("reply", status=500, times=4)
+    from platforms.feishu_api import FeishuApiError
+    with pytest.raises(FeishuApiError):
+        await rig.adapter.send(msg.source, "down", reply_to=msg.message_id)
+    assert [c.body["msg_type"] for c in fake.calls_to("reply")] == ["post"] * 4

@@ -85,6 +85,7 @@ class FakeFeishu:
         self.calls: list[Call] = []
         self.failures: list[Failure] = []
         self.valid_tokens: set[str] = set()
+        self.delays: dict[str, float] = {}  # route -> seconds to stall its next answer
         self.reject_post = False  # answer rich (post) messages with "invalid content"
         self.sent: list[dict[str, Any]] = []  # messages the bot posted, in order
         self.reactions: dict[str, dict[str, Any]] = {}  # reaction_id -> {message_id, emoji, deleted}
@@ -273,6 +274,8 @@ class FakeFeishu:
             body = raw
         call = Call(route, request.method, request.path, dict(request.query), body, dict(request.headers))
         self.calls.append(call)
+        if route in self.delays:
+            await asyncio.sleep(self.delays.pop(route))
         for failure in self.failures:
             if failure.route == route and failure.times > 0:
                 failure.times -= 1

@@ -314,7 +314,7 @@ class FeishuAdapter(PlatformAdapter):
                 self._sent_ids.remember(mid)
                 return mid
             except FeishuApiError as exc:
-                if exc.status is None or exc.status >= 500 or exc.status == 429:
+                if _outage(exc):
                     raise  # Feishu is unwell, not refusing the markup: plain text would fare no better
                 log.warning("feishu: rich reply refused (%s); sending plain text", exc.code)
         mid = await self.api.send_message(chat_id, "text", {"text": text}, reply_to, in_thread)
@@ -322,9 +322,14 @@ class FeishuAdapter(PlatformAdapter):
         return mid
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
+        if not self.rich_text:
+            await self.api.update_message(message_id, "text", {"text": text})
+            return
         try:
             await self.api.update_message(message_id, "post", _post(text))
-        except FeishuApiError:
+        except FeishuApiError as exc:
+            if _outage(exc):
+                raise
             await self.api.update_message(message_id, "text", {"text": text})
 
     async def send_typing(self, source: SessionSource) -> None:
@@ -359,6 +364,11 @@ class FeishuAdapter(PlatformAdapter):
             await self.api.delete_reaction(message_id, reaction_id)
         except FeishuApiError as exc:
             log.info("feishu: working reaction not removed: %s", exc)
+
+
+def _outage(exc: FeishuApiError) -> bool:
+    """A failure of the service (network, 5xx, rate limit) rather than a refusal of the content."""
+    return exc.status is None or exc.status >= 500 or exc.status == 429
 
 
 def _chat_key(source: SessionSource) -> str:

@@ -204,18 +204,21 @@ def file_bytes(path: str) -> int:
 
 def bench_size(n: int, workdir: str, rounds: int, naive_rounds: int) -> None:
     print(f"\n=== {n:,} messages ===", flush=True)
-    messages = corpus_with_facts(n)
-    text_bytes = sum(len(m.content.encode()) for m in messages)
-    print(f"corpus: {text_bytes / n:.0f} bytes of text per message on average", flush=True)
-
     ours_path, naive_path = os.path.join(workdir, f"ours_{n}.db"), os.path.join(workdir, f"naive_{n}.db")
-    t = time.perf_counter()
-    db = load_ours(ours_path, messages)
-    print(f"load ours: {time.perf_counter() - t:.1f}s ({rate(n, time.perf_counter() - t):,.0f} msg/s, group-committed)", flush=True)
-    t = time.perf_counter()
-    naive = load_naive(naive_path, messages)
-    print(f"load naive: {time.perf_counter() - t:.1f}s (bulk transactions)", flush=True)
-    del messages
+    if os.path.exists(ours_path) and os.path.exists(naive_path):  # --workdir of an earlier run
+        print("reusing the databases of an earlier run in this directory", flush=True)
+        db, naive = SessionDB(ours_path), naive_connect(naive_path)
+    else:
+        messages = corpus_with_facts(n)
+        text_bytes = sum(len(m.content.encode()) for m in messages)
+        print(f"corpus: {text_bytes / n:.0f} bytes of text per message on average", flush=True)
+        t = time.perf_counter()
+        db = load_ours(ours_path, messages)
+        print(f"load ours: {time.perf_counter() - t:.1f}s ({rate(n, time.perf_counter() - t):,.0f} msg/s, group-committed)", flush=True)
+        t = time.perf_counter()
+        naive = load_naive(naive_path, messages)
+        print(f"load naive: {time.perf_counter() - t:.1f}s (bulk transactions)", flush=True)
+        del messages
 
     db.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
     naive.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -120,6 +120,7 @@ class Term:
     cjk: bool = False
     or_with_previous: bool = False
     stop: bool = False
+    quoted: bool = False  # written as "an exact phrase"
 
     def phrase(self) -> str:
         quoted = '"' + " ".join(self.tokens) + '"'
@@ -130,6 +131,11 @@ class Term:
 class Query:
     text: str
     terms: list[Term] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        """Every term is an exact string (a quoted phrase or an identifier such as a URL)."""
+        return bool(self.terms) and all(t.quoted or t.identifier for t in self.content_terms)
 
     @property
     def content_terms(self) -> list[Term]:
@@ -223,7 +229,7 @@ def _terms_of(raw: str, quoted: bool) -> list[Term]:
         tokens = _WORD.findall(space_cjk(core))
         if not tokens:
             return []
-        return [Term(core, tokens, cjk=bool(CJK_CHAR.search(core)))]
+        return [Term(core, tokens, cjk=bool(CJK_CHAR.search(core)), quoted=True)]
     terms: list[Term] = []
     # split mixed runs: "部署nginx" -> "部署", "nginx"
     for part in re.split(f"([{_CJK_CLASS}]+)", core):

@@ -1,7 +1,8 @@
 """Message search over the two full-text indexes (see gateway/fts.py for what they hold).
 
 Plan for a query:
-1. every term must occur (explicit ORs honoured), ranked by BM25 over the word index;
+1. every term must occur (explicit ORs honoured), ranked by BM25 over the word index (newest
+   first when the query is only exact strings: quoted phrases, URLs, paths, error codes);
 2. identifier terms also match as substrings (trigram index) when the word index has too few;
 3. when the strict pass finds too few sessions, relax to any term, still ranked by BM25.
 Strict hits always come first. Ranking is done over the newest `CANDIDATE_CAP` matches of a pass,
@@ -41,27 +42,33 @@ def word_hits(
     filters: tuple[str, list] = ("", []),
     limit: int = 20,
     cap: int = CANDIDATE_CAP,
+    ranked: bool = True,
 ) -> list[sqlite3.Row]:
-    """Visible messages matching an FTS5 expression on the word index, best BM25 first.
+    """Visible messages matching an FTS5 expression on the word index.
 
-    BM25 is computed for the newest `cap` matches only; the join to messages and sessions (for
-    visibility and filters) is done for the best few of those first, and for all of them only when
-    the filters threw too many away.
+    Ranked: best BM25 first, computed for the newest `cap` matches only; the join to messages and
+    sessions (visibility, filters) is done for the best few of those first, and for all of them
+    only when the filters threw too many away. Not ranked: newest first. BM25 needs each phrase's
+    document frequency, which FTS5 gets by walking every match of the phrase: for an exact string
+    made of common words (a URL, a quoted phrase) that walk is the whole cost of the query, and
+    every match is as good as another anyway.
     """
     if not expression:
         return []
+    score = "rank" if ranked else "0.0"
+    order = "score" if ranked else "rowid DESC"
     for shortlist in (limit * 4 + 20, cap):
         sql = f"""
             SELECT m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.user_id,
                    s.source, s.title AS session_title, c.score
             FROM (SELECT rowid, score FROM
-                    (SELECT rowid, rank AS score FROM messages_fts
+                    (SELECT rowid, {score} AS score FROM messages_fts
                      WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?)
-                  ORDER BY score LIMIT ?) AS c
+                  ORDER BY {order} LIMIT ?) AS c
             JOIN messages m ON m.id = c.rowid
             JOIN sessions s ON s.id = m.session_id
             WHERE {VISIBLE} {filters[0]}
-            ORDER BY c.score LIMIT ?"""
+            ORDER BY {"c.score" if ranked else "m.id DESC"} LIMIT ?"""
         rows = conn.execute(sql, [expression, cap, shortlist, *filters[1], limit]).fetchall()
         if len(rows) >= limit or shortlist >= cap:
             return rows
@@ -126,7 +133,7 @@ def search_messages(
             if row["id"] not in found:
                 found[row["id"]] = dict(row) | {"match": match}
 
-    take(word_hits(conn, parsed.expression("all"), filters, want), "all")
+    take(word_hits(conn, parsed.expression("all"), filters, want, ranked=not parsed.exact), "all")
     if len(found) < want:
         take(substring_hits(conn, parsed, filters, want), "substring")
     sessions = {hit["session_id"] for hit in found.values()}

@@ -158,3 +158,14 @@ def test_parse_query_never_raises(text):
 def test_arbitrary_queries_run(corpus_db, text):
     db, _, _ = corpus_db
     assert isinstance(db.search_messages(text), list)
+
+
+def test_exact_strings_come_newest_first(db, make_session):
+    old = make_session(messages=[("user", "see https://wiki.example.com/page and https://wiki.example.com/page again")])
+    new = make_session(messages=[("user", "https://wiki.example.com/page")])
+    assert [h["session_id"] for h in db.search_messages("https://wiki.example.com/page")] == [new, old]
+    assert [h["session_id"] for h in db.search_messages('"wiki example"')] == [new, old]
+    # free words are ranked by BM25: the message where the word weighs more wins
+    a = make_session(messages=[("user", "zebra " * 5)])
+    b = make_session(messages=[("user", "zebra and a lot of other words in a long sentence " * 5)])
+    assert [h["session_id"] for h in db.search_messages("zebra")] == [a, b]

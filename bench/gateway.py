@@ -138,6 +138,29 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+class GcPauses:
+    """Cyclic-collector pauses (they stop the event loop), by generation."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._start))
+
+    def summary(self) -> str:
+        if not self.pauses:
+            return "none"
+        worst = max(p for _, p in self.pauses) * 1000
+        total = sum(p for _, p in self.pauses) * 1000
+        full = sum(1 for g, _ in self.pauses if g == 2)
+        return f"{len(self.pauses)} collections ({full} full), {total:.0f} ms in all, longest {worst:.1f} ms"
+
+
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
 
@@ -270,6 +293,7 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
 
     result: dict[str, Any] = {"mode": mode, "raw_concurrent": raw[0], "raw_sequential": raw[1]}
     cpu_before = thread_cpu()
+    pauses = GcPauses()
     # 1. open loop at the target rate: the latency a message sees at that load
     wall = await open_loop(adapter, runner, args.chats, args.messages, args.rate, "open")
     total = args.chats * args.messages
@@ -287,6 +311,8 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
                         "p50": pct(latencies, 0.5) * 1000, "p99": pct(latencies, 0.99) * 1000}
     commits, writes = db.commit_stats
     cpu_after = thread_cpu()
+    gc.callbacks.remove(pauses._callback)
+    result["gc"] = pauses.summary()
     result["cpu"] = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if v - cpu_before.get(k, 0.0) > 0.05}
     result |= {
         "cache": runner.cache_size(), "evictions": runner.cache.evictions, "agents_built": factory.built,
@@ -322,6 +348,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
           f"{r['agents_built']:,} agents built")
     print(f"   peak RSS of the process so far: {r['rss']:.0f} MB")
     cpu = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(r["cpu"].items(), key=lambda kv: -kv[1]))
+    print(f"   garbage collector during the phases: {r['gc']}")
     print(f"   CPU by thread over both phases ({2 * r['open']['messages']:,} messages): {cpu}")
 
 

@@ -24,6 +24,7 @@ from gateway import agent_turns
 from gateway.access import AccessControl
 from gateway.agent_cache import AgentCache
 from gateway.agent_factory import AgentFactory, default_tools
+from gateway.dedup import Dedup
 from gateway.commands import CommandContext, command_menu, commands, parse_command, run_command
 from gateway.db import SessionDB
 from gateway.source import InvalidSessionSource, Platform
@@ -40,6 +41,7 @@ ERROR_TEXT = "Sorry, something went wrong while handling that message. Please tr
 
 
 _GC_TUNED = False
+GC_YOUNG_THRESHOLD = 50_000
 
 
 def tune_gc() -> None:
@@ -57,7 +59,7 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(50_000, gen1, gen2)
+    gc.set_threshold(GC_YOUNG_THRESHOLD, gen1, gen2)
 
 
 class GatewayRunner:
@@ -96,6 +98,7 @@ class GatewayRunner:
         # A session with a turn running is "busy": the store does not reset it under the turn.
         store.is_busy = self.cache.is_running
         self.lanes: dict[str, ChatLane] = {}
+        self.dedup = Dedup(db)
         self._idle = asyncio.Event()
         self._idle.set()
         self._side: set[asyncio.Task] = set()
@@ -148,6 +151,7 @@ class GatewayRunner:
                 await asyncio.wait_for(self.drain(), 5.0)
             except TimeoutError:
                 log.error("shutdown: some chats did not stop")
+        await self.dedup.flush()
         await self.cache.close_all()
         close = getattr(self.factory, "close", None)
         if close is not None:
@@ -232,7 +236,7 @@ class GatewayRunner:
     # -- LaneHost: called by the lanes -----------------------------------------------------------
     async def accept(self, lane: ChatLane, msg: InboundMessage) -> Job | None:
         platform = msg.source.platform.value
-        if msg.message_id and not await self.db.amark_event_seen(platform, msg.message_id):
+        if msg.message_id and not await self.dedup.first_time(platform, msg.message_id):
             log.info("duplicate delivery of %s message %s ignored", platform, msg.message_id)
             self.inc("duplicates_total", {"platform": platform})
             return None

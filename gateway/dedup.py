@@ -1,0 +1,64 @@
+"""Inbound de-duplication by platform message id, persisted so it survives a restart.
+
+Platforms redeliver: Feishu retries an event it thinks was not acknowledged (after 15 s, 5 min,
+1 h, 6 h), Telegram replays updates after a reconnect. A message id seen before is dropped.
+
+The check must not cost a commit per message on the hot path, so it is split:
+- a process-local set of recent ids answers in-process redeliveries at once;
+- a read of the `processed_events` table answers redeliveries across a restart (a read does not
+  wait for a commit);
+- the mark is written through the DB's single writer *without waiting*. The writer commits in
+  submission order, so the mark is durable no later than anything the message itself writes
+  afterwards (its user row): a message whose effects survive a crash is also remembered as seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RECENT = 50_000  # ids remembered in memory (a few MB at most)
+
+
+class Dedup:
+    def __init__(self, db: Any, recent: int = RECENT) -> None:
+        self.db = db
+        self.recent = recent
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._pending: set[asyncio.Future] = set()
+
+    async def first_time(self, platform: str, event_id: str) -> bool:
+        """True the first time (platform, event_id) is offered, in this process or any earlier one."""
+        key = (platform, event_id)
+        if key in self._seen:
+            return False
+        self._seen[key] = None
+        while len(self._seen) > self.recent:
+            self._seen.popitem(last=False)
+        if await asyncio.to_thread(self.db.read, lambda conn: _is_marked(conn, platform, event_id)):
+            return False
+        mark = asyncio.ensure_future(self.db.amark_event_seen(platform, event_id))
+        self._pending.add(mark)
+        mark.add_done_callback(self._marked)
+        return True
+
+    def _marked(self, mark: asyncio.Future) -> None:
+        self._pending.discard(mark)
+        if not mark.cancelled() and mark.exception() is not None:
+            log.error("could not persist a seen message id: %s", mark.exception())
+
+    async def flush(self) -> None:
+        """Wait for every mark written so far (shutdown)."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+
+def _is_marked(conn: Any, platform: str, event_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?", (platform, event_id)
+    ).fetchone()
+    return row is not None

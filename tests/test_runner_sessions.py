@@ -3,6 +3,7 @@ restart, compression lineage, and a tool-calling turn that uses session_search."
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime, timezone
 
@@ -150,3 +151,20 @@ async def test_tool_calling_turn_uses_session_search(tmp_path):
         result = json.loads(rows[2]["content"])
         assert [r["session_id"] for r in result["results"]] == [earlier]
         assert "RECAP" in result["results"][0]["summary"]
+
+
+async def test_redelivery_during_the_turn_changes_nothing(tmp_path):
+    async with Gateway(tmp_path, gateway={"busy_mode": "interrupt"}) as gw:
+        release = asyncio.Event()
+        gw.fake.push(Reply(text="the one answer", wait=release))
+        msg = gw.adapter.message("question", message_id="evt-9")
+        await gw.adapter.deliver(msg)
+        await gw.fake.wait_requests(1)
+        await gw.adapter.deliver(msg)  # redelivered while it is being answered: no interrupt, no ack
+        await asyncio.sleep(0)
+        release.set()
+        await gw.runner.drain()
+        assert gw.adapter.texts() == ["the one answer"]
+        rows = gw.db.read(lambda conn: conn.execute(
+            "SELECT platform, event_id FROM processed_events WHERE event_id = 'evt-9'").fetchall())
+        assert [tuple(r) for r in rows] == [("telegram", "evt-9")]

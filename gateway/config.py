@@ -267,6 +267,27 @@ def find_config_file(
     return candidate if candidate.is_file() else None
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping (PyYAML keeps the last one
+    silently, which would drop half of a section without a word)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (str, int, float, bool)) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice (first on line {seen[key] + 1})", key_node.start_mark
+            )
+        if isinstance(key, (str, int, float, bool)):
+            seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
 def load_config(
     config_path: str | os.PathLike | None = None,
     home: str | os.PathLike | None = None,
@@ -282,7 +303,7 @@ def load_config(
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{path}: cannot read: {exc}"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

@@ -167,6 +167,12 @@ def test_invalid_yaml_and_wrong_top_level(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml", env={})
 
 
+def test_a_key_written_twice_is_an_error(tmp_path: Path) -> None:
+    problems = problems_of(tmp_path, "platforms:\n  telegram: {token: a}\nhttp: {}\nplatforms:\n  discord: {token: b}\n")
+    assert len(problems) == 1
+    assert "not valid YAML (line 4, column 1): key 'platforms' appears twice (first on line 1)" in problems[0]
+
+
 def test_empty_file_is_defaults(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "# nothing yet\n"), env={})
     assert config.configured_platforms() == ["local"]

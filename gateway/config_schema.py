@@ -189,7 +189,8 @@ def _substitute(value: Any, env: Mapping[str, str], key: str, err: Callable[[str
             return env[name]
         if default is not None:
             return default
-        err(key, f"environment variable {name} is not set (write ${{{name}:-}} to allow it empty)")
+        state = "is empty" if name in env else "is not set"
+        err(key, f"environment variable {name} {state} (write ${{{name}:-}} to allow it empty)")
         return ""
 
     return _VAR.sub(repl, value)

@@ -99,6 +99,8 @@ def test_unset_env_variable_names_the_key(tmp_path: Path) -> None:
         f"{tmp_path / 'config.yaml'}: platforms.discord.token: environment variable DISCORD_TOKEN is not set"
         " (write ${DISCORD_TOKEN:-} to allow it empty)"
     ]
+    problems = problems_of(tmp_path, "platforms:\n  discord:\n    token: ${DISCORD_TOKEN}\n", {"DISCORD_TOKEN": ""})
+    assert "environment variable DISCORD_TOKEN is empty" in problems[0]
 
 
 def test_bad_choice_message(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ messages back as MESSAGE_CREATE.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import re
@@ -28,6 +27,8 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from aiohttp import WSMsgType, web
+
+from tests.fakes.loopback import Served, serve, wait_until
 
 DISCORD_EPOCH_MS = 1420070400000
 MESSAGE_CONTENT_INTENT = 1 << 15
@@ -115,7 +116,7 @@ class FakeDiscord:
         self.session_id: str | None = None
         self._seq = 0
         self._events: list[dict[str, Any]] = []  # dispatches of this session, for RESUME replay
-        self._runner: web.AppRunner | None = None
+        self._served: Served | None = None
         self.port = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -123,18 +124,15 @@ class FakeDiscord:
         app = web.Application()
         app.router.add_get("/gateway", self._ws_handler)
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._served = await serve(app)
+        self.port = self._served.port
         return self
 
     async def stop(self) -> None:
         for conn in list(self._conns):
             await conn.ws.close()
-        if self._runner:
-            await self._runner.cleanup()
+        if self._served:
+            await self._served.close()
 
     @property
     def api_base(self) -> str:
@@ -296,14 +294,7 @@ class FakeDiscord:
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
         """Poll `predicate` until truthy (returns its value) or fail after `timeout` s."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"condition not met within {timeout}s")
-            await asyncio.sleep(0.01)
+        return await wait_until(predicate, timeout, error=TimeoutError)
 
     # -- gateway -----------------------------------------------------------------------------
     async def _ws_handler(self, request: web.Request) -> web.StreamResponse:

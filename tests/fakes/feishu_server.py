@@ -29,6 +29,8 @@ from aiohttp import WSMsgType, web
 from Crypto.Cipher import AES
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
+from tests.fakes.loopback import Served, serve, wait_until
+
 
 @dataclass
 class Call:
@@ -95,7 +97,7 @@ class FakeFeishu:
         self.ticket = ""
         self._ids = itertools.count(1)
         self._uuids: dict[str, str] = {}
-        self._runner: web.AppRunner | None = None
+        self._served: Served | None = None
         self.base_url = ""
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -111,19 +113,15 @@ class FakeFeishu:
         app.router.add_delete("/open-apis/im/v1/messages/{mid}/reactions/{rid}", self._unreact)
         app.router.add_post("/callback/ws/endpoint", self._endpoint)
         app.router.add_get("/ws", self._ws)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}"
+        self._served = await serve(app)
+        self.base_url = self._served.url
         return self.base_url
 
     async def stop(self) -> None:
         for conn in self.conns:
             await conn.ws.close()
-        if self._runner:
-            await self._runner.cleanup()
+        if self._served:
+            await self._served.close()
 
     # -- scripting --------------------------------------------------------------------------------
     def fail_next(
@@ -256,14 +254,7 @@ class FakeFeishu:
 
     # -- waiting ------------------------------------------------------------------------------------
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError("condition not met within %.1fs" % timeout)
-            await asyncio.sleep(0.01)
+        return await wait_until(predicate, timeout)
 
     # -- handlers -----------------------------------------------------------------------------------
     async def _record(self, route: str, request: web.Request) -> tuple[Call, web.Response | None]:
@@ -444,19 +435,16 @@ class HandlerHost:
     def __init__(self, handlers: dict[str, Any]) -> None:
         self.handlers = handlers
         self.url = ""
-        self._runner: web.AppRunner | None = None
+        self._served: Served | None = None
 
     async def start(self) -> str:
         app = web.Application()
         for path, handler in self.handlers.items():
             app.router.add_post(path, handler)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        self._served = await serve(app)
+        self.url = self._served.url
         return self.url
 
     async def stop(self) -> None:
-        if self._runner:
-            await self._runner.cleanup()
+        if self._served:
+            await self._served.close()

@@ -27,6 +27,8 @@ from typing import Any, Callable, Union
 
 from aiohttp import web
 
+from tests.fakes.loopback import Served, serve
+
 
 @dataclass
 class ToolCall:
@@ -77,7 +79,7 @@ class FakeOpenAI:
         self.chunk_size = 4  # characters per streamed content chunk
         self._script: deque[Script] = deque()
         self._arrived = asyncio.Condition()
-        self._runner: web.AppRunner | None = None
+        self._served: Served | None = None
         self._counter = 0
         self.port = 0
 
@@ -105,19 +107,16 @@ class FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._served = await serve(app, handle_signals=False)
+        self.port = self._served.port
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self.gate is not None:
             self.gate.set()  # release anything still parked so shutdown is quick
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._served is not None:
+            await self._served.close()
+            self._served = None
 
     # --- handlers ------------------------------------------------------------------------
     async def _models(self, request: web.Request) -> web.Response:

@@ -28,6 +28,8 @@ from typing import Any, Callable
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.loopback import Served, serve, wait_until
+
 RESERVED_V2 = set("_*[]()~`>#+-=|{}.!")
 
 
@@ -192,7 +194,7 @@ class FakeTelegram:
         self._changed = asyncio.Condition()
         self._poll_generation = 0
         self._release = asyncio.Event()
-        self._runner: web.AppRunner | None = None
+        self._served: Served | None = None
         self._client: aiohttp.ClientSession | None = None
         self.port = 0
 
@@ -202,11 +204,8 @@ class FakeTelegram:
         already points)."""
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._served = await serve(app, port, shutdown_timeout=0.5, access_log=None)
+        self.port = self._served.port
         self._client = aiohttp.ClientSession()
         return self
 
@@ -217,8 +216,8 @@ class FakeTelegram:
             self._changed.notify_all()
         if self._client:
             await self._client.close()
-        if self._runner:
-            await self._runner.cleanup()
+        if self._served:
+            await self._served.close()
 
     @property
     def base_url(self) -> str:
@@ -248,14 +247,7 @@ class FakeTelegram:
         ]
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError("condition not met within timeout")
-            await asyncio.sleep(0.01)
+        return await wait_until(predicate, timeout)
 
     # chats and users --------------------------------------------------------------------------
     @staticmethod

@@ -124,3 +124,31 @@ async def test_metrics_and_readiness(tmp_path):
         assert "turn_seconds_count 1" in text and "queue_depth 0" in text and "agent_cache_size 1" in text
         assert runner.readiness()["telegram"].ready
         await runner.stop()
+
+
+async def test_stop_finishes_a_running_turn(tmp_path):
+    async with Gateway(tmp_path) as gw:
+        release = asyncio.Event()
+        gw.fake.push(Reply(text="finished", wait=release))
+        await gw.adapter.inject("last words")
+        await gw.fake.wait_requests(1)
+        stopping = asyncio.create_task(gw.runner.stop(timeout=5))
+        await asyncio.sleep(0)
+        assert gw.adapter.stopped and not stopping.done()  # intake closed first, the turn goes on
+        await gw.adapter.inject("too late")  # arrives after intake closed: ignored
+        release.set()
+        await asyncio.wait_for(stopping, 5)
+        assert gw.adapter.texts() == ["finished"]
+
+
+async def test_stop_cancels_a_turn_that_outlives_the_timeout(tmp_path):
+    async with Gateway(tmp_path) as gw:
+        parked = asyncio.Event()
+        gw.fake.push(Reply(text="never", wait=parked))
+        await gw.adapter.inject("endless")
+        await gw.fake.wait_requests(1)
+        await asyncio.wait_for(gw.runner.stop(timeout=0.2), 5)
+        parked.set()
+        assert gw.adapter.texts() == []
+        assert [m["content"] for m in gw.messages(gw.session_id())] == ["endless"]  # kept
+        assert gw.runner.cache_size() == 0

@@ -24,9 +24,9 @@ from gateway import agent_turns
 from gateway.access import AccessControl
 from gateway.agent_cache import AgentCache
 from gateway.agent_factory import AgentFactory, default_tools
-from gateway.dedup import Dedup
 from gateway.commands import CommandContext, command_menu, commands, parse_command, run_command
 from gateway.db import SessionDB
+from gateway.dedup import Dedup
 from gateway.source import InvalidSessionSource, Platform
 from gateway.store import SessionEntry, SessionStore
 from gateway.turns import ChatLane, Job

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from gateway.config import parse_config
+from gateway.config import Config, parse_config
 from gateway.db import SessionDB
 from gateway.reset import ResetPolicies, ResetPolicy
 from gateway.runner import GatewayRunner
@@ -47,7 +47,7 @@ class Clock:
 
 
 def make_config(home: Path, fake: FakeOpenAI | None, platforms: dict | None = None,
-                model_options: dict | None = None, **sections: Any):
+                model_options: dict | None = None, **sections: Any) -> Config:
     data: dict[str, Any] = {
         "platforms": platforms if platforms is not None else {
             "telegram": {"token": "t", "allowed_users": ["*"], "require_mention": True},
@@ -59,6 +59,17 @@ def make_config(home: Path, fake: FakeOpenAI | None, platforms: dict | None = No
     for name, section in sections.items():
         data[name] = section
     return parse_config(data, env={}, home_override=home)
+
+
+def build_store(config: Config, db: SessionDB, policies: ResetPolicies | None = None,
+                clock: Callable[[], float] = time.time) -> SessionStore:
+    """A SessionStore with the config's session options; `policies` default to the config's."""
+    return SessionStore(
+        db, policies if policies is not None else config.session.reset_policies(),
+        group_sessions_per_user=config.session.group_sessions_per_user,
+        thread_sessions_per_user=config.session.thread_sessions_per_user,
+        clock=clock,
+    )
 
 
 class Gateway:
@@ -96,12 +107,7 @@ class Gateway:
         self.config = make_config(self.tmp_path / "home", self.fake if self.use_model else None,
                                   self.platforms, self.model_options, **self.sections)
         self.db = SessionDB(self.db_path)
-        self.store = SessionStore(
-            self.db, self.policies,
-            group_sessions_per_user=self.config.session.group_sessions_per_user,
-            thread_sessions_per_user=self.config.session.thread_sessions_per_user,
-            clock=self.clock,
-        )
+        self.store = build_store(self.config, self.db, self.policies, self.clock)
         self.runner = GatewayRunner(self.config, self.db, self.store, [self.adapter], clock=self.clock,
                                     agent_factory=self.agent_factory)
         await self.runner.start()

@@ -1,26 +1,28 @@
 """Gateway benchmark: N chats x M messages through the real GatewayRunner.
 
-    python bench/gateway.py [--chats 1000] [--messages 20] [--known 10000] [--cache 64] [--mode both]
+    python bench/gateway.py [--chats 1000] [--messages 20] [--known 10000] [--cache 64]
+                            [--rate 1000] [--mode instant|http|both] [--no-mirrors]
 
 Everything is the production path — SessionDB (WAL, group commit) on a temp dir, mirrors (JSONL +
-sessions.json), SessionStore with the default reset policy, GatewayRunner with its lanes, agent
-cache (at its bound: far fewer slots than chats) and the real agent loop — except the platform (an
-in-memory adapter) and the model:
+sessions.json), SessionStore (reset policy "none", so no notices mid-count), GatewayRunner with
+its lanes, persisted de-duplication, the agent cache (at its bound: far fewer slots than chats) and
+the real agent loop — except the platform (an in-memory adapter) and the model:
 
 - `instant`: the agent's model call returns at once (an `Agent` subclass overriding `_call`), so
   the whole latency is what the gateway adds.
 - `http`: the real `openai` client against FakeOpenAI on 127.0.0.1 (in this process, so its
-  serving cost shares the CPU). The model round trip of each message is measured around the
-  agent's `_call` and subtracted to get the time the gateway adds.
+  serving cost shares the CPU). The model round trips of each turn are measured around the
+  agent's `_call` and subtracted to get the time the gateway adds. Smaller by default
+  (--http-rate, --http-messages): the HTTP model dominates.
 
-Each chat is a closed loop (send, wait for the reply, send the next), all chats at once, so a
-message's latency is processing, not queueing behind its own chat. Before the runs, `--known`
-sessions with key entries are created, and the store's raw append rate is measured on the same
-DB: concurrent `aappend_message` (group commit) and one-at-a-time `append_message`.
-
-Two phases per mode: an open loop offering `--rate` messages/s (the latency a message sees at that
-load, and the time the gateway adds to it), then a closed loop with every chat at once (the most
-the gateway can do; its latency is then mostly waiting behind the other chats).
+Before the runs, `--known` sessions with key entries are created, and the store's raw append rate
+is measured on the same DB: concurrent `aappend_message` (group commit) and one at a time.
+Then two phases per mode, each on its own N fresh chats:
+1. open loop: messages arrive at `--rate` per second whatever happens, round-robin over the chats;
+   latency = arrival to reply (the time the gateway adds at that load);
+2. closed loop: every chat at once, each sending its next message when its reply arrived (the most
+   the gateway can do; latency is then mostly waiting behind the other N-1 chats).
+Printed: messages/s, latency and gateway-added p50/p99, peak RSS, CPU by thread, GC pauses.
 """
 
 from __future__ import annotations

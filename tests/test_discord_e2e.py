@@ -9,81 +9,39 @@ from typing import Any
 
 import pytest
 
-from gateway.config import parse_config
-from gateway.db import SessionDB
-from gateway.runner import GatewayRunner
-from gateway.store import SessionStore
 from platforms.discord_adapter import DiscordAdapter
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.platform_stack import PlatformStack
 
 GUILD, GENERAL, DM_CHANNEL, THREAD = 500, 600, 700, 810
 ANN_ID, BOB_ID = 42, 43
 
 
-class Stack:
-    """One running gateway with one Discord adapter; `restart()` builds fresh ones on the same DB."""
+class Stack(PlatformStack):
+    """The gateway with the real Discord adapter against the fake Discord; a start waits until
+    the adapter is connected."""
 
     def __init__(self, tmp: Path, discord: FakeDiscord, llm: FakeOpenAI, **discord_extra: Any) -> None:
-        self.discord, self.llm = discord, llm
-        self.config = parse_config(
-            {
-                "home": str(tmp / "home"),
-                "model": {"base_url": llm.base_url, "api_key": "k", "name": "fake-model"},
-                "platforms": {
-                    "discord": {
-                        "token": discord.token,
-                        "api_base": discord.api_base,
-                        "gateway_url": discord.gateway_url,
-                        "guild_ready_timeout": 0.05,
-                        "reconnect_base": 0.05,
-                        "reconnect_cap": 0.2,
-                        "allowed_users": ["*"],
-                        **discord_extra,
-                    }
-                },
-            },
-            env={},
-        )
-        self.db: SessionDB | None = None
-        self.runner: GatewayRunner | None = None
-        self.adapter: DiscordAdapter | None = None
+        self.discord = discord
+        section = {
+            "token": discord.token,
+            "api_base": discord.api_base,
+            "gateway_url": discord.gateway_url,
+            "guild_ready_timeout": 0.05,
+            "reconnect_base": 0.05,
+            "reconnect_cap": 0.2,
+            "allowed_users": ["*"],
+            **discord_extra,
+        }
+        super().__init__(tmp, llm, "discord", section, DiscordAdapter)
 
     async def start(self) -> None:
-        self.db = SessionDB(self.config.db_path)
-        store = SessionStore(
-            self.db,
-            self.config.session.reset_policies(),
-            group_sessions_per_user=self.config.session.group_sessions_per_user,
-            thread_sessions_per_user=self.config.session.thread_sessions_per_user,
-        )
-        self.adapter = DiscordAdapter(self.config.adapter_config("discord"))
-        self.runner = GatewayRunner(self.config, self.db, store, [self.adapter])
-        await self.runner.start()
-        adapter = self.adapter
-        await self.discord.wait_for(lambda: adapter.health().ready)
-
-    async def stop(self) -> None:
-        if self.runner:
-            await self.runner.stop(timeout=5)
-        if self.db:
-            self.db.close()
-        self.runner = self.db = self.adapter = None
-
-    async def restart(self) -> None:
-        await self.stop()
-        await self.start()
+        await super().start()
+        await self.wait_ready()
 
     def replies(self, channel_id: int) -> list[dict[str, Any]]:
         return [m for m in self.discord.sent if m["channel_id"] == str(channel_id)]
-
-    async def wait_replies(self, channel_id: int, n: int, timeout: float = 8.0) -> list[dict[str, Any]]:
-        await self.discord.wait_for(lambda: len(self.replies(channel_id)) >= n, timeout)
-        return self.replies(channel_id)
-
-    def session_keys(self) -> list[str]:
-        assert self.db is not None
-        return sorted(s["session_key"] for s in self.db.list_sessions_rich(source="discord", limit=100))
 
 
 @pytest.fixture
@@ -93,14 +51,11 @@ async def stack(tmp_path):
     discord.add_text_channel(GUILD, GENERAL, "general")
     discord.add_dm(DM_CHANNEL, discord.user(ANN_ID, "ann"))
     await discord.start()
-    async with FakeOpenAI() as llm:
-        s = Stack(tmp_path, discord, llm)
-        await s.start()
-        try:
+    try:
+        async with FakeOpenAI() as llm, Stack(tmp_path, discord, llm) as s:
             yield s
-        finally:
-            await s.stop()
-            await discord.stop()
+    finally:
+        await discord.stop()
 
 
 def ann(d: FakeDiscord) -> dict:

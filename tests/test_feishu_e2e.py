@@ -5,7 +5,6 @@ OpenAI-compatible model."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,87 +12,45 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.config import parse_config
-from gateway.db import SessionDB
-from gateway.ops import OpsServer
-from gateway.runner import GatewayRunner
-from gateway.store import SessionStore
 from platforms.feishu import FeishuAdapter
 from tests.fakes.feishu_server import FakeFeishu
+from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.platform_stack import PlatformStack
 
 BOT_MENTION = ("@_user_1", "ou_bot", "chinwag")
 
 
-class Stack:
-    """One running gateway with one Feishu adapter; `restart()` builds fresh ones on the same DB."""
+class Stack(PlatformStack):
+    """The gateway with the real Feishu adapter against the fake open platform."""
 
     def __init__(self, tmp: Path, feishu: FakeFeishu, llm: FakeOpenAI, http_port: int = 0,
                  **feishu_extra: Any) -> None:
-        self.feishu, self.llm = feishu, llm
-        self.config = parse_config(
-            {
-                "home": str(tmp / "home"),
-                "model": {"base_url": llm.base_url, "api_key": "k", "name": "fake-model"},
-                "http": {"port": http_port},
-                "platforms": {
-                    "feishu": {
-                        "app_id": feishu.app_id,
-                        "app_secret": feishu.app_secret,
-                        "domain": feishu.base_url,
-                        "backoff_base": 0.05,
-                        "backoff_cap": 0.2,
-                        "api_backoff_base": 0.01,
-                        "api_backoff_cap": 0.05,
-                        "allowed_users": ["*"],
-                        **feishu_extra,
-                    }
-                },
-            },
-            env={},
-        )
-        self.db: SessionDB | None = None
-        self.runner: GatewayRunner | None = None
-        self.adapter: FeishuAdapter | None = None
-        self.ops: OpsServer | None = None
+        self.feishu = feishu
         self.asked: dict[str, set[str]] = {}  # chat id -> message ids pushed there
-
-    async def start(self) -> None:
-        self.db = SessionDB(self.config.db_path)
-        store = SessionStore(
-            self.db,
-            self.config.session.reset_policies(),
-            group_sessions_per_user=self.config.session.group_sessions_per_user,
-            thread_sessions_per_user=self.config.session.thread_sessions_per_user,
-        )
-        self.adapter = FeishuAdapter(self.config.adapter_config("feishu"))
-        self.runner = GatewayRunner(self.config, self.db, store, [self.adapter])
-        if self.adapter.mode == "webhook":
-            self.ops = OpsServer("127.0.0.1", self.config.http.port, webhooks=self.adapter.webhook_handlers())
-            await self.ops.start()
-        await self.runner.start()
-
-    async def stop(self) -> None:
-        if self.runner:
-            await self.runner.stop(timeout=5)
-        if self.ops:
-            await self.ops.stop()
-            self.ops = None
-        if self.db:
-            self.db.close()
-        self.runner = self.db = self.adapter = None
+        section = {
+            "app_id": feishu.app_id,
+            "app_secret": feishu.app_secret,
+            "domain": feishu.base_url,
+            "backoff_base": 0.05,
+            "backoff_cap": 0.2,
+            "api_backoff_base": 0.01,
+            "api_backoff_cap": 0.05,
+            "allowed_users": ["*"],
+            **feishu_extra,
+        }
+        super().__init__(tmp, llm, "feishu", section, FeishuAdapter, http_port)
 
     async def restart(self) -> None:
-        await self.stop()
-        await self.start()
-        await self.feishu.wait_for(lambda: self.adapter is not None and self.adapter.health().ready)
+        await super().restart()
+        await self.wait_ready()
 
     def replies(self, chat_id: str) -> list[dict[str, Any]]:
         # a reply records the message it answers, not the chat; resolve via the pushed events
         return [s for s in self.feishu.sent if s["chat_id"] == chat_id or s["reply_to"] in self.asked[chat_id]]
 
     async def wait_replies(self, chat_id: str, n: int, timeout: float = 8.0) -> list[dict[str, Any]]:
-        await self.feishu.wait_for(lambda: len(self.replies(chat_id)) >= n, timeout)
+        await super().wait_replies(chat_id, n, timeout)
         # the fake records a reply before the adapter has its answer; let the turn finish so the
         # next message neither races the bot's bookkeeping nor meets a busy chat
         assert self.runner is not None
@@ -109,23 +66,16 @@ class Stack:
     async def push(self, event: dict) -> None:
         await self.feishu.push_event(event)
 
-    def sessions(self) -> list[dict[str, Any]]:
-        assert self.db is not None
-        return self.db.list_sessions_rich(source="feishu", limit=100)
-
 
 @pytest.fixture
 async def stack(tmp_path):
     feishu = FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:10]}", app_secret="secret-e2e")
     await feishu.start()
-    async with FakeOpenAI() as llm:
-        s = Stack(tmp_path, feishu, llm)
-        await s.start()
-        try:
+    try:
+        async with FakeOpenAI() as llm, Stack(tmp_path, feishu, llm) as s:
             yield s
-        finally:
-            await s.stop()
-            await feishu.stop()
+    finally:
+        await feishu.stop()
 
 
 async def test_dm_turn_is_answered_and_stored(stack):
@@ -211,21 +161,13 @@ async def test_long_answer_is_split_and_working_reaction_shown(stack):
     assert len(reactions) == 1 and reactions[0]["deleted"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_webhook_mode_turn_through_the_gateway_http_server(tmp_path):
     feishu = FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:10]}", app_secret="secret-e2e")
     await feishu.start()
     port = free_port()
-    async with FakeOpenAI() as llm:
-        s = Stack(tmp_path, feishu, llm, http_port=port, mode="webhook",
-                  verification_token="vt-e2e", encrypt_key="ek-e2e")
-        await s.start()
-        try:
+    try:
+        async with FakeOpenAI() as llm, Stack(tmp_path, feishu, llm, http_port=port, mode="webhook",
+                                               verification_token="vt-e2e", encrypt_key="ek-e2e") as s:
             event = feishu.message_event("over the webhook", token="vt-e2e")
             s.asked["oc_dm1"] = {event["event"]["message"]["message_id"]}
             body, headers = feishu.webhook_request(event, "ek-e2e")
@@ -241,6 +183,5 @@ async def test_webhook_mode_turn_through_the_gateway_http_server(tmp_path):
             assert reply["text"] == "echo: over the webhook"
             assert not feishu.calls_to("endpoint")  # no long connection in webhook mode
             assert len(llm.requests) == 1
-        finally:
-            await s.stop()
-            await feishu.stop()
+    finally:
+        await feishu.stop()

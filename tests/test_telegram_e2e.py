@@ -9,106 +9,47 @@ from typing import Any
 
 import pytest
 
-from gateway.config import parse_config
-from gateway.db import SessionDB
-from gateway.ops import OpsServer
-from gateway.runner import GatewayRunner
-from gateway.store import SessionStore
 from platforms.telegram import TelegramAdapter
+from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.platform_stack import PlatformStack
 from tests.fakes.telegram_server import FakeTelegram
 
 ANN = FakeTelegram.user(42, "Ann", "ann")
 BOB = FakeTelegram.user(43, "Bob", "bob")
 
 
-class Stack:
-    """One running gateway with one Telegram adapter; `restart()` builds fresh ones on the same DB."""
+class Stack(PlatformStack):
+    """The gateway with the real Telegram adapter against the fake Bot API."""
 
     def __init__(
         self, tmp: Path, telegram: FakeTelegram, llm: FakeOpenAI, http_port: int = 0, **telegram_extra: Any
     ) -> None:
-        self.tmp, self.telegram, self.llm = tmp, telegram, llm
-        self.config = parse_config(
-            {
-                "home": str(tmp / "home"),
-                "model": {"base_url": llm.base_url, "api_key": "k", "name": "fake-model"},
-                "http": {"port": http_port},
-                "platforms": {
-                    "telegram": {
-                        "token": telegram.token,
-                        "base_url": telegram.base_url,
-                        "poll_timeout": 1,
-                        "watchdog_seconds": 5,
-                        "reconnect_base": 0.01,
-                        "reconnect_cap": 0.05,
-                        "allowed_users": ["*"],
-                        **telegram_extra,
-                    }
-                },
-            },
-            env={},
-        )
-        self.db: SessionDB | None = None
-        self.runner: GatewayRunner | None = None
-        self.adapter: TelegramAdapter | None = None
-        self.ops: OpsServer | None = None
-
-    async def start(self) -> None:
-        self.db = SessionDB(self.config.db_path)
-        store = SessionStore(
-            self.db,
-            self.config.session.reset_policies(),
-            group_sessions_per_user=self.config.session.group_sessions_per_user,
-            thread_sessions_per_user=self.config.session.thread_sessions_per_user,
-        )
-        self.adapter = TelegramAdapter(self.config.adapter_config("telegram"))
-        self.runner = GatewayRunner(self.config, self.db, store, [self.adapter])
-        if self.config.adapter_config("telegram").get("mode") == "webhook":
-            # the gateway's own HTTP server serves the webhook route
-            self.ops = OpsServer(
-                "127.0.0.1", self.config.http.port, webhooks=self.adapter.webhook_handlers()
-            )
-            await self.ops.start()
-        await self.runner.start()
-
-    async def stop(self) -> None:
-        if self.runner:
-            await self.runner.stop(timeout=5)
-        if self.ops:
-            await self.ops.stop()
-            self.ops = None
-        if self.db:
-            self.db.close()
-        self.runner = self.db = self.adapter = None
-
-    async def restart(self) -> None:
-        await self.stop()
-        await self.start()
+        self.telegram = telegram
+        section = {
+            "token": telegram.token,
+            "base_url": telegram.base_url,
+            "poll_timeout": 1,
+            "watchdog_seconds": 5,
+            "reconnect_base": 0.01,
+            "reconnect_cap": 0.05,
+            "allowed_users": ["*"],
+            **telegram_extra,
+        }
+        super().__init__(tmp, llm, "telegram", section, TelegramAdapter, http_port)
 
     def replies(self, chat_id: int) -> list[dict[str, Any]]:
         return self.telegram.sent(chat_id)
-
-    async def wait_replies(self, chat_id: int, n: int, timeout: float = 8.0) -> list[dict[str, Any]]:
-        await self.telegram.wait_for(lambda: len(self.replies(chat_id)) >= n, timeout)
-        return self.replies(chat_id)
-
-    def sessions(self) -> list[dict[str, Any]]:
-        assert self.db is not None
-        return self.db.list_sessions_rich(source="telegram", limit=100)
 
 
 @pytest.fixture
 async def stack(tmp_path):
     telegram = await FakeTelegram().start()
-    async with FakeOpenAI() as llm:
-        s = Stack(tmp_path, telegram, llm)
-        await s.start()
-        try:
+    try:
+        async with FakeOpenAI() as llm, Stack(tmp_path, telegram, llm) as s:
             yield s
-        finally:
-            await s.stop()
-            await telegram.stop()
+    finally:
+        await telegram.stop()
 
 
 async def test_dm_turn_is_answered_and_stored(stack):
@@ -211,30 +152,19 @@ async def test_long_answer_is_split_and_markdown_rendered(stack):
     assert all(f"x = {i}  # step {i}." in text for i in range(600))
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_webhook_mode_turn_through_the_gateway_http_server(tmp_path):
     telegram = await FakeTelegram().start()
     port = free_port()
-    async with FakeOpenAI() as llm:
-        s = Stack(
+    try:
+        async with FakeOpenAI() as llm, Stack(
             tmp_path, telegram, llm, http_port=port, mode="webhook",
             webhook_url=f"http://127.0.0.1:{port}/webhooks/telegram", secret_token="e2e-secret",
-        )
-        await s.start()
-        try:
+        ) as s:
             assert telegram.webhook and telegram.webhook["secret_token"] == "e2e-secret"
             telegram.push_message(telegram.private_chat(ANN), ANN, "over the webhook")
             [reply] = await s.wait_replies(42, 1)
             assert reply["text"] == "echo: over the webhook"
             assert telegram.webhook_deliveries == [200]
             assert not telegram.calls_to("getUpdates")
-        finally:
-            await s.stop()
-            await telegram.stop()
+    finally:
+        await telegram.stop()

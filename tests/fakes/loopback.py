@@ -9,6 +9,7 @@ may use), and polling for a condition the fake records.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -46,3 +47,10 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, error: 
         if time.monotonic() > deadline:
             raise error(f"condition not met within {timeout}s")
         await asyncio.sleep(0.01)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (for a server whose URL must be known before it starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

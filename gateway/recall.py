@@ -35,14 +35,16 @@ from typing import Any, Iterable
 
 from gateway.fts import make_snippet
 from gateway.recall_dates import NEAR_DAYS
-from gateway.recall_query import Plan, Unit, cjk_pieces, plan_query
+from gateway.recall_query import MAX_PREFIX_TERMS, Plan, Unit, cjk_pieces, expand_prefixes, plan_query
 
 __all__ = [
     "SessionHit", "Plan", "Unit", "find_sessions", "recent_sessions", "plan_query", "cjk_pieces", "MAX_SESSIONS",
 ]
 
 MAX_SESSIONS = 5
-CANDIDATE_CAP = 3000  # newest matching messages looked at per unit
+CANDIDATE_CAP = 3000  # newest matching messages looked at per unit, at most
+PROBE = 250  # newest matching messages every unit looks at
+HIT_BUDGET = 4000  # matches looked at beyond the probes, over all units of a query
 K1 = 1.2
 B = 0.5  # sessions differ in length far less than documents do; normalise gently
 CO_WEIGHT = 0.5
@@ -158,39 +160,168 @@ class SessionHit:
         return dict(self.__dict__)
 
 
-def _unit_hits(
-    conn: sqlite3.Connection, unit: Unit, roles: list[str], cap: int, newest_id: int, sizes: dict[int, int]
-) -> tuple[list[tuple[int, str]], float]:
-    """(message id, session id) of visible messages holding the unit, newest first; and the
-    number of index matches, estimated beyond the cap from how far back the newest `cap` reach
-    (matches are assumed spread evenly over time; a count(*) would cost as much as the search)."""
-    role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
-    sources = []
-    if unit.word_expr:
-        sources.append(("messages_fts", unit.word_expr))
-    if unit.ident_expr:
-        sources.append(("messages_ident", unit.ident_expr))
-    found: dict[int, str] = {}
-    total = 0.0
-    for table, expr in sources:
+class _Matches:
+    """One FTS5 expression of a unit, read newest first, a page at a time."""
+
+    def __init__(self, table: str, expr: str) -> None:
+        self.table, self.expr = table, expr
+        self.rows: list[tuple[int, str, int, int]] = []  # message id, session id, wanted, length
+        self.done = False  # every match has been read
+
+    def read(self, conn: sqlite3.Connection, roles: list[str], limit: int) -> None:
+        if self.done or limit <= 0:
+            return
+        role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
+        before = " AND rowid < ?" if self.rows else ""
         sql = f"""
             SELECT c.rowid, m.session_id, ({_VISIBLE}{role_sql}) AS wanted, length(m.content)
-            FROM (SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?) AS c
+            FROM (SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?{before}
+                  ORDER BY rowid DESC LIMIT ?) AS c
             JOIN messages m ON m.id = c.rowid"""
+        params = [*roles, self.expr, *([self.rows[-1][0]] if self.rows else []), limit]
         try:
-            rows = conn.execute(sql, [*roles, expr, cap]).fetchall()
+            rows = conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
-            continue
-        for mid, sid, wanted, size in rows:
+            rows = []
+        self.rows.extend(rows)
+        self.done = len(rows) < limit
+
+    def estimate(self, newest_id: int) -> float:
+        """How many messages match: counted when all were read, else extrapolated from how far back
+        the ones read reach (matches assumed spread evenly over time; a count would cost as much
+        as reading them all)."""
+        n: float = len(self.rows)
+        if self.rows and not self.done:
+            reach = max(1, newest_id - self.rows[-1][0] + 1)
+            n = n * max(1.0, newest_id / reach)
+        return n
+
+
+def _idf(df: float, n_sessions: int) -> float:
+    return math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0
+
+
+def _read_units(
+    conn: sqlite3.Connection, units: list[Unit], roles: list[str], cap: int, newest_id: int, n_sessions: int
+) -> list[list[_Matches]]:
+    """Read each unit's newest matches: PROBE of each first, then more for the units that carry
+    weight. A unit found in most sessions adds next to nothing to any score (its idf is tiny), so a
+    few hundred of its newest matches serve as well as thousands; a rarer unit reads up to `cap`.
+    Over all units at most HIT_BUDGET matches are read beyond the probes, shared by weight."""
+    terms = _PrefixTerms(conn)
+    readers: list[list[_Matches]] = []
+    for unit in units:
+        sources = []
+        if unit.word_expr:
+            sources.append(_Matches("messages_fts", expand_prefixes(unit.word_expr, terms)))
+        if unit.ident_expr:
+            sources.append(_Matches("messages_ident", unit.ident_expr))
+        for source in sources:
+            source.read(conn, roles, min(PROBE, cap))
+        readers.append(sources)
+    wanting: list[tuple[_Matches, float]] = []  # sources with more to read, and their unit's weight
+    for unit, sources in zip(units, readers):
+        for source in sources:
+            if not source.done and len(source.rows) < cap:
+                sessions = len({sid for _, sid, _, _ in source.rows})
+                df = min(n_sessions, sessions * source.estimate(newest_id) / len(source.rows))
+                wanting.append((source, _idf(df, n_sessions) * (PAIR_WEIGHT if unit.pair else 1.0)))
+    budget = HIT_BUDGET
+    while wanting and budget >= 1:
+        grants = _share(budget, [(cap - len(s.rows), w) for s, w in wanting])
+        for (source, _), grant in zip(wanting, grants):
+            before = len(source.rows)
+            source.read(conn, roles, grant)
+            budget -= len(source.rows) - before
+        if not any(s.done for s, _ in wanting):  # every grant was used up
+            break
+        wanting = [(s, w) for s, w in wanting if not s.done and len(s.rows) < cap]  # share what is left
+    return readers
+
+
+def _share(budget: int, needs: list[tuple[float, float]]) -> list[int]:
+    """Split `budget` over (need, weight) pairs in proportion to weight, none getting more than
+    its need (what one does not need goes to the others)."""
+    give = [0.0] * len(needs)
+    open_ = [i for i, (need, _) in enumerate(needs) if need > 0]
+    left = float(budget)
+    while open_ and left >= 1:
+        mass = sum(needs[i][1] for i in open_)
+        share = {i: left * (needs[i][1] / mass if mass > 0 else 1 / len(open_)) for i in open_}
+        full = [i for i in open_ if needs[i][0] <= share[i]]
+        if not full:
+            for i in open_:
+                give[i] = share[i]
+            break
+        for i in full:
+            give[i] = needs[i][0]
+            left -= needs[i][0]
+        open_ = [i for i in open_ if i not in full]
+    return [int(g) for g in give]
+
+
+def _unit_hits(sources: list[_Matches], newest_id: int, sizes: dict[int, int]) -> tuple[list[tuple[int, str]], float]:
+    """(message id, session id) of the visible matches read, newest first; and the number of index
+    matches (estimated when not all were read)."""
+    found: dict[int, str] = {}
+    total = 0.0
+    for source in sources:
+        for mid, sid, wanted, size in source.rows:
             if wanted:
                 found.setdefault(mid, sid)
                 sizes[mid] = size or 1
-        n: float = len(rows)
-        if rows and n >= cap:
-            reach = max(1, newest_id - rows[-1][0] + 1)
-            n = n * max(1.0, newest_id / reach)
-        total = max(total, n)
+        total = max(total, source.estimate(newest_id))
     return list(found.items()), max(total, float(len(found)))
+
+
+class _PrefixTerms:
+    """The index terms a prefix stands for, listed from an fts5vocab table over the word index
+    (a connection-private temp table; see expand_prefixes for why)."""
+
+    TABLE = "temp.recall_vocab"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.ready: bool | None = None
+
+    def _prepare(self) -> bool:
+        try:
+            self.conn.execute(f"SELECT term FROM {self.TABLE} LIMIT 0")
+            return True
+        except sqlite3.OperationalError:
+            pass
+        # read connections are query_only, which also forbids temp tables; this one holds no data
+        # (a view of the index) and lives only in this connection's memory
+        locked = self.conn.execute("PRAGMA query_only").fetchone()[0]
+        try:
+            if locked:
+                self.conn.execute("PRAGMA query_only = OFF")
+            self.conn.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.TABLE} USING fts5vocab(main, messages_fts, 'instance')")
+            return True
+        except sqlite3.Error:
+            return False
+        finally:
+            if locked:
+                self.conn.execute("PRAGMA query_only = ON")
+
+    def __call__(self, prefix: str) -> list[str] | None:
+        if self.ready is None:
+            self.ready = self._prepare()
+        if not self.ready or not prefix:
+            return None
+        terms: list[str] = []
+        low = prefix
+        while True:
+            # one seek per term: an 'instance' table is ordered by term, and the next term after t
+            # is the first one >= t + "\0" (a range scan would walk every instance of t)
+            row = self.conn.execute(f"SELECT term FROM {self.TABLE} WHERE term >= ? LIMIT 1", (low,)).fetchone()
+            if row is None or not str(row[0]).startswith(prefix):
+                return terms
+            if len(terms) >= MAX_PREFIX_TERMS:
+                return None
+            terms.append(row[0])
+            low = row[0] + "\0"
 
 
 def _rank(
@@ -220,8 +351,9 @@ def _rank(
     per_unit: list[dict[str, list[int]]] = []
     idf: list[float] = []
     sizes: dict[int, int] = {}  # message id -> length in characters
-    for unit in plan.units:
-        hits, total = _unit_hits(conn, unit, roles, cap, newest_id, sizes)
+    readers = _read_units(conn, plan.units, roles, cap, newest_id, n_sessions)
+    for unit, sources in zip(plan.units, readers):
+        hits, total = _unit_hits(sources, newest_id, sizes)
         roots = meta.roots(sid for _, sid in hits)
         df = len({roots[sid] for _, sid in hits})
         by_root: dict[str, list[int]] = defaultdict(list)
@@ -230,8 +362,7 @@ def _rank(
                 by_root[roots[sid]].append(mid)
         if hits and total > len(hits):
             df = min(n_sessions, df * total / len(hits))
-        weight = math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0
-        idf.append(weight * (PAIR_WEIGHT if unit.pair else 1.0))
+        idf.append(_idf(df, n_sessions) * (PAIR_WEIGHT if unit.pair else 1.0))
         per_unit.append(by_root)
     units = list(plan.units)
     spans: list | None = None

@@ -16,8 +16,11 @@ Every FTS5 expression is built from letters and digits inside quotes, so no inpu
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+from itertools import product
+from typing import Callable
 
 from gateway.fts import (
     CHINESE_STOP_CHARS,
@@ -31,6 +34,8 @@ from gateway.fts import (
 from gateway.recall_dates import DateSpec, extract_dates
 
 MAX_UNITS = 48
+MAX_PREFIX_TERMS = 24  # a prefix matching more index terms than this is left to FTS5 as a prefix
+MAX_NEAR_COMBINATIONS = 24
 PAIR_WINDOW = 4  # tokens between the two words of a proximity pair
 _STOP_WORD_LENGTHS = sorted({len(w) for w in CHINESE_STOP_WORDS}, reverse=True)
 _SUFFIXES = ("ingly", "ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ments")
@@ -196,3 +201,55 @@ def plan_query(query: str | bytes | None) -> Plan:
             previous = unit if simple else None
     singles = list(units.values())[:MAX_UNITS]
     return Plan(parsed, singles + pairs[: max(0, MAX_UNITS - len(singles))], dates)
+
+
+# ---------------------------------------------------------------------------------------------
+# prefixes -> the index terms they stand for
+
+_PHRASE = re.compile(r'"((?:[^"]|"")*)"(\*?)')
+_OR_CHAIN = re.compile(r'"(?:[^"]|"")*"\*?(?: OR "(?:[^"]|"")*"\*?)*')
+_NEAR = re.compile(r'NEAR\(((?:"(?:[^"]|"")*"\*? ?)+), (\d+)\)')
+
+
+def expand_prefixes(expr: str, terms_of: Callable[[str], list[str] | None]) -> str:
+    """The same expression with each one-word prefix ("docker"*) replaced by the index terms it
+    matches ("docker" OR "dockerfile"), as `terms_of(prefix)` lists them (None: unknown/too many).
+
+    Why: FTS5 (without a prefix index) answers a prefix query by merging the whole doclist of every
+    matching term before it can return the first row, so even "the newest 200 matches" of a common
+    prefix walks every one of its matches; an OR of plain terms is read lazily, newest first. The
+    rows matched are the same. Anything not of the shapes recall builds is returned unchanged.
+    """
+    near = _NEAR.fullmatch(expr)
+    if near:
+        phrases = _PHRASE.findall(near.group(1))
+        sides = [_alternatives(text, star, terms_of) for text, star in phrases]
+        for (text, star), side in zip(phrases, sides):
+            if side == []:  # a prefix no term has: the pair matches nothing, and this says so cheaply
+                return '"' + text + '"' + star
+        if any(s is None for s in sides) or math.prod(len(s) for s in sides) > MAX_NEAR_COMBINATIONS:
+            return expr
+        return " OR ".join(f"NEAR({' '.join(combo)}, {near.group(2)})" for combo in product(*sides))
+    if not _OR_CHAIN.fullmatch(expr) or '"*' not in expr:
+        return expr
+    out: dict[str, None] = {}
+    for text, star in _PHRASE.findall(expr):
+        alternatives = _alternatives(text, star, terms_of)
+        if alternatives is None:
+            return expr
+        out.update(dict.fromkeys(alternatives))
+    return " OR ".join(out) or expr
+
+
+def _alternatives(text: str, star: str, terms_of: Callable[[str], list[str] | None]) -> list[str] | None:
+    phrase = '"' + text + '"'
+    if not star:
+        return [phrase]
+    word = text.lower()
+    # only a single ASCII word: the index folds it exactly like this (unicode61 lower-cases ASCII)
+    if not (word.isascii() and word.isalnum()):
+        return None
+    terms = terms_of(word)
+    if terms is None:
+        return None
+    return [_quote(t) for t in terms]

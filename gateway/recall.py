@@ -27,6 +27,7 @@ lineage roots after idf is computed, so they never change how the rest is ranked
 
 from __future__ import annotations
 
+import heapq
 import math
 import sqlite3
 from collections import defaultdict
@@ -44,6 +45,7 @@ __all__ = [
 MAX_SESSIONS = 5
 CANDIDATE_CAP = 3000  # newest matching messages looked at per unit, at most
 PROBE = 250  # newest matching messages every unit looks at
+LENGTH_SAMPLE = 2000  # sessions the average lineage length is taken over
 HIT_BUDGET = 4000  # matches looked at beyond the probes, over all units of a query
 K1 = 1.2
 B = 0.5  # sessions differ in length far less than documents do; normalise gently
@@ -65,20 +67,26 @@ class _Sessions:
     """Session rows loaded in batches, and cycle-safe lineage roots over them."""
 
     COLS = "id, source, user_id, parent_session_id, title, started_at, last_active_at, message_count, preview"
+    LEAN = "id, source, parent_session_id, last_active_at, message_count"  # what ranking needs
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, cols: str = COLS) -> None:
         self.conn = conn
+        self.cols = cols
+        self.names = [c.strip() for c in cols.split(",")]
         self.rows: dict[str, dict | None] = {}
         self._roots: dict[str, str] = {}
 
     def load(self, ids: Iterable[str]) -> None:
         missing = [i for i in dict.fromkeys(ids) if i and i not in self.rows]
+        cursor = self.conn.cursor()
+        cursor.row_factory = None  # plain tuples: thousands of rows per query on a large store
+        names = self.names
         for start in range(0, len(missing), 500):
             chunk = missing[start : start + 500]
-            for row in self.conn.execute(
-                f"SELECT {self.COLS} FROM sessions WHERE id IN ({','.join('?' * len(chunk))})", chunk
+            for row in cursor.execute(
+                f"SELECT {self.cols} FROM sessions WHERE id IN ({','.join('?' * len(chunk))})", chunk
             ):
-                self.rows[row["id"]] = dict(row)
+                self.rows[row[0]] = dict(zip(names, row))
             for sid in chunk:
                 self.rows.setdefault(sid, None)
 
@@ -126,7 +134,14 @@ class _Sessions:
             frontier = {
                 r["parent_session_id"] for i in frontier if (r := self.rows.get(i)) and r["parent_session_id"]
             }
-        return {i: self.root(i) for i in ids}
+        out: dict[str, str] = {}
+        for i in ids:
+            row = self.rows.get(i)
+            if row is None or not row["parent_session_id"]:  # no lineage: its own root (the common case)
+                self._roots[i] = out[i] = i
+            else:
+                out[i] = self.root(i)
+        return out
 
 
 def allowed_sessions(conn: sqlite3.Connection, person_id: str) -> set[str]:
@@ -337,29 +352,37 @@ def _rank(
     cap: int,
 ) -> list[SessionHit]:
     roles = [r for r in (role_filter or []) if r]
-    meta = _Sessions(conn)
+    meta = _Sessions(conn, _Sessions.LEAN)
     hidden = {s for s in (exclude_sources or []) if s}
     allowed = None if (see_all or not person_id) else allowed_sessions(conn, person_id)
     excluded = set(exclude_session_ids or ())
     excluded_roots = set(meta.roots(excluded).values()) if excluded else set()
 
     n_sessions = max(1, conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
-    avg_len = conn.execute("SELECT avg(message_count) FROM sessions").fetchone()[0] or 1.0
+    # the typical length, from the most recently active sessions (a full scan costs ms on a large store)
+    avg_len = conn.execute(
+        "SELECT avg(message_count) FROM (SELECT message_count FROM sessions ORDER BY last_active_at DESC LIMIT ?)",
+        (LENGTH_SAMPLE,),
+    ).fetchone()[0] or 1.0
     newest_id = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
 
     # unit -> root -> [message ids]; df over roots before any exclusion (idf describes the corpus)
     per_unit: list[dict[str, list[int]]] = []
     idf: list[float] = []
     sizes: dict[int, int] = {}  # message id -> length in characters
+    session_of: dict[int, str] = {}  # message id -> its session
     readers = _read_units(conn, plan.units, roles, cap, newest_id, n_sessions)
-    for unit, sources in zip(plan.units, readers):
-        hits, total = _unit_hits(sources, newest_id, sizes)
-        roots = meta.roots(sid for _, sid in hits)
-        df = len({roots[sid] for _, sid in hits})
+    unit_hits = [_unit_hits(sources, newest_id, sizes) for sources in readers]
+    for hits, _ in unit_hits:
+        session_of.update(hits)
+    roots = meta.roots(session_of.values())  # every session hit, in one batch
+    unseen = {sid for sid in roots if (meta.rows.get(sid) or {}).get("source") in hidden}
+    for unit, (hits, total) in zip(plan.units, unit_hits):
         by_root: dict[str, list[int]] = defaultdict(list)
         for mid, sid in hits:
-            if (meta.get(sid) or {}).get("source") not in hidden:  # a hidden child adds nothing
+            if sid not in unseen:  # a hidden child adds nothing
                 by_root[roots[sid]].append(mid)
+        df: float = len({roots[sid] for _, sid in hits})
         if hits and total > len(hits):
             df = min(n_sessions, df * total / len(hits))
         idf.append(_idf(df, n_sessions) * (PAIR_WEIGHT if unit.pair else 1.0))
@@ -413,12 +436,11 @@ def _rank(
 
     # in `best`, a hit in a short message says more than one in a long one (BM25-style, tf = 1)
     mean_size = sum(sizes.values()) / len(sizes) if sizes else 1.0
-    short = {mid: (MSG_K1 + 1) / (1 + MSG_K1 * (1 - MSG_B + MSG_B * size / mean_size)) for mid, size in sizes.items()}
     scores: dict[str, float] = defaultdict(float)
-    message_units: dict[int, dict[int, float]] = defaultdict(dict)  # message -> {unit index: weight}
+    mass: dict[int, float] = {}  # message -> the weight of the units it holds
     message_root: dict[int, str] = {}
     matched: dict[str, list[str]] = defaultdict(list)
-    for index, (unit, by_root, weight) in enumerate(zip(units, per_unit, idf)):
+    for unit, by_root, weight in zip(units, per_unit, idf):
         for root, mids in by_root.items():
             if root not in keep:
                 continue
@@ -428,25 +450,36 @@ def _rank(
             if not unit.pair:
                 matched[root].append(unit.label)
             for mid in mids:
-                message_units[mid][index] = weight * short[mid]
+                short = (MSG_K1 + 1) / (1 + MSG_K1 * (1 - MSG_B + MSG_B * sizes[mid] / mean_size))
+                mass[mid] = mass.get(mid, 0.0) + weight * short
                 message_root[mid] = root
-    evidence: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for mid, found in message_units.items():
-        evidence[message_root[mid]].append((sum(found.values()), mid))
-    best = {root: max(e[0] for e in ev) for root, ev in evidence.items()}
+    best: dict[str, float] = {}
+    for mid, m in mass.items():
+        root = message_root[mid]
+        if m > best.get(root, -1.0):
+            best[root] = m
     for root in scores:
         scores[root] += CO_WEIGHT * best.get(root, 0.0)
     if PASSAGE > 1 and scores:
-        _passage_rerank(conn, scores, evidence, message_units, limit)
+        leaders = heapq.nsmallest(max(RERANK, limit), scores, key=lambda r: -scores[r])
+        _passage_rerank(conn, scores, {r: _root_mids(r, per_unit) for r in leaders},
+                        _message_units(leaders, per_unit, idf, sizes, mean_size), session_of, best)
 
-    ranked = sorted(scores, key=lambda r: (-scores[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
+    # the best `limit` by score, ties to the most recently active (the sort is over the few tied)
+    top = heapq.nlargest(limit, scores.values())
+    tied = [r for r in scores if top and scores[r] >= top[-1]]
+    ranked = sorted(tied, key=lambda r: (-scores[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
+    details = {r["id"]: dict(r) for r in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)}
+    evidence = {root: sorted(((mass[mid], mid) for mid in _root_mids(root, per_unit)), key=lambda e: (-e[0], -e[1]))
+                for root in ranked}
+    firsts = [ev[0][1] for ev in evidence.values() if ev]
+    contents = dict(_chunked(conn, "SELECT id, content FROM messages WHERE id IN ({})", firsts))
     out: list[SessionHit] = []
     words = plan.highlight_words()
     for root in ranked:
-        row = meta.get(root) or {}
-        ids = [mid for _, mid in sorted(evidence[root], key=lambda e: (-e[0], -e[1]))]
-        content_row = conn.execute("SELECT content FROM messages WHERE id = ?", (ids[0],)).fetchone() if ids else None
-        snippet = make_snippet(content_row[0] or "", words) if content_row else (row.get("preview") or "")
+        row = details.get(root) or {}
+        ids = [mid for _, mid in evidence[root]]
+        snippet = make_snippet(contents.get(ids[0]) or "", words) if ids and ids[0] in contents else (row.get("preview") or "")
         out.append(
             SessionHit(
                 session_id=root,
@@ -465,28 +498,48 @@ def _rank(
     return out
 
 
+def _root_mids(root: str, per_unit: list[dict[str, list[int]]]) -> list[int]:
+    """The messages of a lineage holding any unit, each once."""
+    return list(dict.fromkeys(mid for by_root in per_unit for mid in by_root.get(root, ())))
+
+
+def _message_units(
+    roots: list[str], per_unit: list[dict[str, list[int]]], idf: list[float], sizes: dict[int, int], mean_size: float
+) -> dict[int, dict[int, float]]:
+    """message -> {unit index: weight} for the messages of the given lineages."""
+    out: dict[int, dict[int, float]] = defaultdict(dict)
+    for index, (by_root, weight) in enumerate(zip(per_unit, idf)):
+        for root in roots:
+            for mid in by_root.get(root, ()):
+                short = (MSG_K1 + 1) / (1 + MSG_K1 * (1 - MSG_B + MSG_B * sizes[mid] / mean_size))
+                out[mid][index] = weight * short
+    return out
+
+
 def _passage_rerank(
     conn: sqlite3.Connection,
     scores: dict[str, float],
-    evidence: dict[str, list[tuple[float, int]]],
+    leaders: dict[str, list[int]],
     message_units: dict[int, dict[int, float]],
-    limit: int,
+    session_of: dict[int, str],
+    best: dict[str, float],
 ) -> None:
-    """For the leading sessions, let `best` look at PASSAGE consecutive messages instead of one:
-    a question and its answer are often in a turn and the reply to it."""
-    leaders = sorted(scores, key=lambda r: -scores[r])[: max(RERANK, limit)]
-    for root in leaders:
-        mids = [mid for _, mid in evidence.get(root, ())]
+    """For the leading sessions (root -> its messages holding a unit), let `best` look at PASSAGE
+    consecutive messages instead of one: a question and its answer are often in a turn and the
+    reply to it."""
+    sessions = {root: {session_of[mid] for mid in mids} for root, mids in leaders.items()}
+    visible: dict[str, list[int]] = defaultdict(list)  # session -> its visible messages, in one query
+    for mid, sid in _chunked(
+        conn, f"SELECT id, session_id FROM messages WHERE {_VISIBLE.replace('m.', '')} AND session_id IN ({{}})",
+        sorted(set().union(*sessions.values())),
+    ):
+        visible[sid].append(mid)
+    for root, mids in leaders.items():
         if not mids:
             continue
-        sessions = {r[0] for r in _chunked(conn, "SELECT DISTINCT session_id FROM messages WHERE id IN ({})", mids)}
-        order = [r[0] for r in _chunked(
-            conn, f"SELECT id FROM messages WHERE {_VISIBLE.replace('m.', '')} AND session_id IN ({{}}) ORDER BY id",
-            sorted(sessions),
-        )]
-        order.sort()
+        order = sorted(mid for sid in sessions[root] for mid in visible.get(sid, ()))
         position = {mid: i for i, mid in enumerate(order)}
-        single = max(mass for mass, _ in evidence[root])
+        single = best[root]
         window_best = single
         for mid in mids:
             p = position.get(mid)

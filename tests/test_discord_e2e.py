@@ -12,7 +12,7 @@ import pytest
 from platforms.discord_adapter import DiscordAdapter
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.platform_stack import PlatformStack
+from tests.fakes.platform_stack import PlatformStack, running
 
 GUILD, GENERAL, DM_CHANNEL, THREAD = 500, 600, 700, 810
 ANN_ID, BOB_ID = 42, 43
@@ -51,11 +51,8 @@ async def stack(tmp_path):
     discord.add_text_channel(GUILD, GENERAL, "general")
     discord.add_dm(DM_CHANNEL, discord.user(ANN_ID, "ann"))
     await discord.start()
-    try:
-        async with FakeOpenAI() as llm, Stack(tmp_path, discord, llm) as s:
-            yield s
-    finally:
-        await discord.stop()
+    async with running(discord, lambda llm: Stack(tmp_path, discord, llm)) as s:
+        yield s
 
 
 def ann(d: FakeDiscord) -> dict:

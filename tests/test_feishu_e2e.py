@@ -16,7 +16,7 @@ from platforms.feishu import FeishuAdapter
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.platform_stack import PlatformStack
+from tests.fakes.platform_stack import PlatformStack, running
 
 BOT_MENTION = ("@_user_1", "ou_bot", "chinwag")
 
@@ -71,11 +71,8 @@ class Stack(PlatformStack):
 async def stack(tmp_path):
     feishu = FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:10]}", app_secret="secret-e2e")
     await feishu.start()
-    try:
-        async with FakeOpenAI() as llm, Stack(tmp_path, feishu, llm) as s:
-            yield s
-    finally:
-        await feishu.stop()
+    async with running(feishu, lambda llm: Stack(tmp_path, feishu, llm)) as s:
+        yield s
 
 
 async def test_dm_turn_is_answered_and_stored(stack):
@@ -165,23 +162,20 @@ async def test_webhook_mode_turn_through_the_gateway_http_server(tmp_path):
     feishu = FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:10]}", app_secret="secret-e2e")
     await feishu.start()
     port = free_port()
-    try:
-        async with FakeOpenAI() as llm, Stack(tmp_path, feishu, llm, http_port=port, mode="webhook",
-                                               verification_token="vt-e2e", encrypt_key="ek-e2e") as s:
-            event = feishu.message_event("over the webhook", token="vt-e2e")
-            s.asked["oc_dm1"] = {event["event"]["message"]["message_id"]}
-            body, headers = feishu.webhook_request(event, "ek-e2e")
-            url = f"http://127.0.0.1:{port}/webhooks/feishu"
-            async with aiohttp.ClientSession() as http:
-                async with http.post(url, data=body, headers=headers) as r:
-                    assert r.status == 200
-                forged, fheaders = feishu.webhook_request(
-                    feishu.message_event("forged", token="vt-e2e"), "ek-e2e", bad_signature=True)
-                async with http.post(url, data=forged, headers=fheaders) as r:
-                    assert r.status == 401
-            [reply] = await s.wait_replies("oc_dm1", 1)
-            assert reply["text"] == "echo: over the webhook"
-            assert not feishu.calls_to("endpoint")  # no long connection in webhook mode
-            assert len(llm.requests) == 1
-    finally:
-        await feishu.stop()
+    webhook = {"mode": "webhook", "verification_token": "vt-e2e", "encrypt_key": "ek-e2e"}
+    async with running(feishu, lambda llm: Stack(tmp_path, feishu, llm, http_port=port, **webhook)) as s:
+        event = feishu.message_event("over the webhook", token="vt-e2e")
+        s.asked["oc_dm1"] = {event["event"]["message"]["message_id"]}
+        body, headers = feishu.webhook_request(event, "ek-e2e")
+        url = f"http://127.0.0.1:{port}/webhooks/feishu"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, data=body, headers=headers) as r:
+                assert r.status == 200
+            forged, fheaders = feishu.webhook_request(
+                feishu.message_event("forged", token="vt-e2e"), "ek-e2e", bad_signature=True)
+            async with http.post(url, data=forged, headers=fheaders) as r:
+                assert r.status == 401
+        [reply] = await s.wait_replies("oc_dm1", 1)
+        assert reply["text"] == "echo: over the webhook"
+        assert not feishu.calls_to("endpoint")  # no long connection in webhook mode
+        assert len(s.llm.requests) == 1

@@ -12,7 +12,7 @@ import pytest
 from platforms.telegram import TelegramAdapter
 from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.platform_stack import PlatformStack
+from tests.fakes.platform_stack import PlatformStack, running
 from tests.fakes.telegram_server import FakeTelegram
 
 ANN = FakeTelegram.user(42, "Ann", "ann")
@@ -45,11 +45,8 @@ class Stack(PlatformStack):
 @pytest.fixture
 async def stack(tmp_path):
     telegram = await FakeTelegram().start()
-    try:
-        async with FakeOpenAI() as llm, Stack(tmp_path, telegram, llm) as s:
-            yield s
-    finally:
-        await telegram.stop()
+    async with running(telegram, lambda llm: Stack(tmp_path, telegram, llm)) as s:
+        yield s
 
 
 async def test_dm_turn_is_answered_and_stored(stack):
@@ -155,16 +152,12 @@ async def test_long_answer_is_split_and_markdown_rendered(stack):
 async def test_webhook_mode_turn_through_the_gateway_http_server(tmp_path):
     telegram = await FakeTelegram().start()
     port = free_port()
-    try:
-        async with FakeOpenAI() as llm, Stack(
-            tmp_path, telegram, llm, http_port=port, mode="webhook",
-            webhook_url=f"http://127.0.0.1:{port}/webhooks/telegram", secret_token="e2e-secret",
-        ) as s:
-            assert telegram.webhook and telegram.webhook["secret_token"] == "e2e-secret"
-            telegram.push_message(telegram.private_chat(ANN), ANN, "over the webhook")
-            [reply] = await s.wait_replies(42, 1)
-            assert reply["text"] == "echo: over the webhook"
-            assert telegram.webhook_deliveries == [200]
-            assert not telegram.calls_to("getUpdates")
-    finally:
-        await telegram.stop()
+    webhook = {"mode": "webhook", "webhook_url": f"http://127.0.0.1:{port}/webhooks/telegram",
+               "secret_token": "e2e-secret"}
+    async with running(telegram, lambda llm: Stack(tmp_path, telegram, llm, http_port=port, **webhook)) as s:
+        assert telegram.webhook and telegram.webhook["secret_token"] == "e2e-secret"
+        telegram.push_message(telegram.private_chat(ANN), ANN, "over the webhook")
+        [reply] = await s.wait_replies(42, 1)
+        assert reply["text"] == "echo: over the webhook"
+        assert telegram.webhook_deliveries == [200]
+        assert not telegram.calls_to("getUpdates")

@@ -3,7 +3,8 @@ adapter (built by the test from its config section) talking to that platform's f
 real GatewayRunner on a real SQLite file, the fake OpenAI-compatible model, and, when the adapter
 serves webhooks, the gateway's own HTTP server on 127.0.0.1.
 
-    async with PlatformStack(tmp_path, llm, "telegram", section, TelegramAdapter) as stack:
+    fake = await FakeTelegram().start()
+    async with running(fake, lambda llm: PlatformStack(tmp_path, llm, "telegram", section, TelegramAdapter)) as stack:
         ...
         await stack.restart()                    # fresh adapter and runner on the same database
 
@@ -13,8 +14,9 @@ fake (`replies`), and anything to wait for after a start.
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from gateway.db import SessionDB
 from gateway.ops import OpsServer
@@ -93,3 +95,16 @@ class PlatformStack:
 
     def session_keys(self) -> list[str]:
         return sorted(s["session_key"] for s in self.sessions())
+
+
+@asynccontextmanager
+async def running(
+    fake: Any, make_stack: Callable[[FakeOpenAI], PlatformStack]
+) -> AsyncIterator[PlatformStack]:
+    """A started stack on a fresh fake model, around the (started) platform fake `fake`; at the end
+    the stack, the model and `fake` are stopped."""
+    try:
+        async with FakeOpenAI() as llm, make_stack(llm) as stack:
+            yield stack
+    finally:
+        await fake.stop()

@@ -15,6 +15,7 @@ from gateway.config import (
     load_config,
     parse_config,
 )
+from tests.fakes.expect import assert_all_in
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,11 +120,14 @@ def test_unknown_keys_with_did_you_mean(tmp_path: Path) -> None:
         "  telegram: {tokn: x, allowed_user: [1]}\n",
     )
     text = "\n".join(problems)
-    assert "gatway: unknown key; did you mean 'gateway'?" in text
-    assert "gateway.max_pendng: unknown key; did you mean 'max_pending'?" in text
-    assert "platforms.lark: unknown platform; did you mean feishu" in text
-    assert "platforms.telegram.tokn: unknown key; did you mean 'token'?" in text
-    assert "platforms.telegram.allowed_user: unknown key; did you mean 'allowed_users'?" in text
+    assert_all_in(
+        text,
+        "gatway: unknown key; did you mean 'gateway'?",
+        "gateway.max_pendng: unknown key; did you mean 'max_pending'?",
+        "platforms.lark: unknown platform; did you mean feishu",
+        "platforms.telegram.tokn: unknown key; did you mean 'token'?",
+        "platforms.telegram.allowed_user: unknown key; did you mean 'allowed_users'?",
+    )
     assert len(problems) == 5  # every problem reported at once
 
 
@@ -136,13 +140,16 @@ def test_type_and_range_errors(tmp_path: Path) -> None:
         "platforms: {telegram: {allowed_users: {a: 1}}}\n",
     )
     text = "\n".join(problems)
-    assert "http.port: must be at most 65535 (got 70000)" in text
-    assert "http.enabled: must be true or false (got 'maybe')" in text
-    assert "gateway.max_pending: must be a whole number (got 'two')" in text
-    assert "gateway.agent_cache.max_agents: must be at least 1 (got 0)" in text
-    assert "gateway.single_owner: must be auto, true or false (got 'perhaps')" in text
-    assert "session.reset.by_platform.telegram.mode: unknown mode 'hourly'" in text
-    assert "platforms.telegram.allowed_users: must be a list of ids (got a mapping)" in text
+    assert_all_in(
+        text,
+        "http.port: must be at most 65535 (got 70000)",
+        "http.enabled: must be true or false (got 'maybe')",
+        "gateway.max_pending: must be a whole number (got 'two')",
+        "gateway.agent_cache.max_agents: must be at least 1 (got 0)",
+        "gateway.single_owner: must be auto, true or false (got 'perhaps')",
+        "session.reset.by_platform.telegram.mode: unknown mode 'hourly'",
+        "platforms.telegram.allowed_users: must be a list of ids (got a mapping)",
+    )
 
 
 def test_reset_section_uses_the_store_rules(tmp_path: Path) -> None:
@@ -223,9 +230,12 @@ def test_urls_are_checked(tmp_path: Path) -> None:
         "  feishu: {app_id: a, app_secret: b, domain: 'ftp://x'}\n"
         "  discord: {token: d, gateway_url: 'http://127.0.0.1:1'}\n",
     ))
-    assert "model.base_url: must be an http:// or https:// URL (got 'localhost:8000/v1')" in text
-    assert "platforms.feishu.domain: must be feishu, lark or an http:// or https:// URL (got 'ftp://x')" in text
-    assert "platforms.discord.gateway_url: must be a ws:// or wss:// URL" in text
+    assert_all_in(
+        text,
+        "model.base_url: must be an http:// or https:// URL (got 'localhost:8000/v1')",
+        "platforms.feishu.domain: must be feishu, lark or an http:// or https:// URL (got 'ftp://x')",
+        "platforms.discord.gateway_url: must be a ws:// or wss:// URL",
+    )
     lark = parse_config({"platforms": {"feishu": {"app_id": "a", "app_secret": "b", "domain": "lark"}}}, env={})
     assert lark.adapter_config("feishu")["domain"] == "lark"
 
@@ -250,10 +260,13 @@ def test_cross_field_rules(tmp_path: Path) -> None:
         "  feishu: {app_id: a, app_secret: b, mode: webhook}\n"
         "  discord: {token: d, group_policy: allowlist}\n",
     ))
-    assert "platforms.telegram.webhook_url: is required when mode is webhook" in text
-    assert "platforms.feishu.verification_token: webhook mode needs verification_token and/or encrypt_key" in text
-    assert "platforms.telegram.secret_token: is required in webhook mode" in text
-    assert "platforms.discord.group_allowlist: is empty but group_policy is allowlist" in text
+    assert_all_in(
+        text,
+        "platforms.telegram.webhook_url: is required when mode is webhook",
+        "platforms.feishu.verification_token: webhook mode needs verification_token and/or encrypt_key",
+        "platforms.telegram.secret_token: is required in webhook mode",
+        "platforms.discord.group_allowlist: is empty but group_policy is allowlist",
+    )
 
 
 def _schema_paths(schema: dict, prefix: str = "") -> set[str]:

@@ -12,6 +12,7 @@ from aiohttp import web
 from gateway.metrics import Metrics
 from gateway.ops import OpsServer
 from platforms.base import AdapterHealth
+from tests.fakes.expect import assert_all_in
 
 
 @pytest.fixture
@@ -90,16 +91,19 @@ async def test_metrics_endpoint(served) -> None:
     status, text, headers = await get(server.url + "/metrics")
     assert status == 200
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    assert 'chinwag_messages_in_total{platform="telegram"} 3' in text
-    assert 'chinwag_messages_out_total{platform="local"} 1' in text
-    assert "# TYPE chinwag_turn_seconds histogram" in text
-    assert 'chinwag_turn_seconds_bucket{le="0.25"} 0' in text
-    assert 'chinwag_turn_seconds_bucket{le="0.5"} 1' in text
-    assert 'chinwag_turn_seconds_bucket{le="+Inf"} 2' in text
-    assert "chinwag_turn_seconds_count 2" in text
-    assert "chinwag_turn_seconds_sum 7.3" in text
-    assert "chinwag_queue_depth 4" in text
-    assert 'chinwag_adapter_ready{platform="discord"} 0' in text
+    assert_all_in(
+        text,
+        'chinwag_messages_in_total{platform="telegram"} 3',
+        'chinwag_messages_out_total{platform="local"} 1',
+        "# TYPE chinwag_turn_seconds histogram",
+        'chinwag_turn_seconds_bucket{le="0.25"} 0',
+        'chinwag_turn_seconds_bucket{le="0.5"} 1',
+        'chinwag_turn_seconds_bucket{le="+Inf"} 2',
+        "chinwag_turn_seconds_count 2",
+        "chinwag_turn_seconds_sum 7.3",
+        "chinwag_queue_depth 4",
+        'chinwag_adapter_ready{platform="discord"} 0',
+    )
     # every sample line is well-formed exposition format
     for line in text.splitlines():
         if line and not line.startswith("#"):

@@ -51,8 +51,6 @@ class SessionAgent:
     session_id: str
     owned_clients: list[Any] = field(default_factory=list)
     closed: bool = False
-    # The session's active conversation as stored (None until the first turn loads it).
-    history: list[dict[str, Any]] | None = None
 
     async def close(self) -> None:
         self.closed = True

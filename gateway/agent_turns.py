@@ -97,10 +97,8 @@ async def run_turn(
     steer: asyncio.Queue[str] = asyncio.Queue()
     lane.steer_queue = steer
     first_user = True
-    # The conversation so far: kept with the cached agent so a warm chat does not re-read it.
-    # Everything that rewrites a session's history (/undo, /retry, compression, ...) drops the agent.
-    conversation = getattr(session_agent, "history", None)
-    loaded = conversation is None
+    # The conversation so far, from the warm copy when there is one (see gateway.conversations).
+    warm = runner.conversations
 
     async def persist(message: dict[str, Any]) -> None:
         nonlocal first_user
@@ -114,16 +112,14 @@ async def run_turn(
             fields["user_id"] = origin.source.person_id
             fields["platform_message_id"] = origin.message_id or None
         await db.aappend_message(session_id, message["role"], message.get("content"), **fields)
-        if conversation is not None:
-            conversation.append(_as_stored(message))  # the cached copy follows the DB, in order
+        warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
 
     typing = _Typing(runner, msg)
     try:
-        if loaded:
-            conversation = await db.aread("get_messages_as_conversation", session_id)
-            if hasattr(session_agent, "history"):
-                session_agent.history = conversation
-        history = list(conversation)
+        history = warm.get(session_id, lane.key)
+        if history is None:
+            history = await db.aread("get_messages_as_conversation", session_id)
+            warm.put(session_id, lane.key, history)
         ctx = ToolContext(
             session_id=session_id,
             source=msg.source,
@@ -203,7 +199,7 @@ async def compress(runner: "GatewayRunner", msg: "InboundMessage", session_id: s
         log.warning("compressing %s failed: %s", session_id, describe_error(exc))
         return "" if auto else f"Sorry, compressing failed: {describe_error(exc)}. Nothing was changed."
     await runner.store.switch(msg.source, child, reason="compressed")
-    await runner.cache.drop(session_id)
+    await runner.forget(session_id)
     session = await db.aread("get_session", child)
     title = session.get("title") if session else None
     name = f"“{title}” ({child})" if title else child

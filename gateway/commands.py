@@ -160,7 +160,7 @@ async def cmd_undo(ctx: CommandContext) -> str:
         n = int(ctx.args)
     entry = await ctx.session()
     hidden = await asyncio.to_thread(ctx.runner.db.rewind, entry.session_id, n)
-    await ctx.runner.cache.drop(entry.session_id)
+    await ctx.runner.forget(entry.session_id)
     if not hidden:
         return "Nothing to undo in this conversation."
     what = "exchange" if n == 1 else f"{n} exchanges"
@@ -177,7 +177,7 @@ async def cmd_retry(ctx: CommandContext) -> str | None:
         return "Nothing to retry: this conversation has no message of yours yet."
     # Hide the last exchange (question and reply) from the conversation; it stays searchable.
     await asyncio.to_thread(db.supersede_after, entry.session_id, last_user["id"] - 1)
-    await ctx.runner.cache.drop(entry.session_id)
+    await ctx.runner.forget(entry.session_id)
     await ctx.runner.agent_turn(ctx.lane, ctx.msg, entry, last_user["content"] or "")
     return None
 

@@ -37,7 +37,7 @@ async def cmd_new(ctx: "CommandContext") -> str:
     old = ctx.existing()
     entry = await runner.store.reset(ctx.source, reason="new", title=title)
     if old is not None:
-        await runner.cache.drop(old.session_id)
+        await runner.forget(old.session_id)
     text = f"Started a new conversation{f' “{title}”' if title else ''}."
     if old is not None and old.session_id != entry.session_id:
         previous = await runner.db.aread("get_session", old.session_id)
@@ -121,8 +121,8 @@ async def cmd_resume(ctx: "CommandContext") -> str:
     await runner.store.switch(ctx.source, session["id"], reason="resume")
     await _touch(runner, session["id"])
     if current is not None:
-        await runner.cache.drop(current.session_id)
-    await runner.cache.drop(session["id"])
+        await runner.forget(current.session_id)
+    await runner.forget(session["id"])
     text = f"Resumed {_label(session)}: {session.get('message_count', 0)} messages, last active " \
            f"{_when(session.get('last_active_at'))}."
     if session.get("preview"):

@@ -25,6 +25,7 @@ from gateway.access import AccessControl
 from gateway.agent_cache import AgentCache
 from gateway.agent_factory import AgentFactory, default_tools
 from gateway.commands import CommandContext, command_menu, commands, parse_command, run_command
+from gateway.conversations import ConversationCache
 from gateway.db import SessionDB
 from gateway.dedup import Dedup
 from gateway.source import InvalidSessionSource, Platform
@@ -97,6 +98,7 @@ class GatewayRunner:
         self.cache = AgentCache(cache.max_agents, ttl, clock=clock)
         # A session with a turn running is "busy": the store does not reset it under the turn.
         store.is_busy = self.cache.is_running
+        self.conversations = ConversationCache()
         self.lanes: dict[str, ChatLane] = {}
         self.dedup = Dedup(db)
         self._idle = asyncio.Event()
@@ -285,9 +287,15 @@ class GatewayRunner:
         """The chat's current session (reset policy applied); tells the person when it rolled over."""
         found = await self.store.get_or_create(msg.source, model=self.model_settings.name)
         if found.reset is not None:
-            await self.cache.drop(found.reset.previous_session_id)
+            await self.forget(found.reset.previous_session_id)
             await self.send(msg, found.reset.text())
         return found.entry
+
+    async def forget(self, session_id: str) -> None:
+        """Drop what is kept warm for exactly this session (its agent and its conversation copy):
+        after anything that rewrites or leaves it (/new, /resume, /undo, /retry, reset, compression)."""
+        self.conversations.drop(session_id)
+        await self.cache.drop(session_id)
 
     async def agent_turn(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
         await agent_turns.run_turn(self, lane, msg, entry, text)

@@ -145,9 +145,10 @@ async def test_cached_conversation_matches_the_database(tmp_path):
         gw.fake.push("after the tool")
         await gw.say("use a tool")
         sid = gw.session_id()
-        cached = gw.runner.cache.get(sid)
-        assert cached.history == gw.db.get_messages_as_conversation(sid)
-        assert [m["role"] for m in cached.history] == ["user", "assistant", "user", "assistant", "tool", "assistant"]
+        key = gw.store.key_for(gw.adapter.source())
+        warm = gw.runner.conversations.get(sid, key)
+        assert warm == gw.db.get_messages_as_conversation(sid)
+        assert [m["role"] for m in warm] == ["user", "assistant", "user", "assistant", "tool", "assistant"]
         # the next turn is served from it, and sees exactly what the DB holds
         await gw.say("third")
         sent = gw.fake.requests[-1]["messages"][1:]
@@ -157,4 +158,26 @@ async def test_cached_conversation_matches_the_database(tmp_path):
         await gw.say("fourth")
         sent = gw.fake.requests[-1]["messages"][1:]
         assert [m.get("content") for m in sent][-1] == "fourth" and "third" not in [m.get("content") for m in sent]
-        assert gw.runner.cache.get(sid).history == gw.db.get_messages_as_conversation(sid)
+        assert gw.runner.conversations.get(sid, key) == gw.db.get_messages_as_conversation(sid)
+        # the warm copy outlives the agent's eviction (it is bounded by size, not count)
+        await gw.runner.cache.drop(sid)
+        assert gw.runner.conversations.get(sid, key) is not None
+
+
+def test_conversation_cache_bounds_and_owners():
+    from gateway.conversations import MESSAGE_OVERHEAD, ConversationCache
+
+    cache = ConversationCache(max_bytes=3 * (MESSAGE_OVERHEAD + 10))
+    cache.put("a", "chat-a", [{"role": "user", "content": "x" * 10}])
+    cache.put("b", "chat-b", [{"role": "user", "content": "y" * 10}])
+    cache.append("a", "chat-a", {"role": "assistant", "content": "z" * 10})
+    assert cache.get("a", "chat-a") == [{"role": "user", "content": "x" * 10},
+                                        {"role": "assistant", "content": "z" * 10}]
+    cache.append("b", "chat-b", {"role": "assistant", "content": "w" * 10})  # over the bound: LRU goes
+    assert "a" not in cache and cache.get("b", "chat-b") is not None
+    assert cache.bytes <= cache.max_bytes
+    # another chat in the same session: the copy is not trusted
+    cache.append("b", "chat-c", {"role": "user", "content": "from elsewhere"})
+    assert "b" not in cache
+    cache.put("c", "chat-c", [])
+    assert cache.get("c", "chat-d") is None and "c" not in cache

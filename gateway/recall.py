@@ -46,7 +46,7 @@ MAX_SESSIONS = 5
 CANDIDATE_CAP = 3000  # newest matching messages looked at per unit, at most
 PROBE = 250  # newest matching messages every unit looks at
 LENGTH_SAMPLE = 2000  # sessions the average lineage length is taken over
-HIT_BUDGET = 4000  # matches looked at beyond the probes, over all units of a query
+HIT_BUDGET = 6000  # matches looked at beyond the probes, over all units of a query
 K1 = 1.2
 B = 0.5  # sessions differ in length far less than documents do; normalise gently
 CO_WEIGHT = 0.5
@@ -124,6 +124,10 @@ class _Sessions:
             self._roots[node] = result
         return result
 
+    def known_roots(self) -> dict[str, str]:
+        """Session -> root for every session resolved so far."""
+        return self._roots
+
     def roots(self, ids: Iterable[str]) -> dict[str, str]:
         ids = list(dict.fromkeys(ids))
         self.load(ids)
@@ -194,8 +198,10 @@ class _Matches:
                   ORDER BY rowid DESC LIMIT ?) AS c
             JOIN messages m ON m.id = c.rowid"""
         params = [*roles, self.expr, *([self.rows[-1][0]] if self.rows else []), limit]
+        cursor = conn.cursor()
+        cursor.row_factory = None  # plain tuples: thousands of rows per query on a large store
         try:
-            rows = conn.execute(sql, params).fetchall()
+            rows = cursor.execute(sql, params).fetchall()
         except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
             rows = []
         self.rows.extend(rows)
@@ -430,12 +436,14 @@ def _rank(
 
     # lengths of lineages (messages), from the sessions we have loaded
     lengths: dict[str, int] = defaultdict(int)
+    root_of = meta.known_roots()
     for sid, row in meta.rows.items():
-        if row is not None and (root := meta.root(sid)) in keep:
+        if row is not None and (root := root_of.get(sid) or meta.root(sid)) in keep:
             lengths[root] += int(row["message_count"] or 0)
 
     # in `best`, a hit in a short message says more than one in a long one (BM25-style, tf = 1)
     mean_size = sum(sizes.values()) / len(sizes) if sizes else 1.0
+    short = {mid: (MSG_K1 + 1) / (1 + MSG_K1 * (1 - MSG_B + MSG_B * size / mean_size)) for mid, size in sizes.items()}
     scores: dict[str, float] = defaultdict(float)
     mass: dict[int, float] = {}  # message -> the weight of the units it holds
     message_root: dict[int, str] = {}
@@ -450,8 +458,7 @@ def _rank(
             if not unit.pair:
                 matched[root].append(unit.label)
             for mid in mids:
-                short = (MSG_K1 + 1) / (1 + MSG_K1 * (1 - MSG_B + MSG_B * sizes[mid] / mean_size))
-                mass[mid] = mass.get(mid, 0.0) + weight * short
+                mass[mid] = mass.get(mid, 0.0) + weight * short[mid]
                 message_root[mid] = root
     best: dict[str, float] = {}
     for mid, m in mass.items():
@@ -463,7 +470,7 @@ def _rank(
     if PASSAGE > 1 and scores:
         leaders = heapq.nsmallest(max(RERANK, limit), scores, key=lambda r: -scores[r])
         _passage_rerank(conn, scores, {r: _root_mids(r, per_unit) for r in leaders},
-                        _message_units(leaders, per_unit, idf, sizes, mean_size), session_of, best)
+                        _message_units(leaders, per_unit, idf, short), session_of, best)
 
     # the best `limit` by score, ties to the most recently active (the sort is over the few tied)
     top = heapq.nlargest(limit, scores.values())
@@ -504,15 +511,14 @@ def _root_mids(root: str, per_unit: list[dict[str, list[int]]]) -> list[int]:
 
 
 def _message_units(
-    roots: list[str], per_unit: list[dict[str, list[int]]], idf: list[float], sizes: dict[int, int], mean_size: float
+    roots: list[str], per_unit: list[dict[str, list[int]]], idf: list[float], short: dict[int, float]
 ) -> dict[int, dict[int, float]]:
     """message -> {unit index: weight} for the messages of the given lineages."""
     out: dict[int, dict[int, float]] = defaultdict(dict)
     for index, (by_root, weight) in enumerate(zip(per_unit, idf)):
         for root in roots:
             for mid in by_root.get(root, ()):
-                short = (MSG_K1 + 1) / (1 + MSG_K1 * (1 - MSG_B + MSG_B * sizes[mid] / mean_size))
-                out[mid][index] = weight * short
+                out[mid][index] = weight * short[mid]
     return out
 
 

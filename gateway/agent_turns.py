@@ -141,7 +141,7 @@ async def run_turn(
 
     usage = result.usage
     if usage.prompt_tokens or usage.completion_tokens:
-        await asyncio.to_thread(db.add_tokens, session_id, usage.prompt_tokens, usage.completion_tokens)
+        await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
     await runner.send(msg, result.text or "(no reply)")
     if result.error is None and _near_window(runner, session_agent.agent.system_prompt, history + result.messages):
         notice = await compress(runner, msg, session_id, auto=True)

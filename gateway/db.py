@@ -198,22 +198,34 @@ class SessionDB:
 
         return op
 
-    def end_session(self, session_id: str, reason: str = "ended") -> None:
-        self.write(self._update_session(
+    def _op_end(self, session_id: str, reason: str) -> Callable:
+        return self._update_session(
             session_id, "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ?", (time.time(), reason)
-        ))
+        )
+
+    def end_session(self, session_id: str, reason: str = "ended") -> None:
+        self.write(self._op_end(session_id, reason))
+
+    async def aend_session(self, session_id: str, reason: str = "ended") -> None:
+        await self.awrite(self._op_end(session_id, reason))
 
     def reopen_session(self, session_id: str) -> None:
         self.write(self._update_session(
             session_id, "UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", ()
         ))
 
-    def add_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        self.write(self._update_session(
+    def _op_tokens(self, session_id: str, input_tokens: int, output_tokens: int) -> Callable:
+        return self._update_session(
             session_id,
             "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = ?",
             (int(input_tokens or 0), int(output_tokens or 0)),
-        ))
+        )
+
+    def add_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        self.write(self._op_tokens(session_id, input_tokens, output_tokens))
+
+    async def aadd_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        await self.awrite(self._op_tokens(session_id, input_tokens, output_tokens))
 
     def set_title(self, session_id: str, title: str | None) -> str | None:
         clean = sanitize_title(title)
@@ -426,9 +438,7 @@ class SessionDB:
         return self.write(op)
 
     # -- routing entries and inbound de-duplication ---------------------------------------------
-    def set_key_entry(
-        self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
-    ) -> None:
+    def _op_set_key(self, session_key: str, session_id: str, origin: dict | None, reason: str | None) -> Callable:
         now = time.time()
 
         def op(conn: sqlite3.Connection, events: list) -> None:
@@ -441,7 +451,17 @@ class SessionDB:
             )
             events.append(("key", self._key_row(conn, session_key)))
 
-        self.write(op)
+        return op
+
+    def set_key_entry(
+        self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
+    ) -> None:
+        self.write(self._op_set_key(session_key, session_id, origin, reason))
+
+    async def aset_key_entry(
+        self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
+    ) -> None:
+        await self.awrite(self._op_set_key(session_key, session_id, origin, reason))
 
     def delete_key_entry(self, session_key: str) -> None:
         def op(conn: sqlite3.Connection, events: list) -> None:

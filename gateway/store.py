@@ -199,14 +199,14 @@ class SessionStore:
         if title:
             fields["title"] = title
         await self.db.acreate_session(session_id, source.platform.value, **fields)
-        await asyncio.to_thread(self.db.set_key_entry, key, session_id, source.to_dict(), reason)
+        await self.db.aset_key_entry(key, session_id, source.to_dict(), reason)
         if previous and previous != session_id:
             await self._end(previous, reason)
         return await self._entry(key)
 
     async def _end(self, session_id: str, reason: str) -> None:
         try:
-            await asyncio.to_thread(self.db.end_session, session_id, reason)
+            await self.db.aend_session(session_id, reason)
         except UnknownSession:  # deleted meanwhile: nothing to end
             pass
 
@@ -235,7 +235,7 @@ class SessionStore:
         previous = entry["session_id"] if entry else None
         if target.get("ended_at") is not None:
             await asyncio.to_thread(self.db.reopen_session, session_id)
-        await asyncio.to_thread(self.db.set_key_entry, key, session_id, source.to_dict(), reason)
+        await self.db.aset_key_entry(key, session_id, source.to_dict(), reason)
         if previous and previous != session_id:
             await self._end(previous, reason)
         return await self._entry(key)

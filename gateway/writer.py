@@ -22,7 +22,7 @@ WriteOp = Callable[[sqlite3.Connection, list], Any]
 CommitListener = Callable[[list], None]
 
 _STOP = object()
-MAX_BATCH = 1000
+MAX_BATCH = 256  # bounds how long one append waits behind others in its batch
 
 
 class WriterClosed(RuntimeError):

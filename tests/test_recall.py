@@ -8,9 +8,11 @@ from datetime import datetime, timezone
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import gateway.recall as recall
 from gateway.db import new_session_id
 from gateway.recall import MAX_SESSIONS, cjk_pieces, find_sessions, plan_query, recent_sessions
 from gateway.recall_dates import DateSpec, dates_in
+from gateway.recall_query import MAX_PREFIX_TERMS, expand_prefixes
 
 
 def ts(day: str) -> float:
@@ -189,6 +191,57 @@ def test_candidate_cap_keeps_ranking_sensible(db, add):
     target = add(["the backup job failed with rsync error 23"])
     hits = find_sessions(db, "backup rsync", see_all=True, cap=5)
     assert ids(hits)[0] == target
+
+
+def test_hit_budget_goes_to_the_informative_unit(db, add, monkeypatch):
+    # "backup" is everywhere and newer than the answer; "rsync" is rare: with a tiny budget the
+    # common word is read only in part, the rare one in full, and the old answer still wins
+    target = add(["the backup job failed with rsync error 23", "retry it with --partial"])
+    for i in range(40):
+        add([f"backup job {i} ran", "backup verified", "backup rotated"])
+    monkeypatch.setattr(recall, "PROBE", 5)
+    monkeypatch.setattr(recall, "HIT_BUDGET", 10)
+    read: dict[str, int] = {}
+    real = recall._read_units
+
+    def spy(conn, units, *args):
+        readers = real(conn, units, *args)
+        read.update({u.label: sum(len(s.rows) for s in sources) for u, sources in zip(units, readers)})
+        return readers
+
+    monkeypatch.setattr(recall, "_read_units", spy)
+    hits = find_sessions(db, "backup rsync", see_all=True)
+    assert ids(hits)[0] == target
+    assert read["rsync"] == 1 and read["backup"] <= 5 + 10
+
+
+def test_share_splits_by_weight_and_passes_on_what_a_unit_does_not_need():
+    assert recall._share(100, [(1000, 1.0), (1000, 3.0)]) == [25, 75]
+    assert recall._share(100, [(10, 1.0), (1000, 1.0)]) == [10, 90]
+    assert recall._share(100, [(1000, 0.0), (1000, 0.0)]) == [50, 50]
+    assert recall._share(100, []) == []
+
+
+def test_prefixes_become_the_index_terms_they_match():
+    terms = {"dock": ["dock", "docker", "dockerfile"], "net": ["net", "network"], "zz": []}.get
+    assert expand_prefixes('"docking" OR "dock"*', terms) == '"docking" OR "dock" OR "docker" OR "dockerfile"'
+    assert expand_prefixes('NEAR("dock"* "net"*, 4)', terms) == " OR ".join(
+        f'NEAR("{a}" "{b}", 4)' for a in ("dock", "docker", "dockerfile") for b in ("net", "network"))
+    assert expand_prefixes('NEAR("zz"* "net"*, 4)', terms) == '"zz"*'  # matches nothing, cheaply
+    for unchanged in ('"a b"*', '"x" AND "y"*', '"部 署"', '"unknown"*', '"café"*'):
+        assert expand_prefixes(unchanged, terms) == unchanged
+
+
+def test_prefix_search_finds_every_form_and_keeps_the_connection_read_only(db, add):
+    forms = add(["she was painting", "two paintings", "he paints", "painted it"])
+    many = add([" ".join(f"paint{chr(97 + i)}{chr(97 + j)}" for i in range(6) for j in range(6))])
+    add(FILLER)
+    assert MAX_PREFIX_TERMS < 36  # the second session holds more forms than are expanded: FTS5 prefix
+    hits = ids(find_sessions(db, "painted", see_all=True))
+    assert hits[:1] == [forms] and many in hits
+    assert db.read(lambda conn: conn.execute("PRAGMA query_only").fetchone()[0]) == 1
+    with pytest.raises(Exception):
+        db.read(lambda conn: conn.execute("CREATE TEMP TABLE t (x)"))
 
 
 def test_dates_in_the_query_are_evidence(db, add):

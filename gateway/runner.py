@@ -15,6 +15,7 @@ import asyncio
 import gc
 import logging
 import math
+import sys
 import time
 from collections import OrderedDict
 from typing import Any, Callable
@@ -198,14 +199,17 @@ class GatewayRunner:
             return
         lane = self.lanes.get(key)
         if lane is None:
-            lane = ChatLane(
-                key,
-                self,
-                busy_mode=self._busy_mode(platform),
-                max_pending=self.config.gateway.max_pending,
-                busy_ack=self.config.gateway.busy_ack,
-                clock=self.clock,
-            )
+            if source.platform is Platform.LOCAL:
+                # The terminal is one person's typing (or a piped script): every line is answered,
+                # in order, with nothing dropped and no acknowledgements in between.
+                busy = {"busy_mode": "queue", "max_pending": sys.maxsize, "busy_ack": False}
+            else:
+                busy = {
+                    "busy_mode": self._busy_mode(platform),
+                    "max_pending": self.config.gateway.max_pending,
+                    "busy_ack": self.config.gateway.busy_ack,
+                }
+            lane = ChatLane(key, self, clock=self.clock, **busy)
             self.lanes[key] = lane
             self._idle.clear()
         lane.push(msg)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.turns import ACK_TEXT, pending_cap_text
+from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.gateway_harness import Gateway
 from tests.fakes.openai_server import Reply, ToolCall
 
@@ -186,3 +187,18 @@ async def test_read_only_commands_answer_while_busy(tmp_path):
         gw.fake.gate.set()
         await gw.runner.drain()
         assert gw.adapter.texts()[-1] == "echo: working"
+
+
+async def test_the_terminal_queues_everything_typed_in_order(tmp_path):
+    """Lines piped or typed into the local terminal are one person's script: none is dropped by
+    the pending cap, and no acknowledgement interleaves with the answers."""
+    adapter = ChatAdapter("local")
+    async with Gateway(tmp_path, adapter=adapter, **busy("interrupt", max_pending=2)) as gw:
+        gw.fake.gate = asyncio.Event()
+        await adapter.inject("line 0", chat_id="me", user_id="me")
+        await gw.fake.wait_requests(1)
+        for i in range(1, 8):
+            await adapter.inject(f"line {i}", chat_id="me", user_id="me")
+        gw.fake.gate.set()
+        await gw.runner.drain()
+        assert adapter.texts() == [f"echo: line {i}" for i in range(8)]

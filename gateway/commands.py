@@ -228,12 +228,11 @@ async def cmd_whoami(ctx: CommandContext) -> str:
     session = await runner.db.aread("get_session", entry.session_id) if entry else None
     if session is not None:
         lines.append(f"Current session: {label(session)}")
-        nxt = policy.next_reset(float(session["last_active_at"]), runner.clock())
-        if nxt is not None:
-            local = datetime.fromtimestamp(nxt, policy.tz)
-            lines.append(f"Next reset: {local.strftime('%Y-%m-%d %H:%M %Z')} unless you write before then"
-                         if policy.mode in ("idle", "both") else
-                         f"Next reset: {local.strftime('%Y-%m-%d %H:%M %Z')}")
+        due = policy.next_reset_why(float(session["last_active_at"]))
+        if due is not None:
+            when = datetime.fromtimestamp(due[0], policy.tz).strftime("%Y-%m-%d %H:%M %Z")
+            lines.append(f"Next reset: {when}, if the conversation is idle until then" if due[1] == "idle"
+                         else f"Next reset: {when} (the daily reset)")
     else:
         lines.append("Current session: none yet.")
     return "\n".join(lines)

@@ -113,8 +113,13 @@ class ResetPolicy:
 
     def next_reset(self, last_active: float, now: float) -> float | None:
         """When the session will be over (may be <= now: then the next message starts a new one)."""
+        due = self.next_reset_why(last_active)
+        return due[0] if due else None
+
+    def next_reset_why(self, last_active: float) -> tuple[float, str] | None:
+        """(when, "idle" | "daily") of the first reset due for a session last active then."""
         due = self._due(last_active)
-        return due[0][0] if due else None
+        return due[0] if due else None
 
     def describe(self) -> str:
         """One line for `/status`."""

@@ -52,7 +52,7 @@ async def test_daily_reset_across_a_dst_change(tmp_path):
         await gw.say("late night")
         first = gw.session_id()
         whoami = (await gw.say("/whoami"))[0]
-        assert "Next reset: 2026-03-08 04:00 EDT" in whoami
+        assert "Next reset: 2026-03-08 04:00 EDT (the daily reset)" in whoami
         clock.now = utc(2026, 3, 8, 7, 59)  # 03:59 EDT
         assert await gw.say("still up") == ["echo: still up"]
         assert gw.session_id() == first

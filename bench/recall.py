@@ -4,6 +4,7 @@
     python bench/recall.py --only en  # LoCoMo only;  --only cn  MemoryBank-CN only
     python bench/recall.py --misses 20  # also list the first 20 content-word misses (LoCoMo)
     python bench/recall.py --only en --speed 100000  # also time recall on a 100k-message store
+    python bench/recall.py --only en --speed-db /tmp/big.db  # time recall on an existing store (read-only)
 
 Data is read from ../shared/data next to the repository (override with CHINWAG_DATA); nothing
 is copied into the repository. Each run builds a fresh store in a temporary directory.
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import sqlite3
 import sys
 import tempfile
 import time
@@ -296,12 +298,60 @@ def bench_speed(n_messages: int) -> None:
             db.close()
 
 
+SPEED_QUERIES = ["How did we fix the docker network timeout last time?", "feature flag rollback",
+                 "上次部署网关超时是怎么解决的？", "松兰 机房"]
+
+
+class ReadOnlyStore:
+    """Just enough of SessionDB for find_sessions, over a store opened read-only: nothing is
+    migrated or written. With no write-ahead log beside it the store is opened immutable, so not
+    even the -wal/-shm side files are created."""
+
+    def __init__(self, path: str) -> None:
+        full = Path(path).resolve()
+        wal = full.with_name(full.name + "-wal")
+        mode = "mode=ro" if wal.exists() and wal.stat().st_size else "mode=ro&immutable=1"
+        self.conn = sqlite3.connect(f"file:{full}?{mode}", uri=True, isolation_level=None)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA cache_size = -32000")
+
+    def read(self, fn):
+        self.conn.execute("BEGIN")
+        try:
+            return fn(self.conn)
+        finally:
+            self.conn.execute("COMMIT")
+
+
+def bench_speed_db(path: str, runs: int, queries: list[str]) -> None:
+    """p50/p99 of find_sessions on an existing store, warm cache."""
+    store = ReadOnlyStore(path)
+    n_messages = store.conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
+    n_sessions = store.conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    print(f"\nspeed on {path}: ~{n_messages:,} messages, {n_sessions:,} sessions; {runs} runs per query, warm cache")
+    print(f"{'query':<58}{'p50':>9}{'p99':>9}{'max':>9}")
+    for q in queries:
+        find_sessions(store, q, see_all=True)  # warm
+        runs_ms = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            find_sessions(store, q, see_all=True)
+            runs_ms.append((time.perf_counter() - t) * 1000)
+        runs_ms.sort()
+        p50, p99 = runs_ms[len(runs_ms) // 2], runs_ms[min(len(runs_ms) - 1, int(len(runs_ms) * 0.99))]
+        print(f"{q[:56]:<58}{p50:>6.1f} ms{p99:>6.1f} ms{runs_ms[-1]:>6.1f} ms")
+    store.conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("en", "cn"))
     parser.add_argument("--misses", type=int, default=0, help="print the first N LoCoMo content-word misses")
     parser.add_argument("--speed", type=int, default=0, metavar="N",
                         help="also time recall on a synthetic store of N messages (e.g. 100000)")
+    parser.add_argument("--speed-db", metavar="PATH", help="time recall on an existing store, opened read-only")
+    parser.add_argument("--runs", type=int, default=30, help="runs per query for --speed-db")
+    parser.add_argument("--query", action="append", help="a query for --speed-db (repeatable; default: four)")
     args = parser.parse_args()
     if args.only in (None, "en"):
         bench_locomo(args.misses)
@@ -309,6 +359,8 @@ def main() -> None:
         bench_memorybank()
     if args.speed:
         bench_speed(args.speed)
+    if args.speed_db:
+        bench_speed_db(args.speed_db, args.runs, args.query or SPEED_QUERIES)
 
 
 if __name__ == "__main__":

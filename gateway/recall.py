@@ -19,8 +19,15 @@ gateway/recall_query.py for how a question becomes units):
 
 Every query is OR-shaped (a session with some of the words still ranks, below one with more of
 them), so there is no separate "relax AND to OR" pass, and no input yields nothing when a content
-word occurs. Each unit looks at most CANDIDATE_CAP newest matching messages, which bounds the cost
-of a very common word on a large store; its idf is then extrapolated from the full match count.
+word occurs.
+
+Cost on a large store is bounded by how many matches are read, newest first: every unit reads a
+PROBE, then the units still unfinished share HIT_BUDGET more in proportion to their estimated idf
+(a word found in nearly every session carries almost no evidence, so a few hundred of its newest
+matches do; a rarer unit reads up to `cap`). A unit not read to its end has its idf extrapolated
+from how far back its matches reach. Small stores are read in full. Prefixes ("paint"*) are
+expanded into the index terms they match first (gateway/recall_query.expand_prefixes): FTS5
+answers a prefix by merging every match of every such term, however few rows are asked for.
 Exclusions (current lineage, hidden sources, sessions the person took no part in) are applied to
 lineage roots after idf is computed, so they never change how the rest is ranked.
 """
@@ -36,7 +43,7 @@ from typing import Any, Iterable
 
 from gateway.fts import make_snippet
 from gateway.recall_dates import NEAR_DAYS
-from gateway.recall_query import MAX_PREFIX_TERMS, Plan, Unit, cjk_pieces, expand_prefixes, plan_query
+from gateway.recall_query import Plan, PrefixTerms, Unit, cjk_pieces, expand_prefixes, plan_query
 
 __all__ = [
     "SessionHit", "Plan", "Unit", "find_sessions", "recent_sessions", "plan_query", "cjk_pieces", "MAX_SESSIONS",
@@ -229,7 +236,7 @@ def _read_units(
     weight. A unit found in most sessions adds next to nothing to any score (its idf is tiny), so a
     few hundred of its newest matches serve as well as thousands; a rarer unit reads up to `cap`.
     Over all units at most HIT_BUDGET matches are read beyond the probes, shared by weight."""
-    terms = _PrefixTerms(conn)
+    terms = PrefixTerms(conn)
     readers: list[list[_Matches]] = []
     for unit in units:
         sources = []
@@ -293,56 +300,6 @@ def _unit_hits(sources: list[_Matches], newest_id: int, sizes: dict[int, int]) -
                 sizes[mid] = size or 1
         total = max(total, source.estimate(newest_id))
     return list(found.items()), max(total, float(len(found)))
-
-
-class _PrefixTerms:
-    """The index terms a prefix stands for, listed from an fts5vocab table over the word index
-    (a connection-private temp table; see expand_prefixes for why)."""
-
-    TABLE = "temp.recall_vocab"
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.ready: bool | None = None
-
-    def _prepare(self) -> bool:
-        try:
-            self.conn.execute(f"SELECT term FROM {self.TABLE} LIMIT 0")
-            return True
-        except sqlite3.OperationalError:
-            pass
-        # read connections are query_only, which also forbids temp tables; this one holds no data
-        # (a view of the index) and lives only in this connection's memory
-        locked = self.conn.execute("PRAGMA query_only").fetchone()[0]
-        try:
-            if locked:
-                self.conn.execute("PRAGMA query_only = OFF")
-            self.conn.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.TABLE} USING fts5vocab(main, messages_fts, 'instance')")
-            return True
-        except sqlite3.Error:
-            return False
-        finally:
-            if locked:
-                self.conn.execute("PRAGMA query_only = ON")
-
-    def __call__(self, prefix: str) -> list[str] | None:
-        if self.ready is None:
-            self.ready = self._prepare()
-        if not self.ready or not prefix:
-            return None
-        terms: list[str] = []
-        low = prefix
-        while True:
-            # one seek per term: an 'instance' table is ordered by term, and the next term after t
-            # is the first one >= t + "\0" (a range scan would walk every instance of t)
-            row = self.conn.execute(f"SELECT term FROM {self.TABLE} WHERE term >= ? LIMIT 1", (low,)).fetchone()
-            if row is None or not str(row[0]).startswith(prefix):
-                return terms
-            if len(terms) >= MAX_PREFIX_TERMS:
-                return None
-            terms.append(row[0])
-            low = row[0] + "\0"
 
 
 def _rank(

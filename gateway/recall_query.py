@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import sqlite3
 from dataclasses import dataclass, field
 from itertools import product
 from typing import Callable
@@ -253,3 +254,53 @@ def _alternatives(text: str, star: str, terms_of: Callable[[str], list[str] | No
     if terms is None:
         return None
     return [_quote(t) for t in terms]
+
+
+class PrefixTerms:
+    """The index terms a prefix stands for, listed from an fts5vocab table over the word index
+    (a connection-private temp table; see expand_prefixes for why)."""
+
+    TABLE = "temp.recall_vocab"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.ready: bool | None = None
+
+    def _prepare(self) -> bool:
+        try:
+            self.conn.execute(f"SELECT term FROM {self.TABLE} LIMIT 0")
+            return True
+        except sqlite3.OperationalError:
+            pass
+        # read connections are query_only, which also forbids temp tables; this one holds no data
+        # (a view of the index) and lives only in this connection's memory
+        locked = self.conn.execute("PRAGMA query_only").fetchone()[0]
+        try:
+            if locked:
+                self.conn.execute("PRAGMA query_only = OFF")
+            self.conn.execute(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.TABLE} USING fts5vocab(main, messages_fts, 'instance')")
+            return True
+        except sqlite3.Error:
+            return False
+        finally:
+            if locked:
+                self.conn.execute("PRAGMA query_only = ON")
+
+    def __call__(self, prefix: str) -> list[str] | None:
+        if self.ready is None:
+            self.ready = self._prepare()
+        if not self.ready or not prefix:
+            return None
+        terms: list[str] = []
+        low = prefix
+        while True:
+            # one seek per term: an 'instance' table is ordered by term, and the next term after t
+            # is the first one >= t + "\0" (a range scan would walk every instance of t)
+            row = self.conn.execute(f"SELECT term FROM {self.TABLE} WHERE term >= ? LIMIT 1", (low,)).fetchone()
+            if row is None or not str(row[0]).startswith(prefix):
+                return terms
+            if len(terms) >= MAX_PREFIX_TERMS:
+                return None
+            terms.append(row[0])
+            low = row[0] + "\0"

@@ -193,6 +193,7 @@ class _Matches:
         self.table, self.expr = table, expr
         self.rows: list[tuple[int, str, int, int]] = []  # message id, session id, wanted, length
         self.done = False  # every match has been read
+        self.beside_anchor = False  # matches of the unit in messages that hold the anchor unit
 
     def read(self, conn: sqlite3.Connection, roles: list[str], limit: int) -> None:
         if self.done or limit <= 0:
@@ -248,12 +249,17 @@ def _read_units(
             source.read(conn, roles, min(PROBE, cap))
         readers.append(sources)
     wanting: list[tuple[_Matches, float]] = []  # sources with more to read, and their unit's weight
-    for unit, sources in zip(units, readers):
+    weights: dict[int, float] = {}  # unit index -> estimated weight (idf), from the first source read
+    for i, (unit, sources) in enumerate(zip(units, readers)):
         for source in sources:
+            if not source.rows:
+                continue
+            sessions = len({sid for _, sid, _, _ in source.rows})
+            df = min(n_sessions, sessions * source.estimate(newest_id) / len(source.rows))
+            weight = _idf(df, n_sessions) * (PAIR_WEIGHT if unit.pair else 1.0)
+            weights.setdefault(i, weight)
             if not source.done and len(source.rows) < cap:
-                sessions = len({sid for _, sid, _, _ in source.rows})
-                df = min(n_sessions, sessions * source.estimate(newest_id) / len(source.rows))
-                wanting.append((source, _idf(df, n_sessions) * (PAIR_WEIGHT if unit.pair else 1.0)))
+                wanting.append((source, weight))
     budget = HIT_BUDGET
     while wanting and budget >= 1:
         grants = _share(budget, [(cap - len(s.rows), w) for s, w in wanting])
@@ -264,7 +270,30 @@ def _read_units(
         if not any(s.done for s, _ in wanting):  # every grant was used up
             break
         wanting = [(s, w) for s, w in wanting if not s.done and len(s.rows) < cap]  # share what is left
+    _read_beside_anchor(conn, units, readers, roles, cap, weights)
     return readers
+
+
+def _read_beside_anchor(
+    conn: sqlite3.Connection, units: list[Unit], readers: list[list[_Matches]], roles: list[str], cap: int,
+    weights: dict[int, float],
+) -> None:
+    """Where the units not read to their end occur together with the anchor, the weightiest unit
+    that was read in full: an old message holding the rare word and the common ones of a question
+    is the answer, though the common ones' newest matches never reach back to it. FTS5 answers
+    "anchor AND unit" by walking the anchor's few matches, however common the unit."""
+    anchors = [i for i, sources in enumerate(readers)
+               if sources and sources[0].table == "messages_fts" and sources[0].done and sources[0].rows]
+    if not anchors:
+        return
+    anchor = max(anchors, key=lambda i: weights.get(i, 0.0))
+    for i, sources in enumerate(readers):
+        if i == anchor or not sources or all(s.done for s in sources) or not units[i].word_expr:
+            continue
+        beside = _Matches("messages_fts", f"({readers[anchor][0].expr}) AND ({sources[0].expr})")
+        beside.beside_anchor = True
+        beside.read(conn, roles, cap)
+        sources.append(beside)
 
 
 def _share(budget: int, needs: list[tuple[float, float]]) -> list[int]:
@@ -288,18 +317,30 @@ def _share(budget: int, needs: list[tuple[float, float]]) -> list[int]:
     return [int(g) for g in give]
 
 
-def _unit_hits(sources: list[_Matches], newest_id: int, sizes: dict[int, int]) -> tuple[list[tuple[int, str]], float]:
-    """(message id, session id) of the visible matches read, newest first; and the number of index
-    matches (estimated when not all were read)."""
+def _unit_hits(
+    sources: list[_Matches], newest_id: int, sizes: dict[int, int]
+) -> tuple[list[tuple[int, str]], float, int]:
+    """(message id, session id) of the visible matches read, newest first, then those found beside
+    the anchor unit; the number of index matches (estimated when not all were read); and how many
+    of the hits come from the newest-first reading (the sample idf is estimated from)."""
     found: dict[int, str] = {}
     total = 0.0
     for source in sources:
+        if source.beside_anchor:
+            continue
         for mid, sid, wanted, size in source.rows:
             if wanted:
                 found.setdefault(mid, sid)
                 sizes[mid] = size or 1
         total = max(total, source.estimate(newest_id))
-    return list(found.items()), max(total, float(len(found)))
+    sampled = len(found)
+    for source in sources:
+        if source.beside_anchor:
+            for mid, sid, wanted, size in source.rows:
+                if wanted and mid not in found:
+                    found[mid] = sid
+                    sizes[mid] = size or 1
+    return list(found.items()), max(total, float(sampled)), sampled
 
 
 def _rank(
@@ -336,18 +377,18 @@ def _rank(
     session_of: dict[int, str] = {}  # message id -> its session
     readers = _read_units(conn, plan.units, roles, cap, newest_id, n_sessions)
     unit_hits = [_unit_hits(sources, newest_id, sizes) for sources in readers]
-    for hits, _ in unit_hits:
+    for hits, _, _ in unit_hits:
         session_of.update(hits)
     roots = meta.roots(session_of.values())  # every session hit, in one batch
     unseen = {sid for sid in roots if (meta.rows.get(sid) or {}).get("source") in hidden}
-    for unit, (hits, total) in zip(plan.units, unit_hits):
+    for unit, (hits, total, sampled) in zip(plan.units, unit_hits):
         by_root: dict[str, list[int]] = defaultdict(list)
         for mid, sid in hits:
             if sid not in unseen:  # a hidden child adds nothing
                 by_root[roots[sid]].append(mid)
-        df: float = len({roots[sid] for _, sid in hits})
-        if hits and total > len(hits):
-            df = min(n_sessions, df * total / len(hits))
+        df: float = len({roots[sid] for _, sid in hits[:sampled]})
+        if sampled and total > sampled:
+            df = min(n_sessions, df * total / sampled)
         idf.append(_idf(df, n_sessions) * (PAIR_WEIGHT if unit.pair else 1.0))
         per_unit.append(by_root)
     units = list(plan.units)

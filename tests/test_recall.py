@@ -206,13 +206,30 @@ def test_hit_budget_goes_to_the_informative_unit(db, add, monkeypatch):
 
     def spy(conn, units, *args):
         readers = real(conn, units, *args)
-        read.update({u.label: sum(len(s.rows) for s in sources) for u, sources in zip(units, readers)})
+        for u, sources in zip(units, readers):
+            read[u.label] = sum(len(s.rows) for s in sources if not s.beside_anchor)
+            read[u.label + " beside"] = sum(len(s.rows) for s in sources if s.beside_anchor)
         return readers
 
     monkeypatch.setattr(recall, "_read_units", spy)
     hits = find_sessions(db, "backup rsync", see_all=True)
     assert ids(hits)[0] == target
     assert read["rsync"] == 1 and read["backup"] <= 5 + 10
+    # the newest matches of "backup" never reach the answer; reading it beside "rsync" does
+    assert read["backup beside"] == 1 and set(hits[0].matched) == {"backup", "rsync"}
+
+
+def test_common_words_of_an_old_answer_count_beside_its_rare_word(db, add, monkeypatch):
+    answer = add(["the nginx proxy timeout on gw7 was fixed by raising proxy_read_timeout"])
+    other = add(["gw7 was rebooted"])
+    for i in range(15):  # the common words: in half the sessions, many times each, all newer
+        add([f"nginx proxy timeout again {i}", "nginx proxy timeout retry", "nginx proxy timeout", "nginx up"])
+        add(FILLER)
+    monkeypatch.setattr(recall, "PROBE", 3)
+    monkeypatch.setattr(recall, "HIT_BUDGET", 6)
+    hits = find_sessions(db, "nginx proxy timeout gw7", see_all=True)
+    assert ids(hits)[0] == answer and other in ids(hits)
+    assert set(hits[0].matched) >= {"nginx", "proxy", "timeout", "gw7"}
 
 
 def test_share_splits_by_weight_and_passes_on_what_a_unit_does_not_need():

@@ -5,6 +5,7 @@
     python bench/recall.py --misses 20  # also list the first 20 content-word misses (LoCoMo)
     python bench/recall.py --only en --speed 100000  # also time recall on a 100k-message store
     python bench/recall.py --only en --speed-db /tmp/big.db  # time recall on an existing store (read-only)
+    python bench/recall.py --only en --needles 1000000  # answers planted in a 1M-message store: found?
 
 Data is read from ../shared/data next to the repository (override with CHINWAG_DATA); nothing
 is copied into the repository. Each run builds a fresh store in a temporary directory.
@@ -343,6 +344,61 @@ def bench_speed_db(path: str, runs: int, queries: list[str]) -> None:
     store.conn.close()
 
 
+def bench_needles(n_messages: int, n_needles: int = 200) -> None:
+    """Recall at scale: a synthetic store (Zipf-distributed common words, a long tail of rarer
+    ones) with answers planted at random ages. Each answer is one message holding three common
+    words and a tail word; its question names them ("How did we fix the worker config for w2029
+    last time?"); a decoy session, a little newer, holds the tail word with other common words.
+    LoCoMo and MemoryBank are too small to show what reading only the newest matches of common
+    words costs on a large store; this does."""
+    import random
+
+    rng = random.Random(11)
+    common = ("deploy service docker nginx timeout retry config build test cache queue worker database "
+              "index backup restore upgrade rollback metrics alert latency memory cpu disk network proxy "
+              "token secret cluster node pod container image registry branch merge release feature flag fix").split()
+    tail = [f"w{i}" for i in range(3000)]
+    words, per = common + tail, 20
+    weights = [1 / (i + 1) for i in range(len(words))]
+    n_sessions = n_messages // per
+    needles, planted = [], defaultdict(list)
+    for _ in range(n_needles):
+        c, rare, at = rng.sample(common, 3), tail[rng.randint(200, 2999)], rng.randrange(n_sessions)
+        needles.append((at, f"How did we {c[0]} the {c[1]} {c[2]} for {rare} last time?"))
+        planted[at].append(f"we {c[0]} the {c[1]} {c[2]} for {rare} by pinning the version")
+        planted[min(n_sessions - 1, at + rng.randint(1, 50))].append(f"{rare} " + " ".join(rng.choices(common, k=6)))
+    with tempfile.TemporaryDirectory() as tmp:
+        db = SessionDB(Path(tmp) / "needles.db")
+        try:
+            t0, batch = time.perf_counter(), []
+            for s_i in range(n_sessions):
+                msgs = [{"role": "user" if m % 2 == 0 else "assistant",
+                         "content": " ".join(rng.choices(words, weights, k=rng.randint(5, 30)))} for m in range(per)]
+                for j, text in enumerate(planted.get(s_i, [])[: per // 2 - 2]):
+                    msgs[2 * j + 3]["content"] = text
+                batch.append({"session": {"id": f"n{s_i:07d}", "source": "local", "started_at": 1.7e9 + s_i * 600},
+                              "messages": msgs})
+                if len(batch) == 200:
+                    db.import_records(batch)
+                    batch = []
+            if batch:
+                db.import_records(batch)
+            build_s = time.perf_counter() - t0
+            tally, latencies = Tally(), []
+            for at, question in needles:
+                t = time.perf_counter()
+                ranked = [h.session_id for h in find_sessions(db, question, see_all=True)]
+                latencies.append(time.perf_counter() - t)
+                tally.add(ranked, {f"n{at:07d}"})
+        finally:
+            db.close()
+    latencies.sort()
+    print(f"\nneedles: {n_needles} answers planted at random ages in {n_messages:,} synthetic messages "
+          f"({n_sessions:,} sessions, built in {build_s:.0f} s)")
+    print(f"any@1 {tally.get('any@1'):.3f}  any@5 {tally.get('any@5'):.3f}  MRR {tally.get('MRR'):.3f}  "
+          f"latency median {1000 * latencies[len(latencies) // 2]:.1f} ms, p95 {1000 * latencies[int(len(latencies) * 0.95)]:.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("en", "cn"))
@@ -352,6 +408,8 @@ def main() -> None:
     parser.add_argument("--speed-db", metavar="PATH", help="time recall on an existing store, opened read-only")
     parser.add_argument("--runs", type=int, default=30, help="runs per query for --speed-db")
     parser.add_argument("--query", action="append", help="a query for --speed-db (repeatable; default: four)")
+    parser.add_argument("--needles", type=int, default=0, metavar="N",
+                        help="also measure recall of answers planted in a synthetic store of N messages")
     args = parser.parse_args()
     if args.only in (None, "en"):
         bench_locomo(args.misses)
@@ -359,6 +417,8 @@ def main() -> None:
         bench_memorybank()
     if args.speed:
         bench_speed(args.speed)
+    if args.needles:
+        bench_needles(args.needles)
     if args.speed_db:
         bench_speed_db(args.speed_db, args.runs, args.query or SPEED_QUERIES)
 

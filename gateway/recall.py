@@ -25,12 +25,13 @@ Cost on a large store is bounded by how many matches are read, newest first: eve
 PROBE, then the units still unfinished share HIT_BUDGET more in proportion to their estimated idf
 (a word found in nearly every session carries almost no evidence, so a few hundred of its newest
 matches do; a rarer unit reads up to `cap`). A unit not read to its end has its idf extrapolated
-from how far back its matches reach. Small stores are read in full. The units not read to their
-end are also read beside the anchor, the weightiest unit that was read in full ("anchor AND unit"
-costs a walk over the anchor's few matches): so an old conversation holding the rare word of a
-question together with its common ones still shows all of them. Prefixes ("paint"*) are
-expanded into the index terms they match first (gateway/recall_query.expand_prefixes): FTS5
-answers a prefix by merging every match of every such term, however few rows are asked for.
+from how far back its matches reach. When all matches fit the budget (any small store) all are
+read. The units not read to their end are also read beside the anchor, the weightiest unit that
+was read in full ("anchor AND unit" costs a walk over the anchor's few matches): so an old
+conversation holding the rare word of a question together with its common ones still shows all
+of them. Prefixes ("paint"*) are first expanded into the index terms they match
+(gateway/recall_query.expand_prefixes): FTS5 answers a prefix by merging every match of every
+such term, however few rows are asked for.
 Exclusions (current lineage, hidden sources, sessions the person took no part in) are applied to
 lineage roots after idf is computed, so they never change how the rest is ranked.
 """

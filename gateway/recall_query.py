@@ -257,10 +257,10 @@ def _alternatives(text: str, star: str, terms_of: Callable[[str], list[str] | No
 
 
 class PrefixTerms:
-    """The index terms a prefix stands for, listed from an fts5vocab table over the word index
-    (a connection-private temp table; see expand_prefixes for why)."""
+    """The index terms a prefix stands for, listed from the word index's vocabulary
+    (`messages_vocab`, an fts5vocab table; see expand_prefixes for why)."""
 
-    TABLE = "temp.recall_vocab"
+    TABLE = "messages_vocab"
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -270,22 +270,8 @@ class PrefixTerms:
         try:
             self.conn.execute(f"SELECT term FROM {self.TABLE} LIMIT 0")
             return True
-        except sqlite3.OperationalError:
-            pass
-        # read connections are query_only, which also forbids temp tables; this one holds no data
-        # (a view of the index) and lives only in this connection's memory
-        locked = self.conn.execute("PRAGMA query_only").fetchone()[0]
-        try:
-            if locked:
-                self.conn.execute("PRAGMA query_only = OFF")
-            self.conn.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.TABLE} USING fts5vocab(main, messages_fts, 'instance')")
-            return True
-        except sqlite3.Error:
+        except sqlite3.OperationalError:  # a database opened read-only before its upgrade
             return False
-        finally:
-            if locked:
-                self.conn.execute("PRAGMA query_only = ON")
 
     def __call__(self, prefix: str) -> list[str] | None:
         if self.ready is None:

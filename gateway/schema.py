@@ -103,6 +103,11 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX idx_processed_events_seen ON processed_events(seen_at);
     """,
+    # v2 -> v3: the word index's vocabulary, read by recall to expand a prefix into its terms
+    # (an fts5vocab table stores nothing: it is a view of the index)
+    """
+    CREATE VIRTUAL TABLE messages_vocab USING fts5vocab(messages_fts, 'instance');
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

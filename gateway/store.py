@@ -177,11 +177,8 @@ class SessionStore:
         previous: str | None,
         title: str | None = None,
     ) -> SessionEntry:
-        """Create a session, point the key at it, then end the previous one.
-
-        Order matters for crashes: until the key moves, the old session stays current and intact;
-        a crash after it moved leaves at worst an old session not marked ended.
-        """
+        """Create a session, point the key at it and end the previous one, in one transaction
+        (a crash leaves either the old session current and intact, or the new one)."""
         now = self.clock()
         session_id = new_session_id(now)
         fields: dict[str, Any] = {
@@ -198,23 +195,15 @@ class SessionStore:
             fields["model"] = model
         if title:
             fields["title"] = title
-        await self.db.acreate_session(session_id, source.platform.value, **fields)
-        await self.db.aset_key_entry(key, session_id, source.to_dict(), reason)
-        if previous and previous != session_id:
-            await self._end(previous, reason)
-        return await self._entry(key)
+        row = await self.db.amove_key(key, session_id, source.to_dict(), reason,
+                                      create=(source.platform.value, fields), end_previous=previous)
+        return SessionEntry.from_row(row)
 
     async def _end(self, session_id: str, reason: str) -> None:
         try:
             await self.db.aend_session(session_id, reason)
         except UnknownSession:  # deleted meanwhile: nothing to end
             pass
-
-    async def _entry(self, key: str) -> SessionEntry:
-        row = await self.db.aread("get_key_entry", key)
-        if row is None:  # pragma: no cover - we just wrote it
-            raise RuntimeError(f"session key {key!r} vanished right after being written")
-        return SessionEntry.from_row(row)
 
     # -- commands --------------------------------------------------------------------------------
     # The runner calls these while holding `lock(key)`, so they do not race a turn of the same chat.
@@ -233,12 +222,9 @@ class SessionStore:
             raise UnknownSession(session_id)
         entry, _ = await asyncio.to_thread(self._current, key)
         previous = entry["session_id"] if entry else None
-        if target.get("ended_at") is not None:
-            await asyncio.to_thread(self.db.reopen_session, session_id)
-        await self.db.aset_key_entry(key, session_id, source.to_dict(), reason)
-        if previous and previous != session_id:
-            await self._end(previous, reason)
-        return await self._entry(key)
+        row = await self.db.amove_key(key, session_id, source.to_dict(), reason,
+                                      reopen=target.get("ended_at") is not None, end_previous=previous)
+        return SessionEntry.from_row(row)
 
     async def suspend(self, source: SessionSource, reason: str = "suspended") -> None:
         """Forget the key's current session; the next message starts a new one."""

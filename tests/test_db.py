@@ -311,3 +311,18 @@ def test_import_and_delete_tell_the_mirrors(db):
     events.clear()
     db.delete_session("i1")
     assert ("key_deleted", {"session_key": "k"}) in events and ("session_deleted", {"id": "i1"}) in events
+
+
+async def test_move_key_is_one_transaction(db):
+    await db.amove_key("k", "s1", {"platform": "local"}, "created", create=("local", {"title": "taken"}))
+    entry = await db.amove_key("k", "s2", None, "new", create=("local", {}), end_previous="s1")
+    assert entry["session_id"] == "s2" and db.get_session("s1")["end_reason"] == "new"
+    # a step that fails undoes the others: the key, the new session and the old one stay as they were
+    with pytest.raises(TitleTaken):
+        await db.amove_key("k", "s3", None, "new", create=("local", {"title": "taken"}), end_previous="s2")
+    assert db.get_key_entry("k")["session_id"] == "s2"
+    assert db.get_session("s3") is None and db.get_session("s2")["ended_at"] is None
+    # resume: reopen an ended session and move the key back
+    entry = await db.amove_key("k", "s1", None, "resume", reopen=True, end_previous="s2")
+    assert entry["session_id"] == "s1" and db.get_session("s1")["ended_at"] is None
+    assert db.get_session("s2")["end_reason"] == "resume"

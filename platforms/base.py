@@ -179,6 +179,17 @@ def _find_cut(text: str, budget: int, length: Callable[[str], int]) -> int:
     return best
 
 
+async def cancel_and_wait(task: "asyncio.Task | None") -> None:
+    """Cancel a background task and wait until it has finished unwinding."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
 class Backoff:
     """Jittered exponential back-off for reconnect loops: base * 2^n, capped, with full jitter."""
 
@@ -216,13 +227,8 @@ class Watchdog:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -23,7 +23,7 @@ import discord
 import yarl
 
 from gateway.source import Platform, SessionSource
-from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog
+from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +157,8 @@ class DiscordAdapter(PlatformAdapter):
             self._watchdog = None
         if self.client is not None:
             await self.client.close()
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         self.set_ready(False, "stopped")
 
     async def _run(self) -> None:

@@ -20,7 +20,7 @@ import time
 from typing import IO, Any
 
 from gateway.source import Platform, SessionSource
-from platforms.base import InboundMessage, MessageHandler, PlatformAdapter
+from platforms.base import InboundMessage, MessageHandler, PlatformAdapter, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +111,7 @@ class LocalAdapter(PlatformAdapter):
         self.input_closed.set()
 
     async def stop(self) -> None:
-        if self._pump and not self._pump.done():
-            self._pump.cancel()
-            try:
-                await self._pump
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._pump)
         self._pump = None
         self.set_ready(False, "stopped")
 

@@ -139,7 +139,7 @@ class SessionDB:
         return self._writer.submit(op).result()
 
     async def awrite(self, op: Callable[[sqlite3.Connection, list], Any]) -> Any:
-        return await asyncio.wrap_future(self._writer.submit(op))
+        return await self._writer.submit_async(op)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
         self._writer.add_listener(listener)

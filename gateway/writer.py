@@ -9,6 +9,7 @@ appending at once cost one fsync instead of a hundred.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import sqlite3
@@ -27,6 +28,39 @@ MAX_BATCH = 256  # bounds how long one append waits behind others in its batch
 
 class WriterClosed(RuntimeError):
     pass
+
+
+class _LoopSlot:
+    """Where the outcome of an asyncio caller's write goes. It quacks like the part of a
+    concurrent Future the writer uses; outcomes are handed to the caller's event loop in one
+    callback per batch instead of one thread-safe wake-up per write."""
+
+    __slots__ = ("loop", "future", "outcome")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future) -> None:
+        self.loop, self.future, self.outcome = loop, future, None
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return not self.future.cancelled()  # a cancel racing this is handled when settling
+
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    def set_result(self, result: Any) -> None:
+        self.outcome = (result, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.outcome = (None, exc)
+
+
+def _settle(slots: list[_LoopSlot]) -> None:
+    for slot in slots:
+        if not slot.future.done():
+            result, exc = slot.outcome
+            if exc is not None:
+                slot.future.set_exception(exc)
+            else:
+                slot.future.set_result(result)
 
 
 class GroupCommitWriter:
@@ -51,11 +85,21 @@ class GroupCommitWriter:
 
     def submit(self, op: WriteOp) -> Future:
         future: Future = Future()
+        self._put(op, future)
+        return future
+
+    def submit_async(self, op: WriteOp) -> asyncio.Future:
+        """Like submit, for a caller on an event loop: await the returned future."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._put(op, _LoopSlot(loop, future))
+        return future
+
+    def _put(self, op: WriteOp, outcome: "Future | _LoopSlot") -> None:
         with self._lock:
             if self._closed:
                 raise WriterClosed("the database is closed")
-            self._queue.put((op, future))
-        return future
+            self._queue.put((op, outcome))
 
     def close(self) -> None:
         with self._lock:
@@ -107,6 +151,16 @@ class GroupCommitWriter:
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
+        finally:
+            by_loop: dict[asyncio.AbstractEventLoop, list[_LoopSlot]] = {}
+            for _, outcome in batch:
+                if isinstance(outcome, _LoopSlot) and outcome.outcome is not None:
+                    by_loop.setdefault(outcome.loop, []).append(outcome)
+            for loop, slots in by_loop.items():
+                try:
+                    loop.call_soon_threadsafe(_settle, slots)
+                except RuntimeError:  # that loop is closed: nobody is waiting any more
+                    pass
 
     def _commit_batch(self, conn: sqlite3.Connection, batch: list) -> None:
         outcomes: list[tuple[Future, Any, BaseException | None]] = []

@@ -1,8 +1,9 @@
 """One writer thread that commits concurrent writes together (group commit).
 
 Every write to the database is a function `op(conn, events)` submitted here. The thread takes
-whatever is queued, runs each op inside its own SAVEPOINT of one transaction, commits once (one
-fsync for the whole batch), tells the commit listeners, and only then resolves each op's future.
+whatever is queued, runs the ops in one transaction (an op that raises is dropped and the rest
+run again), commits once (one fsync for the whole batch), tells the commit listeners, and only
+then resolves each op's future.
 So an append returns only when it is durable, a failing op fails alone, and a hundred chats
 appending at once cost one fsync instead of a hundred.
 """
@@ -163,52 +164,50 @@ class GroupCommitWriter:
                     pass
 
     def _commit_batch(self, conn: sqlite3.Connection, batch: list) -> None:
-        outcomes: list[tuple[Future, Any, BaseException | None]] = []
-        events: list = []
-        conn.execute("BEGIN IMMEDIATE")
-        for op, future in batch:
-            if not future.set_running_or_notify_cancel():
-                continue
-            conn.execute("SAVEPOINT op")
-            op_events: list = []
-            try:
-                result = op(conn, op_events)
-            except BaseException as exc:
-                if conn.in_transaction:  # the op fails alone; the batch goes on
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    outcomes.append((future, None, exc))
-                    continue
-                # SQLite rolled the whole transaction back (disk full, I/O error): the ops
-                # before this one are not durable either, so they fail with it.
-                for earlier, _, _ in outcomes:
-                    earlier.set_exception(exc)
-                future.set_exception(exc)
-                outcomes, events = [], []
-                conn.execute("BEGIN IMMEDIATE")
-                continue
-            conn.execute("RELEASE op")
-            events.extend(op_events)
-            outcomes.append((future, result, None))
+        pending = [(op, future) for op, future in batch if future.set_running_or_notify_cancel()]
+        while pending:
+            conn.execute("BEGIN IMMEDIATE")
+            results, events, failed = [], [], None
+            for index, (op, _) in enumerate(pending):
+                op_events: list = []
+                try:
+                    results.append(op(conn, op_events))
+                except BaseException as exc:
+                    failed = (index, exc)
+                    break
+                events.extend(op_events)
+            if failed is None:
+                break
+            index, exc = failed
+            if not conn.in_transaction:
+                # SQLite rolled the whole transaction back itself (disk full, I/O error): the
+                # database is in trouble, and every write of the batch fails with it.
+                for _, future in pending:
+                    future.set_exception(exc)
+                return
+            # The op fails alone: undo the transaction and run the batch again without it. Ops
+            # are plain SQL over their own arguments, so running one again is safe; this costs
+            # less than a savepoint around every op in the common case where none fails.
+            conn.execute("ROLLBACK")
+            pending.pop(index)[1].set_exception(exc)
+        else:
+            return  # every op failed
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:  # nothing in the batch is durable
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            log.error("commit of %d writes failed: %s", len(outcomes), exc)
-            for future, _, _ in outcomes:
+            log.error("commit of %d writes failed: %s", len(pending), exc)
+            for _, future in pending:
                 future.set_exception(exc)
             return
         self.batches += 1
-        self.ops += len(outcomes)
+        self.ops += len(pending)
         if events:
             for listener in self._listeners:
                 try:
                     listener(events)
                 except Exception:  # a mirror failing must not fail a committed write
                     log.exception("commit listener failed")
-        for future, result, exc in outcomes:
-            if exc is not None:
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
+        for (_, future), result in zip(pending, results):
+            future.set_result(result)

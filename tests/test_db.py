@@ -3,6 +3,7 @@
 import asyncio
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -326,3 +327,42 @@ async def test_move_key_is_one_transaction(db):
     entry = await db.amove_key("k", "s1", None, "resume", reopen=True, end_previous="s2")
     assert entry["session_id"] == "s1" and db.get_session("s1")["ended_at"] is None
     assert db.get_session("s2")["end_reason"] == "resume"
+
+
+def test_an_op_failing_midway_leaves_nothing_and_its_batch_commits(db):
+    running, release = threading.Event(), threading.Event()
+
+    def hold(conn, events):  # keeps the writer busy so the next writes queue into one batch
+        running.set()
+        release.wait(5)
+
+    def insert(tag):
+        return lambda conn, events: conn.execute("INSERT INTO processed_events VALUES ('t', ?, 0)", (tag,))
+
+    def half_done(conn, events):
+        insert("partial")(conn, events)
+        raise ValueError("boom")
+
+    outcome = {}
+
+    def run(name, op):
+        try:
+            outcome[name] = db.write(op)
+        except ValueError as exc:
+            outcome[name] = exc
+
+    first = threading.Thread(target=run, args=("hold", hold))
+    first.start()
+    running.wait(5)
+    threads = [threading.Thread(target=run, args=(n, op)) for n, op in
+               (("a", insert("a")), ("bad", half_done), ("b", insert("b")))]
+    for t in threads:
+        t.start()
+    while db._writer._queue.qsize() < 3:  # all three queued behind the held batch
+        time.sleep(0.001)
+    release.set()
+    for t in [first, *threads]:
+        t.join()
+    assert isinstance(outcome["bad"], ValueError)
+    rows = db.read(lambda c: [r[0] for r in c.execute("SELECT event_id FROM processed_events WHERE platform = 't'")])
+    assert sorted(rows) == ["a", "b"]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 from gateway import search, transfer
 from gateway.fts import ident_text, index_text
 from gateway.schema import MESSAGE_FIELDS, ROLES, SCHEMA_VERSION, SESSION_FIELDS, SchemaTooNew, migrate
-from gateway.writer import CommitListener, GroupCommitWriter
+from gateway.writer import Checkpointer, CommitListener, GroupCommitWriter
 
 __all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_session_id"]
 
@@ -88,15 +88,22 @@ class SessionDB:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._writer = GroupCommitWriter(lambda: _connect(self.path))
+        self._writer = GroupCommitWriter(self._writer_connection)
+        self._checkpointer = Checkpointer(lambda: _connect(self.path))
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------------------------
+    def _writer_connection(self) -> sqlite3.Connection:
+        conn = _connect(self.path)
+        conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer thread does it, off the commit path
+        return conn
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._writer.close()
+        self._checkpointer.close()
         with self._readers_lock:
             for conn in self._readers:
                 try:

@@ -211,3 +211,34 @@ class GroupCommitWriter:
                     log.exception("commit listener failed")
         for (_, future), result in zip(pending, results):
             future.set_result(result)
+
+
+class Checkpointer:
+    """Copies the WAL back into the database from its own thread and connection.
+
+    SQLite's automatic checkpoint runs inside the COMMIT that crosses the threshold, so every write
+    in that batch (and every chat waiting on one) would wait for the copy and its fsync. A PASSIVE
+    checkpoint here never blocks the writer or readers; the writer's connection has
+    `wal_autocheckpoint = 0`.
+    """
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], interval: float = 1.0) -> None:
+        self._connect, self.interval = connect, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chinwag-db-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn = self._connect()
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:  # busy or I/O trouble: try again next time
+                    log.warning("WAL checkpoint failed: %s", exc)
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()

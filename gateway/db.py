@@ -19,15 +19,14 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from gateway import search, transfer
+from gateway import queries, search, transfer
 from gateway.fts import ident_text, index_text
-from gateway.schema import MESSAGE_FIELDS, ROLES, SCHEMA_VERSION, SESSION_FIELDS, SchemaTooNew, migrate
+from gateway.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, SchemaTooNew, migrate
 from gateway.writer import Checkpointer, CommitListener, GroupCommitWriter
 
 __all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_session_id"]
 
 MAX_CONTENT_CHARS = 4_000_000
-TITLE_MAX = 100
 PREVIEW_CHARS = 200
 EVENT_TTL_SECONDS = 8 * 24 * 3600  # Feishu redelivers for up to ~7 h; keep a week of ids
 
@@ -549,17 +548,11 @@ class SessionDB:
     # -- reads -----------------------------------------------------------------------------------
     @staticmethod
     def session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
-        row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        return dict(row) if row else None
+        return queries.session_row(conn, session_id)
 
     @staticmethod
     def _key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
-        row = conn.execute("SELECT * FROM session_keys WHERE session_key = ?", (session_key,)).fetchone()
-        if not row:
-            return None
-        entry = dict(row)
-        entry["origin"] = json.loads(entry["origin"]) if entry["origin"] else None
-        return entry
+        return queries.key_row(conn, session_key)
 
     def get_session(self, session_id: str) -> dict | None:
         return self.session_row(self._reader(), session_id)
@@ -573,21 +566,7 @@ class SessionDB:
 
     def find_session(self, ref: str) -> dict | None:
         """An exact id, a unique id prefix (>= 6 characters), or an exact title (any case)."""
-        ref = (ref or "").strip()
-        if not ref:
-            return None
-        conn = self._reader()
-        row = self.session_row(conn, ref)
-        if row:
-            return row
-        if len(ref) >= 6 and re.fullmatch(r"[0-9a-f_]+", ref):
-            ids = conn.execute(
-                "SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")
-            ).fetchall()
-            if len(ids) == 1:
-                return self.session_row(conn, ids[0][0])
-        hit = conn.execute("SELECT id FROM sessions WHERE title = ? COLLATE NOCASE LIMIT 1", (ref,)).fetchone()
-        return self.session_row(conn, hit[0]) if hit else None
+        return queries.find_session(self._reader(), ref)
 
     def list_sessions_rich(
         self,
@@ -598,29 +577,8 @@ class SessionDB:
         exclude_sources: Iterable[str] | None = None,
         titled_only: bool = False,
     ) -> list[dict]:
-        where, params = [], []
-        if source:
-            where.append("s.source = ?")
-            params.append(str(getattr(source, "value", source)))
-        excluded = [s for s in (exclude_sources or []) if s]
-        if excluded:
-            where.append(f"s.source NOT IN ({','.join('?' * len(excluded))})")
-            params += excluded
-        if user_id:
-            where.append(
-                "(s.user_id = ? OR s.id IN (SELECT session_id FROM session_participants WHERE user_id = ?))"
-            )
-            params += [user_id, user_id]
-        if titled_only:
-            where.append("s.title IS NOT NULL")
-        sql = (
-            "SELECT s.id, s.title, s.source, s.user_id, s.session_key, s.chat_type, s.chat_name, "
-            "s.started_at, s.last_active_at, s.ended_at, s.end_reason, s.message_count, s.preview, "
-            "s.parent_session_id FROM sessions s"
-            + (" WHERE " + " AND ".join(where) if where else "")
-            + " ORDER BY s.last_active_at DESC, s.id DESC LIMIT ? OFFSET ?"
-        )
-        return [dict(r) for r in self._reader().execute(sql, [*params, int(limit), int(offset)])]
+        """Sessions by last activity: title, source, times, message count, first-message preview."""
+        return queries.list_sessions(self._reader(), source, user_id, limit, offset, exclude_sources, titled_only)
 
     def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict]:
         sql = "SELECT * FROM messages WHERE session_id = ?" + ("" if include_inactive else " AND active = 1")
@@ -659,50 +617,22 @@ class SessionDB:
         return {r[0] for r in rows}
 
     def children(self, session_id: str) -> list[str]:
-        rows = self._reader().execute(
-            "SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY started_at, id", (session_id,)
-        )
-        return [r[0] for r in rows]
+        return queries.children(self._reader(), session_id)
 
     def get_root(self, session_id: str) -> str:
         """The first session of a compression/delegation chain. A cycle stops the walk."""
-        conn, seen, current = self._reader(), {session_id}, session_id
-        while True:
-            row = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (current,)).fetchone()
-            parent = row[0] if row else None
-            if not parent or parent in seen:
-                return current
-            seen.add(parent)
-            current = parent
+        return queries.root_of(self._reader(), session_id)
 
     def get_lineage(self, session_id: str) -> list[str]:
         """The whole chain `session_id` belongs to: its root and every descendant, root first."""
-        root = self.get_root(session_id)
-        chain, seen, frontier = [root], {root}, [root]
-        while frontier:
-            nxt = []
-            for sid in frontier:
-                for child in self.children(sid):
-                    if child not in seen:
-                        seen.add(child)
-                        chain.append(child)
-                        nxt.append(child)
-            frontier = nxt
-        if session_id not in seen:  # a cycle that does not lead back to the walked root
-            chain.append(session_id)
-        return chain
+        return queries.chain_of(self._reader(), session_id)
 
     def title_exists(self, title: str) -> bool:
-        return bool(self._reader().execute("SELECT 1 FROM sessions WHERE title = ?", (title,)).fetchone())
+        return queries.title_exists(self._reader(), title)
 
     def next_lineage_title(self, title: str) -> str:
         """"x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
-        m = re.fullmatch(r"(.*?) #(\d+)", title.strip())
-        base, n = (m.group(1), int(m.group(2)) + 1) if m else (title.strip(), 2)
-        base = base[: TITLE_MAX - 8]
-        while self.title_exists(f"{base} #{n}"):
-            n += 1
-        return f"{base} #{n}"
+        return queries.next_lineage_title(self._reader(), title)
 
     def count_sessions(self) -> int:
         return self._reader().execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
@@ -711,24 +641,4 @@ class SessionDB:
         return self._reader().execute("SELECT COUNT(*) FROM messages").fetchone()[0]
 
     def stats(self) -> dict:
-        conn = self._reader()
-        out: dict[str, Any] = {
-            "path": self.path,
-            "schema_version": SCHEMA_VERSION,
-            "sessions": self.count_sessions(),
-            "messages": self.count_messages(),
-            "hidden_messages": conn.execute("SELECT COUNT(*) FROM messages WHERE active = 0").fetchone()[0],
-            "keys": conn.execute("SELECT COUNT(*) FROM session_keys").fetchone()[0],
-        }
-        page = conn.execute("PRAGMA page_size").fetchone()[0]
-        out["db_bytes"] = page * conn.execute("PRAGMA page_count").fetchone()[0]
-        try:
-            rows = conn.execute(
-                "SELECT CASE WHEN name LIKE 'messages_fts%' THEN 'word_index' "
-                "WHEN name LIKE 'messages_ident%' THEN 'substring_index' ELSE 'tables' END AS part, "
-                "SUM(pgsize) FROM dbstat GROUP BY part"
-            ).fetchall()
-            out["bytes_by_part"] = {r[0]: r[1] for r in rows}
-        except sqlite3.Error:  # dbstat not compiled in
-            pass
-        return out
+        return {"path": self.path, **queries.stats(self._reader())}

@@ -290,7 +290,7 @@ async def check_discord(report: Report, http: aiohttp.ClientSession, raw: dict[s
         return
     if status == 200:
         name = body.get("username") if isinstance(body, dict) else None
-        report.ok(f"discord: token accepted" + (f", bot {name}" if name else ""))
+        report.ok("discord: token accepted" + (f", bot {name}" if name else ""))
     elif status == 401:
         report.fail("discord: the bot token was rejected (HTTP 401); check platforms.discord.token")
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 ROLES = ("user", "assistant", "tool", "system")
+TITLE_MAX = 100  # characters of a session title
 # columns callers may set (the rest are kept by the database itself)
 SESSION_FIELDS = (
     "user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name",

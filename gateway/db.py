@@ -561,8 +561,7 @@ class SessionDB:
         return self._key_row(self._reader(), session_key)
 
     def list_key_entries(self) -> list[dict]:
-        rows = self._reader().execute("SELECT session_key FROM session_keys ORDER BY session_key").fetchall()
-        return [self._key_row(self._reader(), r[0]) for r in rows]
+        return queries.key_rows(self._reader())
 
     def find_session(self, ref: str) -> dict | None:
         """An exact id, a unique id prefix (>= 6 characters), or an exact title (any case)."""

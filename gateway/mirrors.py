@@ -184,6 +184,7 @@ class Mirrors:
         self._closing = False
         self._closed = False
         self._last_index_write = float("-inf")
+        self._last_index_cost = 0.0  # seconds the last sessions.json write took
         # counters, for tests and `stats`
         self.index_writes = 0
         self.transcript_rewrites = 0
@@ -328,7 +329,10 @@ class Mirrors:
                     self._cond.wait()
                 # coalesce: whatever else changes until then goes into the same write
                 while not self._closing:
-                    remaining = self._last_index_write + self.index_interval - time.monotonic()
+                    # at least index_interval apart, and never more than ~5 % of the time: a big
+                    # index (tens of thousands of chats) is written less often, not more slowly
+                    gap = max(self.index_interval, 20 * self._last_index_cost)
+                    remaining = self._last_index_write + gap - time.monotonic()
                     if remaining <= 0:
                         break
                     self._cond.wait(remaining)
@@ -349,10 +353,12 @@ class Mirrors:
     def write_index(self) -> None:
         """Write sessions.json from the DB now (atomic)."""
         with self._index_lock:
+            started = time.monotonic()
             data = index_bytes(self.db.list_key_entries())
             atomic_write(self.home.sessions_index, data)
             self.index_writes += 1
             self._last_index_write = time.monotonic()
+            self._last_index_cost = self._last_index_write - started
 
     def flush(self) -> None:
         """Make sessions.json current now: finish a write in progress, do a pending one."""

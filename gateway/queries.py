@@ -17,13 +17,20 @@ def session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
     return dict(row) if row else None
 
 
-def key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
-    row = conn.execute("SELECT * FROM session_keys WHERE session_key = ?", (session_key,)).fetchone()
-    if not row:
-        return None
+def _key_entry(row: sqlite3.Row) -> dict:
     entry = dict(row)
     entry["origin"] = json.loads(entry["origin"]) if entry["origin"] else None
     return entry
+
+
+def key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
+    row = conn.execute("SELECT * FROM session_keys WHERE session_key = ?", (session_key,)).fetchone()
+    return _key_entry(row) if row else None
+
+
+def key_rows(conn: sqlite3.Connection) -> list[dict]:
+    """Every routing entry, by key (one query: sessions.json is written from this)."""
+    return [_key_entry(row) for row in conn.execute("SELECT * FROM session_keys ORDER BY session_key")]
 
 
 def find_session(conn: sqlite3.Connection, ref: str) -> dict | None:

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.llm import Completion, ModelSettings  # noqa: E402
 from agent.loop import Agent  # noqa: E402
 from gateway.agent_factory import AgentFactory, default_tools  # noqa: E402
+from gateway.app import tune_gc  # noqa: E402
 from gateway.config import parse_config  # noqa: E402
 from gateway.db import SessionDB, new_session_id  # noqa: E402
 from gateway.mirrors import Mirrors  # noqa: E402
@@ -304,6 +305,7 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
     factory.agent_class = InstantAgent if mode == "instant" else TimedAgent
     adapter = BenchAdapter()
     runner = GatewayRunner(config, db, store, [adapter], agent_factory=factory)
+    tune_gc()  # as `chinwag run` does at start
     await runner.start()
     gc.collect()
 

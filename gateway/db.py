@@ -215,10 +215,13 @@ class SessionDB:
     async def aend_session(self, session_id: str, reason: str = "ended") -> None:
         await self.awrite(self._op_end(session_id, reason))
 
-    def reopen_session(self, session_id: str) -> None:
-        self.write(self._update_session(
+    def _op_reopen(self, session_id: str) -> Callable:
+        return self._update_session(
             session_id, "UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", ()
-        ))
+        )
+
+    def reopen_session(self, session_id: str) -> None:
+        self.write(self._op_reopen(session_id))
 
     def _op_tokens(self, session_id: str, input_tokens: int, output_tokens: int) -> Callable:
         return self._update_session(
@@ -488,9 +491,7 @@ class SessionDB:
         if create is not None:
             steps.append(self.op_create_session(session_id, create[0], dict(create[1])))
         elif reopen:
-            steps.append(self._update_session(
-                session_id, "UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", ()
-            ))
+            steps.append(self._op_reopen(session_id))
         steps.append(self._op_set_key(session_key, session_id, origin, reason))
         end = self._op_end(end_previous, reason or "ended") if end_previous and end_previous != session_id else None
 

@@ -12,7 +12,6 @@ gateway.agent_turns, the commands in gateway.commands.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import math
 import sys
@@ -40,28 +39,6 @@ log = logging.getLogger(__name__)
 REFUSAL_INTERVAL = 600.0  # seconds between two "not allowed" replies to the same person
 EMPTY_TEXT = "I can only read text so far: please send your message as text."
 ERROR_TEXT = "Sorry, something went wrong while handling that message. Please try again."
-
-
-_GC_TUNED = False
-GC_YOUNG_THRESHOLD = 50_000
-
-
-def tune_gc() -> None:
-    """Once per process: move what exists at start (imported modules, the SDKs' classes, config)
-    out of the cyclic collector's way, and collect the young generation less often.
-
-    Each message allocates a few thousand short-lived objects (tasks, futures, dicts); with the
-    default thresholds the collector ran so often, over a heap dominated by the SDKs' import-time
-    objects, that it took about half the event loop's time in bench/gateway.py. Reference counting
-    still frees nearly everything at once; only cycles wait a little longer."""
-    global _GC_TUNED
-    if _GC_TUNED:
-        return
-    _GC_TUNED = True
-    gc.collect()
-    gc.freeze()
-    _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, gen1, gen2)
 
 
 class GatewayRunner:
@@ -114,7 +91,6 @@ class GatewayRunner:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
-        tune_gc()
         menu = command_menu()
         for adapter in self.adapters.values():
             adapter.bot_commands(menu)

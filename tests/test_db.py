@@ -358,7 +358,8 @@ def test_an_op_failing_midway_leaves_nothing_and_its_batch_commits(db):
                (("a", insert("a")), ("bad", half_done), ("b", insert("b")))]
     for t in threads:
         t.start()
-    while db._writer._queue.qsize() < 3:  # all three queued behind the held batch
+    deadline = time.monotonic() + 5
+    while db._writer._queue.qsize() < 3 and time.monotonic() < deadline:  # queued behind the held batch
         time.sleep(0.001)
     release.set()
     for t in [first, *threads]:

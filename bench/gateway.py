@@ -299,6 +299,8 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
     mirrors = Mirrors(home, db) if args.mirrors else None
     precreate(db, args.known)
     raw = await raw_append_rate(db, min(args.chats, 1000), 10)
+    if mirrors is not None:
+        mirrors.reconcile()  # as `chinwag run` does at start: the mirrors catch up with the DB
     store = SessionStore(db, config.session.reset_policies())
     settings = ModelSettings.from_config(config.as_dict(), env={})
     factory = AgentFactory(settings, home, default_tools(), max_iterations=4)

@@ -12,7 +12,6 @@ factory is told not to share). The factory closes the shared client at shutdown.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -127,12 +126,13 @@ class AgentFactory:
     def has_snapshot(self, session_id: str) -> bool:
         return session_id in self._frozen
 
-    async def _snapshot(self, session_id: str, title: str | None) -> "_Frozen":
+    def _snapshot(self, session_id: str, title: str | None) -> "_Frozen":
         frozen = self._frozen.get(session_id)
         if frozen is not None:
             self._frozen.move_to_end(session_id)
             return frozen
-        memory, user = await asyncio.to_thread(read_snapshot, self.home)
+        # Two small files (bounded by the memory tool's budget): read inline, no thread hop.
+        memory, user = read_snapshot(self.home)
         notes = self._interned.setdefault((memory, user), (memory, user))
         if len(self._interned) > 64:  # memory edited many times: forget old versions' sharing
             self._interned = {notes: notes}
@@ -143,7 +143,7 @@ class AgentFactory:
         return frozen
 
     async def build(self, session_id: str, source: SessionSource | None, title: str | None) -> SessionAgent:
-        frozen = await self._snapshot(session_id, title)
+        frozen = self._snapshot(session_id, title)
         (memory, user), now = frozen.notes, datetime.fromtimestamp(frozen.started, timezone.utc)
         prompt = build_system_prompt(memory, user, source, frozen.title, now=now, extra=self.instructions)
         owned: list[Any] = []

@@ -42,7 +42,7 @@ async def _agent_for(runner: "GatewayRunner", msg: "InboundMessage", session_id:
     factory = runner.factory
     title = None
     if not getattr(factory, "has_snapshot", lambda _sid: False)(session_id):  # a rebuild needs no read
-        session = await runner.db.aread("get_session", session_id)
+        session = runner.db.get_session(session_id)  # a primary-key lookup: inline, no thread hop
         title = session.get("title") if session else None
     built = await factory.build(session_id, msg.source, title)
     await runner.cache.put(session_id, built)

@@ -5,8 +5,9 @@ Platforms redeliver: Feishu retries an event it thinks was not acknowledged (aft
 
 The check must not cost a commit per message on the hot path, so it is split:
 - a process-local set of recent ids answers in-process redeliveries at once;
-- a read of the `processed_events` table answers redeliveries across a restart (a read does not
-  wait for a commit);
+- a read of the `processed_events` table answers redeliveries across a restart. It is one
+  primary-key lookup, so it runs inline on the event loop: cheaper than a hop to a worker thread
+  (which costs more than the read and, under load, waits for the GIL);
 - the mark is written through the DB's single writer *without waiting*. The writer commits in
   submission order, so the mark is durable no later than anything the message itself writes
   afterwards (its user row): a message whose effects survive a crash is also remembered as seen.
@@ -39,7 +40,7 @@ class Dedup:
         self._seen[key] = None
         while len(self._seen) > self.recent:
             self._seen.popitem(last=False)
-        if await asyncio.to_thread(self.db.read, lambda conn: _is_marked(conn, platform, event_id)):
+        if self.db.read(lambda conn: _is_marked(conn, platform, event_id)):
             return False
         mark = asyncio.ensure_future(self.db.amark_event_seen(platform, event_id))
         self._pending.add(mark)

@@ -24,14 +24,14 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 from gateway.db import SessionDB
 from gateway.home import Home, is_safe_session_id
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Mirrors", "RepairReport", "message_line", "index_bytes", "atomic_write"]
+__all__ = ["Mirrors", "RepairReport", "message_line", "index_line", "index_file", "atomic_write"]
 
 MESSAGE_KEYS = (
     "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",
@@ -66,10 +66,21 @@ def message_line(row: Mapping) -> bytes:
     return _dumps(obj, separators=(",", ":")) + b"\n"
 
 
-def index_bytes(entries: Iterable[Mapping]) -> bytes:
-    """sessions.json for these key entries: `{session_key: {session_id, origin, …}}`, sorted."""
-    data = {e["session_key"]: {k: e.get(k) for k in ENTRY_KEYS} for e in entries}
-    return _dumps(data, indent=2, sort_keys=True) + b"\n"
+def index_line(entry: Mapping) -> bytes:
+    """One key's line of sessions.json: `"session_key": {session_id, origin, …}`.
+
+    Entries are encoded one by one rather than the whole file with `indent=`: json uses its C
+    encoder only without indent, and the pure-Python one held the GIL for ~100 ms per 10,000 keys,
+    slowing every chat while it ran."""
+    value = {k: entry.get(k) for k in ENTRY_KEYS}
+    return _dumps(entry["session_key"]) + b": " + _dumps(value, sort_keys=True, separators=(", ", ": "))
+
+
+def index_file(lines: Mapping[str, bytes]) -> bytes:
+    """sessions.json from {session_key: index_line}: one key per line, sorted by key."""
+    if not lines:
+        return b"{}\n"
+    return b"{\n  " + b",\n  ".join(lines[key] for key in sorted(lines)) + b"\n}\n"
 
 
 def atomic_write(path: Path, data: bytes, sync_dir: bool = True) -> None:
@@ -93,6 +104,15 @@ def atomic_write(path: Path, data: bytes, sync_dir: bool = True) -> None:
     os.replace(tmp, path)
     if sync_dir:
         fsync_dir(path.parent)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What identifies one version of a file we wrote (an atomic replace makes a new inode)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def fsync_dir(directory: Path) -> None:
@@ -185,8 +205,15 @@ class Mirrors:
         self._closed = False
         self._last_index_write = float("-inf")
         self._last_index_cost = 0.0  # seconds the last sessions.json write took
+        # sessions.json is kept as {key: line} and patched from commit events, so a write costs a
+        # sort and a join instead of re-reading and re-encoding every key. None: load from the DB
+        # (at the first write, or when someone else replaced the file, e.g. a CLI command).
+        self._index_lines: dict[str, bytes] | None = None
+        self._index_changes: dict[str, bytes | None] = {}  # key -> new line, None = deleted
+        self._index_stamp: tuple[int, int, int] | None = None  # the file as we last wrote it
         # counters, for tests and `stats`
         self.index_writes = 0
+        self.index_loads = 0  # times sessions.json was rebuilt from the DB rather than patched
         self.transcript_rewrites = 0
         self.lines_appended = 0
         self._flusher = threading.Thread(target=self._flush_loop, name="chinwag-mirrors", daemon=True)
@@ -225,7 +252,7 @@ class Mirrors:
         rewrite: set[str] = set()
         deleted: set[str] = set()
         appends: dict[str, list[tuple[int, bytes]]] = {}
-        keys_changed = False
+        key_changes: dict[str, bytes | None] = {}
         for kind, data in events:
             if kind == "message":
                 appends.setdefault(data["session_id"], []).append((data["id"], message_line(data)))
@@ -233,9 +260,10 @@ class Mirrors:
                 rewrite.add(data["session_id"])
             elif kind == "session_deleted":
                 deleted.add(data["id"])
-                keys_changed = True  # deleting a session drops its key entries too
-            elif kind in ("key", "key_deleted"):
-                keys_changed = True
+            elif kind == "key":
+                key_changes[data["session_key"]] = index_line(data)
+            elif kind == "key_deleted":  # also sent for each key of a deleted session
+                key_changes[data["session_key"]] = None
         # A session both deleted and written in one batch (re-imported) is rebuilt from the DB.
         rewrite |= deleted & set(appends)
         with self._lock:
@@ -246,8 +274,8 @@ class Mirrors:
                     self._guard(self._append, sid, items)
             for sid in rewrite:
                 self._guard(self.rewrite_session, sid)
-        if keys_changed:
-            self._mark_index_dirty()
+        if key_changes:
+            self._mark_index_dirty(key_changes)
 
     @staticmethod
     def _guard(fn: Callable, *args: object) -> None:
@@ -317,8 +345,9 @@ class Mirrors:
             self.transcript_rewrites += 1
 
     # -- sessions.json ---------------------------------------------------------------------------
-    def _mark_index_dirty(self) -> None:
+    def _mark_index_dirty(self, changes: dict[str, bytes | None]) -> None:
         with self._cond:
+            self._index_changes.update(changes)
             self._index_dirty = True
             self._cond.notify_all()
 
@@ -354,8 +383,22 @@ class Mirrors:
         """Write sessions.json from the DB now (atomic)."""
         with self._index_lock:
             started = time.monotonic()
-            data = index_bytes(self.db.list_key_entries())
-            atomic_write(self.home.sessions_index, data)
+            with self._cond:
+                changes, self._index_changes = self._index_changes, {}
+            lines = self._index_lines
+            if lines is None or self._index_stamp != _stamp(self.home.sessions_index):
+                # The DB is read after the changes were taken, so it already holds them.
+                lines = {e["session_key"]: index_line(e) for e in self.db.list_key_entries()}
+                self.index_loads += 1
+            else:
+                for key, line in changes.items():
+                    if line is None:
+                        lines.pop(key, None)
+                    else:
+                        lines[key] = line
+            self._index_lines = None  # until the file is written: a failure means reload next time
+            atomic_write(self.home.sessions_index, index_file(lines))
+            self._index_lines, self._index_stamp = lines, _stamp(self.home.sessions_index)
             self.index_writes += 1
             self._last_index_write = time.monotonic()
             self._last_index_cost = self._last_index_write - started
@@ -400,18 +443,22 @@ class Mirrors:
                     path.unlink(missing_ok=True)
                 report.files_removed += 1
         with self._index_lock:
-            entries = self.db.list_key_entries()
-            expected = index_bytes(entries)
+            with self._cond:
+                self._index_changes.clear()  # the DB read below holds them
+            lines = {e["session_key"]: index_line(e) for e in self.db.list_key_entries()}
+            expected = index_file(lines)
             try:
                 current = self.home.sessions_index.read_bytes()
             except FileNotFoundError:
                 current = None
-            report.keys = len(entries)
+            report.keys = len(lines)
+            self._index_lines = None
             if current != expected:
                 atomic_write(self.home.sessions_index, expected)
                 self.index_writes += 1
                 self._last_index_write = time.monotonic()
                 report.index_rewritten = True
+            self._index_lines, self._index_stamp = lines, _stamp(self.home.sessions_index)
         return report
 
     def reconcile(self) -> RepairReport:

@@ -91,6 +91,9 @@ class GatewayRunner:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
+        # Make the model client now (building its TLS context takes tens of milliseconds), not in
+        # the middle of the first conversation while other chats wait.
+        getattr(self.factory, "client", None)
         menu = command_menu()
         for adapter in self.adapters.values():
             adapter.bot_commands(menu)
@@ -266,6 +269,8 @@ class GatewayRunner:
     async def lookup(self, msg: InboundMessage) -> SessionEntry:
         """The chat's current session (reset policy applied); tells the person when it rolled over."""
         found = await self.store.get_or_create(msg.source, model=self.model_settings.name)
+        if found.created:  # nothing to read back: its conversation is empty
+            self.conversations.put(found.entry.session_id, found.entry.session_key, [])
         if found.reset is not None:
             await self.forget(found.reset.previous_session_id)
             await self.send(msg, found.reset.text())

@@ -8,7 +8,9 @@ the person can be told.
 
 Concurrency: the runner holds `store.lock(key)` for a whole turn, so one chat runs one turn at a
 time. `get_or_create` is also single-flight per key on its own: two concurrent calls for a new key
-create one session. Every disk access goes through the DB's async methods or a worker thread.
+create one session. Writes go through the DB's async methods. The hot path's reads (the key's
+entry and its session row) are primary-key lookups run inline: a hop to a worker thread costs more
+than the read itself, and under load it also waits for the GIL.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class SessionStore:
         return [SessionEntry.from_row(row) for row in self.db.list_key_entries()]
 
     def _current(self, key: str) -> tuple[dict | None, dict | None]:
-        """The key's entry and its session row (runs in a worker thread)."""
+        """The key's entry and its session row (two primary-key lookups)."""
         entry = self.db.get_key_entry(key)
         session = self.db.get_session(entry["session_id"]) if entry else None
         return entry, session
@@ -154,7 +156,7 @@ class SessionStore:
                 del self._inflight[key]
 
     async def _get_or_create(self, key: str, source: SessionSource, model: str | None) -> SessionLookup:
-        entry, session = await asyncio.to_thread(self._current, key)
+        entry, session = self._current(key)
         if entry and session and session.get("ended_at") is None:
             policy = self.policies.for_source(source)
             last_active = float(session["last_active_at"])
@@ -210,7 +212,7 @@ class SessionStore:
     async def reset(self, source: SessionSource, reason: str = "new", title: str | None = None) -> SessionEntry:
         """`/new`: end the current session (if any) and start a fresh one."""
         key = self.key_for(source)
-        entry, _ = await asyncio.to_thread(self._current, key)
+        entry, _ = self._current(key)
         previous = entry["session_id"] if entry else None
         return await self._start(key, source, None, reason=reason, previous=previous, title=title)
 
@@ -220,7 +222,7 @@ class SessionStore:
         target = await self.db.aread("get_session", session_id)
         if target is None:
             raise UnknownSession(session_id)
-        entry, _ = await asyncio.to_thread(self._current, key)
+        entry, _ = self._current(key)
         previous = entry["session_id"] if entry else None
         row = await self.db.amove_key(key, session_id, source.to_dict(), reason,
                                       reopen=target.get("ended_at") is not None, end_previous=previous)
@@ -229,7 +231,7 @@ class SessionStore:
     async def suspend(self, source: SessionSource, reason: str = "suspended") -> None:
         """Forget the key's current session; the next message starts a new one."""
         key = self.key_for(source)
-        entry, _ = await asyncio.to_thread(self._current, key)
+        entry, _ = self._current(key)
         await asyncio.to_thread(self.db.delete_key_entry, key)
         if entry:
             await self._end(entry["session_id"], reason)

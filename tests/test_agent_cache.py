@@ -141,6 +141,8 @@ async def test_memory_snapshot_is_frozen_per_session(tmp_path):
 async def test_cached_conversation_matches_the_database(tmp_path):
     async with Gateway(tmp_path) as gw:
         await gw.say("first")
+        # a session created for this message has nothing to read back: no DB read of its history
+        assert gw.runner.conversations.misses == 0 and gw.runner.conversations.hits == 1
         gw.fake.push(Reply(tool_calls=[ToolCall("memory", {"action": "read", "target": "memory"})]))
         gw.fake.push("after the tool")
         await gw.say("use a tool")

@@ -96,6 +96,47 @@ def test_key_changes_are_coalesced_and_written_atomically(home, db):
     assert mirror_problems(home, db) == []
 
 
+def test_sessions_json_is_patched_from_commits_and_matches_a_full_rebuild(home, db, mirrors):
+    sids = [new_session_id() for _ in range(3)]
+    for sid in sids:
+        db.create_session(sid, "telegram")
+    for i in range(20):
+        db.set_key_entry(f"agent:main:telegram:dm:{i}", sids[i % 3], {"platform": "telegram", "n": i}, "created")
+    mirrors.flush()
+    loads_before = mirrors.index_loads
+    db.set_key_entry("agent:main:telegram:dm:4", sids[2], None, "resume")  # moved; origin kept
+    db.delete_key_entry("agent:main:telegram:dm:5")
+    db.delete_session(sids[0])  # drops its keys (0, 3, 6, ...) with it
+    db.set_key_entry("agent:main:telegram:dm:new", sids[1], {"platform": "telegram"}, "created")
+    mirrors.flush()
+    assert mirrors.index_loads == loads_before  # patched from the commit events, not re-read
+    data = json.loads((home / "sessions.json").read_text())
+    assert data["agent:main:telegram:dm:4"]["session_id"] == sids[2]
+    assert data["agent:main:telegram:dm:4"]["origin"] == {"platform": "telegram", "n": 4}
+    assert "agent:main:telegram:dm:5" not in data and "agent:main:telegram:dm:3" not in data
+    assert "agent:main:telegram:dm:new" in data
+    assert mirror_problems(home, db) == []  # byte for byte what a rebuild from the DB writes
+
+
+def test_a_sessions_json_replaced_by_another_process_is_reloaded_not_overwritten(home, db, mirrors):
+    sid = new_session_id()
+    db.create_session(sid, "telegram")
+    db.set_key_entry("agent:main:telegram:dm:1", sid)
+    db.set_key_entry("agent:main:telegram:dm:2", sid)
+    mirrors.flush()
+    # Another process (a CLI command) drops a key through its own DB handle and mirrors: this
+    # process sees no commit event for it.
+    other_db = SessionDB(home / "state.db")
+    other = Mirrors(home, other_db, index_interval=0.05)
+    other_db.delete_key_entry("agent:main:telegram:dm:1")
+    other.close()
+    other_db.close()
+    db.set_key_entry("agent:main:telegram:dm:3", sid)
+    mirrors.flush()
+    data = json.loads((home / "sessions.json").read_text())
+    assert sorted(data) == ["agent:main:telegram:dm:2", "agent:main:telegram:dm:3"]
+
+
 def test_flag_changes_rewrite_that_file_and_later_appends_land_in_it(home, db, mirrors):
     sid, other = new_session_id(), new_session_id()
     db.create_session(sid, "telegram")

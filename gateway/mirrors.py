@@ -1,8 +1,10 @@
 """Plain-file mirrors of the database (DESIGN §4), for people and tools that read files.
 
 - `sessions/{session_id}.jsonl`: one JSON object per message (its DB id, role, content, flags …),
-  appended after each commit. One `write` of whole lines to an O_APPEND descriptor; descriptors
-  are kept in a small LRU. When flags change (undo, retry, compaction) the DB sends a "rewrite"
+  appended after each commit by the mirrors' own thread, so the DB writer (and every chat waiting
+  on a commit) never waits for file system work such as creating a new chat's file; `flush()`
+  waits until the files have caught up. One `write` of whole lines to an O_APPEND descriptor;
+  descriptors are kept in a small LRU. When flags change (undo, retry, compaction) the DB sends a "rewrite"
   event and that one file is replaced atomically (temp file, fsync, rename).
 - `sessions.json`: key -> current session entry. Rewritten atomically, only when key entries
   change, and coalesced: at most once per `index_interval` seconds (plus once on close). Never per
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import secrets
 import threading
 import time
@@ -174,6 +177,9 @@ class RepairReport:
         return head + "; ".join(parts)
 
 
+_STOP = object()
+
+
 @dataclass
 class _Transcript:
     fd: int | None = None
@@ -218,6 +224,9 @@ class Mirrors:
         self.lines_appended = 0
         self._flusher = threading.Thread(target=self._flush_loop, name="chinwag-mirrors", daemon=True)
         self._flusher.start()
+        self._events: queue.SimpleQueue = queue.SimpleQueue()  # commit events, in commit order
+        self._applier = threading.Thread(target=self._apply_loop, name="chinwag-transcripts", daemon=True)
+        self._applier.start()
         if attach:
             db.add_commit_listener(self._on_commit)
 
@@ -226,6 +235,8 @@ class Mirrors:
         """Write a pending sessions.json and close files. Call before closing the DB."""
         if self._closed:
             return
+        self._events.put(_STOP)  # after every event already queued
+        self._applier.join()
         with self._cond:
             self._closing = True
             self._cond.notify_all()
@@ -245,10 +256,33 @@ class Mirrors:
     def open_files(self) -> int:
         return sum(1 for t in self._files.values() if t.fd is not None)
 
-    # -- commit events (called in the DB writer thread, after the commit) ------------------------
+    # -- commit events ---------------------------------------------------------------------------
     def _on_commit(self, events: list) -> None:
-        if self._closed:
-            return
+        """Called in the DB writer thread after each commit: only queue the events."""
+        if not self._closed:
+            self._events.put(events)
+
+    def _apply_loop(self) -> None:
+        while True:
+            item = self._events.get()
+            if item is _STOP:
+                return
+            if isinstance(item, threading.Event):  # drain(): everything before it is applied
+                item.set()
+                continue
+            try:
+                self._apply(item)
+            except Exception:  # noqa: BLE001 - a mirror must never stop; repair fixes it
+                log.exception("applying commit events to the mirrors failed")
+
+    def drain(self) -> None:
+        """Wait until the transcripts hold every commit made so far."""
+        if self._applier.is_alive():
+            done = threading.Event()
+            self._events.put(done)
+            done.wait()
+
+    def _apply(self, events: list) -> None:
         rewrite: set[str] = set()
         deleted: set[str] = set()
         appends: dict[str, list[tuple[int, bytes]]] = {}
@@ -404,7 +438,9 @@ class Mirrors:
             self._last_index_cost = self._last_index_write - started
 
     def flush(self) -> None:
-        """Make sessions.json current now: finish a write in progress, do a pending one."""
+        """Make both mirrors current now: the transcripts catch up with every commit so far, then
+        sessions.json (finish a write in progress, do a pending one)."""
+        self.drain()
         with self._cond:
             while self._index_writing:
                 self._cond.wait()
@@ -415,6 +451,7 @@ class Mirrors:
     # -- repair ----------------------------------------------------------------------------------
     def repair(self, progress: Callable[[int, int], None] | None = None) -> RepairReport:
         """Make both mirrors match the DB (the DB wins) and report what changed."""
+        self.drain()
         report = RepairReport()
         self.home.ensure()
         ids = self.db.read(lambda c: [r[0] for r in c.execute("SELECT id FROM sessions ORDER BY id")])

@@ -53,6 +53,7 @@ def test_each_message_is_appended_with_its_id_and_flags(home, db, mirrors):
     ids = [db.append_message(sid, "user", "你好 world"), db.append_message(
         sid, "assistant", None, tool_calls=[{"id": "c1", "function": {"name": "ls"}}])]
     ids.append(db.append_message(sid, "tool", "out", tool_call_id="c1", tool_name="ls"))
+    mirrors.drain()  # the mirrors' thread writes the files after the commit
     got = lines(home / "sessions" / f"{sid}.jsonl")
     assert [m["id"] for m in got] == ids
     assert got[0]["content"] == "你好 world" and got[0]["active"] == 1 and got[0]["compacted"] == 0
@@ -74,6 +75,7 @@ async def test_appends_never_rewrite_sessions_json_or_the_transcript(home, db, m
         assert (await store.get_or_create(source)).entry.session_id == sid
         await db.aappend_message(sid, "user", f"message {i}")
         if i == 0:
+            mirrors.drain()
             inode = os.stat(transcript).st_ino
     mirrors.close()  # joins the flusher: any write a change had scheduled has happened now
     assert (os.stat(index).st_ino, os.stat(index).st_mtime_ns, mirrors.index_writes) == before
@@ -145,15 +147,19 @@ def test_flag_changes_rewrite_that_file_and_later_appends_land_in_it(home, db, m
     for i in range(3):
         db.append_message(sid, "user", f"q{i}")
         db.append_message(sid, "assistant", f"a{i}")
+    mirrors.drain()
     path = home / "sessions" / f"{sid}.jsonl"
     inode, other_inode = os.stat(path).st_ino, os.stat(home / "sessions" / f"{other}.jsonl").st_ino
     assert db.rewind(sid, 1) == 2  # /undo
+    mirrors.drain()
     assert os.stat(path).st_ino != inode  # replaced, not edited in place
     assert [m["active"] for m in lines(path)] == [1, 1, 1, 1, 0, 0]
     first_q = lines(path)[0]["id"]
     db.supersede_after(sid, first_q)  # /retry
+    mirrors.drain()
     assert [(m["active"], m["compacted"]) for m in lines(path)][1:4] == [(0, 1)] * 3
     new_id = db.append_message(sid, "user", "after the rewrite")
+    mirrors.drain()
     assert lines(path)[-1]["id"] == new_id  # not written to the replaced file's old descriptor
     assert os.stat(home / "sessions" / f"{other}.jsonl").st_ino == other_inode
     assert mirrors.transcript_rewrites == 2
@@ -168,6 +174,7 @@ def test_deleting_a_session_removes_its_file_and_key(home, db, mirrors):
     mirrors.flush()
     assert (home / "sessions" / f"{sid}.jsonl").exists()
     db.delete_session(sid)
+    mirrors.drain()
     assert not (home / "sessions" / f"{sid}.jsonl").exists()
     mirrors.flush()
     assert json.loads((home / "sessions.json").read_text()) == {}
@@ -199,6 +206,7 @@ def test_a_torn_tail_does_not_swallow_the_next_line(home, db):
         f.write(b'{"id": 99, "ro')  # a crash mid-line
     m2 = Mirrors(home, db)  # a restart that did not repair first
     new_id = db.append_message(sid, "user", "two")
+    m2.drain()
     assert json.loads(path.read_text().splitlines()[-1])["id"] == new_id
     m2.close()
 
@@ -264,6 +272,7 @@ def test_mirror_check_notices_a_difference(home, db, mirrors):
     sid = new_session_id()
     db.create_session(sid, "telegram")
     db.append_message(sid, "user", "original")
+    mirrors.drain()
     path = home / "sessions" / f"{sid}.jsonl"
     path.write_text(path.read_text().replace("original", "edited"))
     assert mirror_problems(home, db) != []

@@ -4,6 +4,7 @@ cap, the acknowledgement, and /stop getting through."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from gateway.turns import ACK_TEXT, pending_cap_text
 from tests.fakes.chat_adapter import ChatAdapter
@@ -187,6 +188,42 @@ async def test_read_only_commands_answer_while_busy(tmp_path):
         gw.fake.gate.set()
         await gw.runner.drain()
         assert gw.adapter.texts()[-1] == "echo: working"
+
+
+async def test_a_read_only_command_waits_for_a_command_before_it(tmp_path):
+    """`/new` then `/search` sent together: the search runs from the new session, so the
+    conversation just left is found (it is no longer the current one)."""
+    async with Gateway(tmp_path) as gw:
+        await gw.say("the capital of Mongolia is Ulaanbaatar")
+        old = gw.session_id()
+        # Hold the DB writer so `/new` is still running when `/search` arrives.
+        writer_free = threading.Event()
+        held = asyncio.ensure_future(gw.db.awrite(lambda conn, events: writer_free.wait(5)))
+        await gw.adapter.inject("/new")
+        await wait_until(lambda: any(lane.busy for lane in gw.runner.lanes.values()))
+        await gw.adapter.inject("/search Mongolia capital")
+        await asyncio.sleep(0.05)
+        writer_free.set()
+        await held
+        await gw.runner.drain()
+        started, found = gw.adapter.texts()[-2:]
+        assert started.startswith("Started a new conversation") and gw.session_id() != old
+        assert f"/resume {old}" in found and "Ulaanbaatar" in found
+
+
+async def test_the_terminal_answers_read_only_commands_in_order(tmp_path):
+    adapter = ChatAdapter("local")
+    async with Gateway(tmp_path, adapter=adapter) as gw:
+        gw.fake.gate = asyncio.Event()
+        await adapter.inject("working", chat_id="me", user_id="me")
+        await gw.fake.wait_requests(1)
+        await adapter.inject("/help", chat_id="me", user_id="me")
+        await asyncio.sleep(0.05)
+        assert adapter.texts() == []  # behind the turn, not before its answer
+        gw.fake.gate.set()
+        await gw.runner.drain()
+        texts = adapter.texts()
+        assert texts[0] == "echo: working" and "/search <words>" in texts[1]
 
 
 async def test_the_terminal_queues_everything_typed_in_order(tmp_path):

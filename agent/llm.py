@@ -53,8 +53,9 @@ class ModelSettings:
 
     def describe(self) -> str:
         """For logs and /status: endpoint and model, never the key."""
-        where = self.base_url or ("api.openai.com" if self.api_key else "not configured")
-        return f"{self.name} @ {where}"
+        if not self.is_configured:
+            return "none configured (set model.base_url or OPENAI_BASE_URL / OPENAI_API_KEY)"
+        return f"{self.name} @ {self.base_url or 'api.openai.com'}"
 
     @classmethod
     def from_config(

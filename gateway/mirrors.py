@@ -501,7 +501,9 @@ class Mirrors:
     def reconcile(self) -> RepairReport:
         """`repair()` on start; logs what it fixed."""
         report = self.repair()
-        if not report.clean:
+        if report.sessions_checked == 0 and report.keys == 0:
+            log.debug("mirrors: empty database, %s", report.summary())  # a first start: nothing was wrong
+        elif not report.clean:
             log.warning("mirrors reconciled with the database: %s", report.summary())
         return report
 

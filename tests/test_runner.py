@@ -74,6 +74,7 @@ async def test_no_model_configured_gives_clear_reply_and_commands_work(tmp_path)
         assert [r["role"] for r in gw.messages(sid)] == ["user"]  # the message itself is kept
         status = await gw.say("/status")
         assert sid in status[0]
+        assert "Model: none configured" in status[0] and "gpt-4o-mini" not in status[0]
         assert "Unknown command" not in (await gw.say("/help"))[0]
         found = await gw.say("/search hello")
         assert "No conversation" in found[0]  # the current session's lineage is excluded

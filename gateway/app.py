@@ -133,7 +133,7 @@ class App:
 
     def close_storage(self) -> None:
         try:
-            self.mirrors.close()  # writes a pending sessions.json
+            self.mirrors.close()  # writes what the mirrors still owe: transcript lines, sessions.json
         finally:
             self.db.close()
 

@@ -4,11 +4,11 @@
   appended after each commit by the mirrors' own thread, so the DB writer (and every chat waiting
   on a commit) never waits for file system work such as creating a new chat's file; `flush()`
   waits until the files have caught up. One `write` of whole lines to an O_APPEND descriptor;
-  descriptors are kept in a small LRU. When flags change (undo, retry, compaction) the DB sends a "rewrite"
-  event and that one file is replaced atomically (temp file, fsync, rename).
-- `sessions.json`: key -> current session entry. Rewritten atomically, only when key entries
-  change, and coalesced: at most once per `index_interval` seconds (plus once on close). Never per
-  inbound message: an append does not touch it.
+  descriptors are kept in a small LRU. When flags change (undo, retry, compaction) the DB sends a
+  "rewrite" event and that one file is replaced atomically (temp file, fsync, rename).
+- `sessions.json`: key -> current session entry, one key per line. Rewritten atomically, only
+  when key entries change, and coalesced: at most once per `index_interval` seconds (plus once on
+  close). Never per inbound message: an append does not touch it.
 
 The DB is the source of truth. A crash can leave a mirror behind (a line not yet appended, a
 half-written tail line, a stale sessions.json); `repair()` — run on start and by
@@ -232,7 +232,8 @@ class Mirrors:
 
     # -- life cycle ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Write a pending sessions.json and close files. Call before closing the DB."""
+        """Write what is owed (transcript lines, a pending sessions.json) and close files. Call
+        before closing the DB."""
         if self._closed:
             return
         self._events.put(_STOP)  # after every event already queued

@@ -232,17 +232,18 @@ class GatewayRunner:
             await self.send(msg, await self.stop_chat(lane))
             return None
         spec = commands().get(command.name)
-        if spec is not None and spec.immediate and self._turn_running(lane) and msg.source.platform is not Platform.LOCAL:
-            # Read-only, so it need not wait for a long agent turn. Not behind a command: `/new`
-            # then `/search` must search from the new session. Not in the terminal: its lines
-            # are one person's script, answered in order.
+        if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
             self._spawn(self._run_command(lane, msg, command))
             return None
         return Job(msg, "command", (command.name, command.args))
 
     @staticmethod
-    def _turn_running(lane: ChatLane) -> bool:
-        return lane.busy and lane.current_job is not None and lane.current_job.kind == "turn"
+    def _may_skip_queue(lane: ChatLane, msg: InboundMessage) -> bool:
+        """A read-only command need not wait for a long agent turn. It does wait behind a command
+        (`/new` then `/search` must search from the new session), and in the terminal, whose
+        lines are one person's script, answered in order."""
+        job = lane.current_job
+        return lane.busy and job is not None and job.kind == "turn" and msg.source.platform is not Platform.LOCAL
 
     async def execute(self, lane: ChatLane, job: Job) -> None:
         started = time.monotonic()

@@ -561,6 +561,12 @@ class SessionDB:
     def get_key_entry(self, session_key: str) -> dict | None:
         return self._key_row(self._reader(), session_key)
 
+    def get_key_entry_and_session(self, session_key: str) -> tuple[dict | None, dict | None]:
+        return queries.key_row_with_session(self._reader(), session_key)
+
+    def is_event_seen(self, platform: str, event_id: str) -> bool:
+        return queries.event_seen(self._reader(), str(platform), str(event_id))
+
     def list_key_entries(self) -> list[dict]:
         return queries.key_rows(self._reader())
 

@@ -40,7 +40,7 @@ class Dedup:
         self._seen[key] = None
         while len(self._seen) > self.recent:
             self._seen.popitem(last=False)
-        if self.db.read(lambda conn: _is_marked(conn, platform, event_id)):
+        if self.db.is_event_seen(platform, event_id):
             return False
         mark = asyncio.ensure_future(self.db.amark_event_seen(platform, event_id))
         self._pending.add(mark)
@@ -56,10 +56,3 @@ class Dedup:
         """Wait for every mark written so far (shutdown)."""
         if self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
-
-
-def _is_marked(conn: Any, platform: str, event_id: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?", (platform, event_id)
-    ).fetchone()
-    return row is not None

@@ -28,6 +28,33 @@ def key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
     return _key_entry(row) if row else None
 
 
+KEY_COLUMNS = ("session_key", "session_id", "origin", "created_at", "updated_at", "reason")
+
+
+def key_row_with_session(conn: sqlite3.Connection, session_key: str) -> tuple[dict | None, dict | None]:
+    """A key's entry and its session's row in one lookup (the runner's per-message read)."""
+    cur = conn.execute(
+        f"SELECT {', '.join('k.' + c for c in KEY_COLUMNS)}, s.* FROM session_keys k "
+        "LEFT JOIN sessions s ON s.id = k.session_id WHERE k.session_key = ?",
+        (session_key,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None, None
+    names = [d[0] for d in cur.description]
+    n = len(KEY_COLUMNS)
+    entry = dict(zip(KEY_COLUMNS, row[:n]))
+    entry["origin"] = json.loads(entry["origin"]) if entry["origin"] else None
+    session = dict(zip(names[n:], row[n:])) if row[n] is not None else None  # s.id: NULL if gone
+    return entry, session
+
+
+def event_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?", (platform, event_id)
+    ).fetchone() is not None
+
+
 def key_rows(conn: sqlite3.Connection) -> list[dict]:
     """Every routing entry, by key (one query: sessions.json is written from this)."""
     return [_key_entry(row) for row in conn.execute("SELECT * FROM session_keys ORDER BY session_key")]

@@ -117,10 +117,8 @@ class SessionStore:
         return [SessionEntry.from_row(row) for row in self.db.list_key_entries()]
 
     def _current(self, key: str) -> tuple[dict | None, dict | None]:
-        """The key's entry and its session row (two primary-key lookups)."""
-        entry = self.db.get_key_entry(key)
-        session = self.db.get_session(entry["session_id"]) if entry else None
-        return entry, session
+        """The key's entry and its session row (one primary-key lookup)."""
+        return self.db.get_key_entry_and_session(key)
 
     # -- the hot path ----------------------------------------------------------------------------
     async def get_or_create(self, source: SessionSource, model: str | None = None) -> SessionLookup:

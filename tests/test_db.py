@@ -295,6 +295,26 @@ def test_key_entries_and_commit_events(db):
     assert db.list_key_entries() == [] and events[-1][0] == "key_deleted"
 
 
+def test_a_key_and_its_session_in_one_read(db):
+    key = "agent:main:local:dm:me"
+    assert db.get_key_entry_and_session(key) == (None, None)
+    db.create_session("s", "local", session_key=key, title="Plans")
+    db.set_key_entry(key, "s", origin={"platform": "local"}, reason="created")
+    entry, session = db.get_key_entry_and_session(key)
+    assert entry == db.get_key_entry(key) and session == db.get_session("s")
+    assert session["title"] == "Plans" and session["id"] == "s"
+    # a key left pointing at a session that is gone (written by another version): no session
+    db.write(lambda conn, events: conn.execute("UPDATE session_keys SET session_id = 'gone' WHERE session_key = ?", (key,)))
+    entry, session = db.get_key_entry_and_session(key)
+    assert entry["session_id"] == "gone" and session is None
+
+
+def test_seen_events_are_found_by_platform_and_id(db):
+    assert not db.is_event_seen("feishu", "om_1")
+    db.mark_event_seen("feishu", "om_1")
+    assert db.is_event_seen("feishu", "om_1") and not db.is_event_seen("telegram", "om_1")
+
+
 def test_stats(db, make_session):
     make_session(messages=[("user", "hello world")])
     stats = db.stats()

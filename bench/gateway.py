@@ -302,7 +302,7 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
     precreate(db, args.known)
     raw = await raw_append_rate(db, min(args.chats, 1000), 10)
     if mirrors is not None:
-        mirrors.reconcile()  # as `chinwag run` does at start: the mirrors catch up with the DB
+        mirrors.repair()  # as `chinwag run` does at start (quietly: the setup wrote no transcripts)
     # Copy the setup's writes (tens of MB of WAL) into the database now: otherwise that one big
     # checkpoint runs during the first measured second and takes one of the CPUs from the gateway.
     with contextlib.closing(sqlite3.connect(home / "state.db")) as conn:

@@ -178,6 +178,7 @@ class RepairReport:
 
 
 _STOP = object()
+MAX_BACKLOG = 10_000  # commits queued for the transcripts before their events are dropped
 
 
 @dataclass
@@ -195,6 +196,7 @@ class Mirrors:
         max_open_files: int = 64,
         index_interval: float = 0.5,
         attach: bool = True,
+        max_backlog: int = MAX_BACKLOG,
     ) -> None:
         self.home = home if isinstance(home, Home) else Home(Path(home))
         self.home.ensure()
@@ -217,6 +219,7 @@ class Mirrors:
         self._index_lines: dict[str, bytes] | None = None
         self._index_changes: dict[str, bytes | None] = {}  # key -> new line, None = deleted
         self._index_stamp: tuple[int, int, int] | None = None  # the file as we last wrote it
+        self._index_reload = False
         # counters, for tests and `stats`
         self.index_writes = 0
         self.index_loads = 0  # times sessions.json was rebuilt from the DB rather than patched
@@ -225,6 +228,14 @@ class Mirrors:
         self._flusher = threading.Thread(target=self._flush_loop, name="chinwag-mirrors", daemon=True)
         self._flusher.start()
         self._events: queue.SimpleQueue = queue.SimpleQueue()  # commit events, in commit order
+        # Beyond max_backlog queued commits (the file system is stalled or full) events are not
+        # kept: the sessions they touched are noted and later rewritten from the DB, so memory
+        # stays bounded and nothing is lost.
+        self.max_backlog = max(1, int(max_backlog))
+        self._overflow: set[str] = set()
+        self._overflow_keys = False
+        self._overflow_lock = threading.Lock()
+        self.overflows = 0  # commits whose events were dropped and repaired from the DB instead
         self._applier = threading.Thread(target=self._apply_loop, name="chinwag-transcripts", daemon=True)
         self._applier.start()
         if attach:
@@ -260,22 +271,50 @@ class Mirrors:
     # -- commit events ---------------------------------------------------------------------------
     def _on_commit(self, events: list) -> None:
         """Called in the DB writer thread after each commit: only queue the events."""
-        if not self._closed:
+        if self._closed:
+            return
+        if self._events.qsize() < self.max_backlog:
             self._events.put(events)
+            return
+        with self._overflow_lock:
+            if not self._overflow and not self._overflow_keys:
+                log.warning("mirrors are %d commits behind; the sessions written meanwhile will be "
+                            "rewritten from the database", self.max_backlog)
+            self.overflows += 1
+            for kind, data in events:
+                if kind in ("message", "rewrite"):
+                    self._overflow.add(data["session_id"])
+                elif kind == "session_deleted":
+                    self._overflow.add(data["id"])
+                elif kind in ("key", "key_deleted"):
+                    self._overflow_keys = True
 
     def _apply_loop(self) -> None:
         while True:
             item = self._events.get()
+            if item is not _STOP and not isinstance(item, threading.Event):
+                try:
+                    self._apply(item)
+                except Exception:  # noqa: BLE001 - a mirror must never stop; repair fixes it
+                    log.exception("applying commit events to the mirrors failed")
+                if not self._events.empty():
+                    continue
+            self._catch_up()  # queue empty, drained or stopping: redo what overflowed
             if item is _STOP:
                 return
             if isinstance(item, threading.Event):  # drain(): everything before it is applied
                 item.set()
-                continue
-            try:
-                self._apply(item)
-            except Exception:  # noqa: BLE001 - a mirror must never stop; repair fixes it
-                log.exception("applying commit events to the mirrors failed")
 
+    def _catch_up(self) -> None:
+        with self._overflow_lock:
+            sids, self._overflow = self._overflow, set()
+            keys, self._overflow_keys = self._overflow_keys, False
+        for sid in sorted(sids):
+            self._guard(self.rewrite_session, sid)  # a deleted session's file is removed
+        if keys:
+            with self._cond:
+                self._index_reload = True  # key changes were dropped: read every key again
+            self._mark_index_dirty({})
     def drain(self) -> None:
         """Wait until the transcripts hold every commit made so far."""
         if self._applier.is_alive():
@@ -420,8 +459,9 @@ class Mirrors:
             started = time.monotonic()
             with self._cond:
                 changes, self._index_changes = self._index_changes, {}
+                reload, self._index_reload = self._index_reload, False
             lines = self._index_lines
-            if lines is None or self._index_stamp != _stamp(self.home.sessions_index):
+            if reload or lines is None or self._index_stamp != _stamp(self.home.sessions_index):
                 # The DB is read after the changes were taken, so it already holds them.
                 lines = {e["session_key"]: index_line(e) for e in self.db.list_key_entries()}
                 self.index_loads += 1

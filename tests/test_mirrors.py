@@ -180,6 +180,28 @@ def test_deleting_a_session_removes_its_file_and_key(home, db, mirrors):
     assert json.loads((home / "sessions.json").read_text()) == {}
 
 
+def test_a_stalled_mirror_keeps_a_bounded_backlog_and_loses_nothing(home, db):
+    m = Mirrors(home, db, index_interval=0.01, max_backlog=3)
+    sids = [new_session_id() for _ in range(3)]
+    for sid in sids:
+        db.create_session(sid, "telegram")
+    db.append_message(sids[2], "user", "written before the stall")
+    db.set_key_entry("agent:main:telegram:dm:0", sids[2], {"platform": "telegram"}, "created")
+    m.flush()
+    assert list(json.loads((home / "sessions.json").read_text())) == ["agent:main:telegram:dm:0"]
+    with m._lock:  # the mirrors' thread is stuck (a slow or full disk): commits go on
+        for i in range(20):
+            db.append_message(sids[i % 2], "user", f"while stalled {i}")
+        db.set_key_entry("agent:main:telegram:dm:1", sids[0], {"platform": "telegram"}, "created")
+        db.delete_session(sids[2])  # and with it the key dm:0
+        assert m._events.qsize() <= 3 and m.overflows > 0  # memory stays bounded
+    m.flush()
+    assert mirror_problems(home, db) == []  # the dropped commits were rewritten from the DB
+    assert not (home / "sessions" / f"{sids[2]}.jsonl").exists()
+    assert list(json.loads((home / "sessions.json").read_text())) == ["agent:main:telegram:dm:1"]
+    m.close()
+
+
 def test_open_files_are_bounded(home, db):
     m = Mirrors(home, db, max_open_files=4)
     sids = [new_session_id() for _ in range(20)]

@@ -179,6 +179,7 @@ class RepairReport:
 
 _STOP = object()
 MAX_BACKLOG = 10_000  # commits queued for the transcripts before their events are dropped
+RETRY_INTERVAL = 30.0  # seconds between attempts to rewrite transcripts whose write failed
 
 
 @dataclass
@@ -236,6 +237,9 @@ class Mirrors:
         self._overflow_keys = False
         self._overflow_lock = threading.Lock()
         self.overflows = 0  # commits whose events were dropped and repaired from the DB instead
+        self._failed: set[str] = set()  # sessions whose file write failed: rewrite them later
+        self.retry_interval = RETRY_INTERVAL
+        self._retry_at = 0.0
         self._applier = threading.Thread(target=self._apply_loop, name="chinwag-transcripts", daemon=True)
         self._applier.start()
         if attach:
@@ -309,6 +313,9 @@ class Mirrors:
         with self._overflow_lock:
             sids, self._overflow = self._overflow, set()
             keys, self._overflow_keys = self._overflow_keys, False
+            if self._failed and time.monotonic() >= self._retry_at:
+                sids |= self._failed
+                self._failed = set()
         for sid in sorted(sids):
             self._guard(self.rewrite_session, sid)  # a deleted session's file is removed
         if keys:
@@ -351,12 +358,22 @@ class Mirrors:
         if key_changes:
             self._mark_index_dirty(key_changes)
 
-    @staticmethod
-    def _guard(fn: Callable, *args: object) -> None:
+    def _guard(self, fn: Callable, sid: str, *args: object) -> None:
+        """Run one transcript write; a failure (full disk …) must not stop the other mirrors. The
+        session is rewritten from the DB later (every RETRY_INTERVAL), and the log says so once
+        per interval, not once per message."""
         try:
-            fn(*args)
-        except (OSError, ValueError) as exc:  # a full disk must not stop the other mirrors; repair fixes it
-            log.error("mirror write failed (%s): %s", getattr(fn, "__name__", fn), exc)
+            fn(sid, *args)
+        except (OSError, ValueError) as exc:
+            now = time.monotonic()
+            with self._overflow_lock:
+                self._failed.add(sid)
+                quiet = now < self._retry_at
+                if not quiet:
+                    self._retry_at = now + self.retry_interval
+            if not quiet:
+                log.error("mirror write failed (%s %s): %s; will rewrite from the database",
+                          getattr(fn, "__name__", fn), sid, exc)
 
     # -- transcripts -----------------------------------------------------------------------------
     def _state(self, sid: str) -> _Transcript:

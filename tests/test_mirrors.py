@@ -233,14 +233,23 @@ def test_a_torn_tail_does_not_swallow_the_next_line(home, db):
     m2.close()
 
 
-def test_a_failing_mirror_does_not_fail_the_commit(home, db):
+def test_a_failing_mirror_does_not_fail_the_commit_and_catches_up(home, db, caplog):
     m = Mirrors(home, db)
     sid = new_session_id()
     db.create_session(sid, "telegram")
     os.rmdir(home / "sessions")
-    (home / "sessions").write_text("not a directory")
-    mid = db.append_message(sid, "user", "kept")
-    assert db.get_messages(sid)[0]["id"] == mid
+    (home / "sessions").write_text("not a directory")  # every transcript write fails
+    mids = [db.append_message(sid, "user", f"kept {i}") for i in range(5)]
+    assert [r["id"] for r in db.get_messages(sid)] == mids
+    m.drain()
+    assert len([r for r in caplog.records if "mirror write failed" in r.message]) == 1  # not one per message
+    (home / "sessions").unlink()
+    (home / "sessions").mkdir()  # the disk is usable again
+    m.retry_interval = m._retry_at = 0
+    db.append_message(sid, "user", "after")
+    m.drain()
+    assert len(lines(home / "sessions" / f"{sid}.jsonl")) == 6  # the failed lines were rewritten
+    assert mirror_problems(home, db) == []
     m.close()
 
 

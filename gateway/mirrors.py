@@ -17,165 +17,25 @@ half-written tail line, a stale sessions.json); `repair()` — run on start and 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
-import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
 from gateway.db import SessionDB
 from gateway.home import Home, is_safe_session_id
+from gateway.mirror_files import (
+    RepairReport, atomic_write, file_stamp, fsync_dir, index_file, index_line, is_temp_name, message_line,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Mirrors", "RepairReport", "message_line", "index_line", "index_file", "atomic_write"]
-
-MESSAGE_KEYS = (
-    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",
-    "token_count", "finish_reason", "reasoning", "platform_message_id", "user_id", "active", "compacted",
-)
-ENTRY_KEYS = ("session_id", "origin", "created_at", "updated_at", "reason")
-
-
-# -- serialisation (one function each, used for writing and for checking) -------------------------
-def _dumps(obj: object, **kwargs: object) -> bytes:
-    try:
-        return json.dumps(obj, ensure_ascii=False, **kwargs).encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates in stored text: escape rather than fail
-        return json.dumps(obj, ensure_ascii=True, **kwargs).encode("ascii")
-
-
-def message_line(row: Mapping) -> bytes:
-    """The transcript line of a message row (from a commit event or from the DB)."""
-    obj: dict = {}
-    for key in MESSAGE_KEYS:
-        value = row.get(key)
-        if value is None:
-            continue
-        if key == "tool_calls" and isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                pass
-        elif key in ("active", "compacted"):
-            value = int(value)
-        obj[key] = value
-    return _dumps(obj, separators=(",", ":")) + b"\n"
-
-
-def index_line(entry: Mapping) -> bytes:
-    """One key's line of sessions.json: `"session_key": {session_id, origin, …}`.
-
-    Entries are encoded one by one rather than the whole file with `indent=`: json uses its C
-    encoder only without indent, and the pure-Python one held the GIL for ~100 ms per 10,000 keys,
-    slowing every chat while it ran."""
-    value = {k: entry.get(k) for k in ENTRY_KEYS}
-    return _dumps(entry["session_key"]) + b": " + _dumps(value, sort_keys=True, separators=(", ", ": "))
-
-
-def index_file(lines: Mapping[str, bytes]) -> bytes:
-    """sessions.json from {session_key: index_line}: one key per line, sorted by key."""
-    if not lines:
-        return b"{}\n"
-    return b"{\n  " + b",\n  ".join(lines[key] for key in sorted(lines)) + b"\n}\n"
-
-
-def atomic_write(path: Path, data: bytes, sync_dir: bool = True) -> None:
-    """Replace `path` with `data`: temp file in the same directory, fsync, rename, fsync dir.
-
-    Readers see the old content or the new, never a mix. `sync_dir=False` leaves the directory
-    fsync (which makes the rename itself durable) to the caller, who may batch many renames.
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    if sync_dir:
-        fsync_dir(path.parent)
-
-
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    """What identifies one version of a file we wrote (an atomic replace makes a new inode)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def fsync_dir(directory: Path) -> None:
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _is_temp(name: str) -> bool:
-    return name.startswith(".") and ".tmp-" in name
-
-
-# -- repair report ---------------------------------------------------------------------------------
-@dataclass
-class RepairReport:
-    sessions_checked: int = 0
-    files_created: int = 0
-    files_rewritten: int = 0
-    files_removed: int = 0
-    temp_removed: int = 0
-    lines_added: int = 0  # lines missing from a transcript, or wrong (flags changed, garbled)
-    lines_removed: int = 0  # garbled, stale or duplicate lines dropped
-    index_rewritten: bool = False
-    keys: int = 0
-
-    @property
-    def lines_fixed(self) -> int:
-        return self.lines_added + self.lines_removed
-
-    @property
-    def clean(self) -> bool:
-        return not (
-            self.files_created or self.files_rewritten or self.files_removed or self.temp_removed
-            or self.index_rewritten
-        )
-
-    def to_dict(self) -> dict:
-        return asdict(self) | {"lines_fixed": self.lines_fixed, "clean": self.clean}
-
-    def summary(self) -> str:
-        head = f"checked {self.sessions_checked} session(s) and {self.keys} key(s): "
-        if self.clean:
-            return head + "mirrors match the database, nothing to fix"
-        parts = []
-        if self.files_created:
-            parts.append(f"{self.files_created} missing transcript(s) created")
-        if self.files_rewritten:
-            parts.append(f"{self.files_rewritten} transcript(s) rewritten")
-        if self.lines_added or self.lines_removed:
-            parts.append(f"{self.lines_added} line(s) added or corrected, {self.lines_removed} garbled/stale dropped")
-        if self.files_removed:
-            parts.append(f"{self.files_removed} transcript(s) of deleted or empty sessions removed")
-        if self.temp_removed:
-            parts.append(f"{self.temp_removed} leftover temp file(s) removed")
-        if self.index_rewritten:
-            parts.append("sessions.json rewritten")
-        return head + "; ".join(parts)
-
+__all__ = ["Mirrors", "RepairReport"]
 
 _STOP = object()
 MAX_BACKLOG = 10_000  # commits queued for the transcripts before their events are dropped
@@ -478,7 +338,7 @@ class Mirrors:
                 changes, self._index_changes = self._index_changes, {}
                 reload, self._index_reload = self._index_reload, False
             lines = self._index_lines
-            if reload or lines is None or self._index_stamp != _stamp(self.home.sessions_index):
+            if reload or lines is None or self._index_stamp != file_stamp(self.home.sessions_index):
                 # The DB is read after the changes were taken, so it already holds them.
                 lines = {e["session_key"]: index_line(e) for e in self.db.list_key_entries()}
                 self.index_loads += 1
@@ -490,7 +350,7 @@ class Mirrors:
                         lines[key] = line
             self._index_lines = None  # until the file is written: a failure means reload next time
             atomic_write(self.home.sessions_index, index_file(lines))
-            self._index_lines, self._index_stamp = lines, _stamp(self.home.sessions_index)
+            self._index_lines, self._index_stamp = lines, file_stamp(self.home.sessions_index)
             self.index_writes += 1
             self._last_index_write = time.monotonic()
             self._last_index_cost = self._last_index_write - started
@@ -526,7 +386,7 @@ class Mirrors:
         known = set(ids)
         for path in sorted(self.home.sessions_dir.iterdir()):
             name = path.name
-            if _is_temp(name):
+            if is_temp_name(name):
                 path.unlink(missing_ok=True)
                 report.temp_removed += 1
             elif name.endswith(".jsonl") and name[:-6] not in known:
@@ -553,7 +413,7 @@ class Mirrors:
                 self.index_writes += 1
                 self._last_index_write = time.monotonic()
                 report.index_rewritten = True
-            self._index_lines, self._index_stamp = lines, _stamp(self.home.sessions_index)
+            self._index_lines, self._index_stamp = lines, file_stamp(self.home.sessions_index)
         return report
 
     def reconcile(self) -> RepairReport:

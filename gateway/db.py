@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from gateway import queries, search, transfer
+from gateway import queries, retention, search, transfer
 from gateway.fts import ident_text, index_text
 from gateway.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, SchemaTooNew, migrate
 from gateway.writer import Checkpointer, CommitListener, GroupCommitWriter
@@ -28,7 +28,6 @@ __all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_ses
 
 MAX_CONTENT_CHARS = 4_000_000
 PREVIEW_CHARS = 200
-EVENT_TTL_SECONDS = 8 * 24 * 3600  # Feishu redelivers for up to ~7 h; keep a week of ids
 
 
 class UnknownSession(KeyError):
@@ -349,102 +348,25 @@ class SessionDB:
         where, params = ("AND id <= ?", (int(up_to_id),)) if up_to_id is not None else ("", ())
         return self.write(self._flag_op(session_id, where, params, 0, 1))
 
-    # -- deletion and retention ------------------------------------------------------------------
-    @staticmethod
-    def _delete_session_rows(conn: sqlite3.Connection, session_id: str, events: list) -> bool:
-        for row in conn.execute("SELECT id, content FROM messages WHERE session_id = ?", (session_id,)):
-            words, idents = index_text(row["content"]), ident_text(row["content"])
-            # contentless FTS5: a delete must repeat exactly the text that was indexed
-            if words:
-                conn.execute(
-                    "INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', ?, ?)",
-                    (row["id"], words),
-                )
-            if idents:
-                conn.execute(
-                    "INSERT INTO messages_ident (messages_ident, rowid, content) VALUES ('delete', ?, ?)",
-                    (row["id"], idents),
-                )
-        conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-        conn.execute("DELETE FROM session_participants WHERE session_id = ?", (session_id,))
-        parent = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        conn.execute(
-            "UPDATE sessions SET parent_session_id = ? WHERE parent_session_id = ?",
-            (parent[0] if parent else None, session_id),
-        )
-        for (key,) in conn.execute("SELECT session_key FROM session_keys WHERE session_id = ?", (session_id,)).fetchall():
-            events.append(("key_deleted", {"session_key": key}))
-        conn.execute("DELETE FROM session_keys WHERE session_id = ?", (session_id,))
-        if conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount == 0:
-            return False
-        events.append(("session_deleted", {"id": session_id}))
-        return True
-
+    # -- deletion and retention, in gateway/retention.py ------------------------------------------
     def delete_session(self, session_id: str) -> bool:
-        return self.write(lambda conn, events: self._delete_session_rows(conn, session_id, events))
+        return self.write(retention.delete_op(session_id))
 
     def prune(self, older_than_days: float, keep: Iterable[str] = ()) -> int:
         """Delete sessions whose last activity is older than the cutoff (not those in `keep`)."""
-        cutoff = time.time() - float(older_than_days) * 86400
-        keep_set = set(keep)
-        victims = [
-            sid for sid in self.read(lambda c: [r[0] for r in c.execute(
-                "SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,)
-            )])
-            if sid not in keep_set
-        ]
-
-        def op_for(batch: list[str]) -> Callable:
-            def op(conn: sqlite3.Connection, events: list) -> int:
-                n = 0
-                for sid in batch:
-                    n += self._delete_session_rows(conn, sid, events)
-                return n
-
-            return op
-
-        total = sum(self.write(op_for(victims[i : i + 200])) for i in range(0, len(victims), 200))
-        self.write(lambda conn, events: conn.execute(
-            "DELETE FROM processed_events WHERE seen_at < ?", (time.time() - EVENT_TTL_SECONDS,)
-        ))
-        return total
+        return retention.prune(self, older_than_days, keep)
 
     def optimize(self) -> None:
         """Merge FTS segments and refresh the planner's statistics."""
-        def op(conn: sqlite3.Connection, events: list) -> None:
-            conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
-            conn.execute("INSERT INTO messages_ident (messages_ident) VALUES ('optimize')")
-            conn.execute("PRAGMA optimize")
-
-        self.write(op)
+        self.write(retention.optimize_op)
 
     def vacuum(self) -> None:
         # VACUUM cannot run inside the writer's transaction; use a private connection.
-        conn = _connect(self.path)
-        try:
-            conn.execute("VACUUM")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            conn.close()
+        retention.vacuum(_connect(self.path))
 
     def rebuild_fts(self, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild both full-text indexes from messages.content (after a tokenizer change)."""
-        def op(conn: sqlite3.Connection, events: list) -> int:
-            conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('delete-all')")
-            conn.execute("INSERT INTO messages_ident (messages_ident) VALUES ('delete-all')")
-            n = 0
-            for row in conn.execute("SELECT id, content FROM messages WHERE content IS NOT NULL"):
-                words, idents = index_text(row["content"]), ident_text(row["content"])
-                if words:
-                    conn.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)", (row["id"], words))
-                if idents:
-                    conn.execute("INSERT INTO messages_ident (rowid, content) VALUES (?, ?)", (row["id"], idents))
-                n += 1
-                if progress and n % 1000 == 0:
-                    progress(n)
-            return n
-
-        return self.write(op)
+        return self.write(retention.rebuild_fts_op(progress))
 
     # -- routing entries and inbound de-duplication ---------------------------------------------
     def _op_set_key(self, session_key: str, session_id: str, origin: dict | None, reason: str | None) -> Callable:

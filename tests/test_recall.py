@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import gateway.recall as recall
+import gateway.recall_read as recall_read
 from gateway.db import new_session_id
 from gateway.recall import MAX_SESSIONS, cjk_pieces, find_sessions, plan_query, recent_sessions
 from gateway.recall_dates import DateSpec, dates_in
@@ -199,10 +199,10 @@ def test_hit_budget_goes_to_the_informative_unit(db, add, monkeypatch):
     target = add(["the backup job failed with rsync error 23", "retry it with --partial"])
     for i in range(40):
         add([f"backup job {i} ran", "backup verified", "backup rotated"])
-    monkeypatch.setattr(recall, "PROBE", 5)
-    monkeypatch.setattr(recall, "HIT_BUDGET", 10)
+    monkeypatch.setattr(recall_read, "PROBE", 5)
+    monkeypatch.setattr(recall_read, "HIT_BUDGET", 10)
     read: dict[str, int] = {}
-    real = recall._read_units
+    real = recall_read.read_units
 
     def spy(conn, units, *args):
         readers = real(conn, units, *args)
@@ -211,7 +211,7 @@ def test_hit_budget_goes_to_the_informative_unit(db, add, monkeypatch):
             read[u.label + " beside"] = sum(len(s.rows) for s in sources if s.beside_anchor)
         return readers
 
-    monkeypatch.setattr(recall, "_read_units", spy)
+    monkeypatch.setattr(recall_read, "read_units", spy)
     hits = find_sessions(db, "backup rsync", see_all=True)
     assert ids(hits)[0] == target
     assert read["rsync"] == 1 and read["backup"] <= 5 + 10
@@ -225,18 +225,18 @@ def test_common_words_of_an_old_answer_count_beside_its_rare_word(db, add, monke
     for i in range(15):  # the common words: in half the sessions, many times each, all newer
         add([f"nginx proxy timeout again {i}", "nginx proxy timeout retry", "nginx proxy timeout", "nginx up"])
         add(FILLER)
-    monkeypatch.setattr(recall, "PROBE", 3)
-    monkeypatch.setattr(recall, "HIT_BUDGET", 6)
+    monkeypatch.setattr(recall_read, "PROBE", 3)
+    monkeypatch.setattr(recall_read, "HIT_BUDGET", 6)
     hits = find_sessions(db, "nginx proxy timeout gw7", see_all=True)
     assert ids(hits)[0] == answer and other in ids(hits)
     assert set(hits[0].matched) >= {"nginx", "proxy", "timeout", "gw7"}
 
 
 def test_share_splits_by_weight_and_passes_on_what_a_unit_does_not_need():
-    assert recall._share(100, [(1000, 1.0), (1000, 3.0)]) == [25, 75]
-    assert recall._share(100, [(10, 1.0), (1000, 1.0)]) == [10, 90]
-    assert recall._share(100, [(1000, 0.0), (1000, 0.0)]) == [50, 50]
-    assert recall._share(100, []) == []
+    assert recall_read.share(100, [(1000, 1.0), (1000, 3.0)]) == [25, 75]
+    assert recall_read.share(100, [(10, 1.0), (1000, 1.0)]) == [10, 90]
+    assert recall_read.share(100, [(1000, 0.0), (1000, 0.0)]) == [50, 50]
+    assert recall_read.share(100, []) == []
 
 
 def test_prefixes_become_the_index_terms_they_match():

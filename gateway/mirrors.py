@@ -163,7 +163,10 @@ class Mirrors:
                     log.exception("applying commit events to the mirrors failed")
                 if not self._events.empty():
                     continue
-            self._catch_up()  # queue empty, drained or stopping: redo what overflowed
+            try:
+                self._catch_up()  # queue empty, drained or stopping: redo what overflowed
+            except Exception:  # noqa: BLE001 - e.g. the DB closed under us; the start-up repair fixes it
+                log.exception("rewriting transcripts from the database failed")
             if item is _STOP:
                 return
             if isinstance(item, threading.Event):  # drain(): everything before it is applied
@@ -184,10 +187,13 @@ class Mirrors:
             self._mark_index_dirty({})
     def drain(self) -> None:
         """Wait until the transcripts hold every commit made so far."""
-        if self._applier.is_alive():
-            done = threading.Event()
-            self._events.put(done)
-            done.wait()
+        if not self._applier.is_alive():
+            return
+        done = threading.Event()
+        self._events.put(done)
+        while not done.wait(0.5):
+            if not self._applier.is_alive():  # closed (or died): nothing more will be written
+                return
 
     def _apply(self, events: list) -> None:
         rewrite: set[str] = set()

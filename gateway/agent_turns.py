@@ -104,6 +104,7 @@ async def run_turn(
         nonlocal first_user
         fields = db_fields(message)
         fields["timestamp"] = runner.clock()  # the reset policy compares activity with this clock
+        seen = None
         if message["role"] == "user":
             origin = msg
             if not first_user:
@@ -111,7 +112,9 @@ async def run_turn(
             first_user = False
             fields["user_id"] = origin.source.person_id
             fields["platform_message_id"] = origin.message_id or None
-        await db.aappend_message(session_id, message["role"], message.get("content"), **fields)
+            if origin.message_id:  # remembered as seen in the same transaction (gateway.dedup)
+                seen = (origin.source.platform.value, origin.message_id)
+        await db.aappend_message(session_id, message["role"], message.get("content"), seen_event=seen, **fields)
         warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
 
     typing = _Typing(runner, msg)

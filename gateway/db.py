@@ -66,6 +66,14 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
+def mark_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
+    """Remember an inbound event id (in the caller's transaction); True if it was new."""
+    return conn.execute(
+        "INSERT OR IGNORE INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
+        (str(platform), str(event_id), time.time()),
+    ).rowcount == 1
+
+
 def _json_or_none(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -251,7 +259,11 @@ class SessionDB:
         return self.write(op)
 
     # -- messages: writes ------------------------------------------------------------------------
-    def op_append(self, session_id: str, role: str, content: Any, fields: dict) -> Callable:
+    def op_append(
+        self, session_id: str, role: str, content: Any, fields: dict, seen_event: tuple[str, str] | None = None
+    ) -> Callable:
+        """The write of one message; `seen_event` = (platform, event id) is marked seen in the same
+        transaction (see gateway.dedup)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         unknown = set(fields) - set(MESSAGE_FIELDS)
@@ -292,6 +304,8 @@ class SessionDB:
                     "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
                     (session_id, row["user_id"]),
                 )
+            if seen_event is not None:
+                mark_seen(conn, *seen_event)
             events.append(("message", {
                 "id": message_id, "session_id": session_id, "role": role, "content": content,
                 **row, "active": 1, "compacted": 0,
@@ -300,11 +314,15 @@ class SessionDB:
 
         return op
 
-    def append_message(self, session_id: str, role: str, content: Any, **fields: Any) -> int:
-        return self.write(self.op_append(session_id, role, content, fields))
+    def append_message(
+        self, session_id: str, role: str, content: Any, *, seen_event: tuple[str, str] | None = None, **fields: Any
+    ) -> int:
+        return self.write(self.op_append(session_id, role, content, fields, seen_event))
 
-    async def aappend_message(self, session_id: str, role: str, content: Any, **fields: Any) -> int:
-        return await self.awrite(self.op_append(session_id, role, content, fields))
+    async def aappend_message(
+        self, session_id: str, role: str, content: Any, *, seen_event: tuple[str, str] | None = None, **fields: Any
+    ) -> int:
+        return await self.awrite(self.op_append(session_id, role, content, fields, seen_event))
 
     def _flag_op(self, session_id: str, where: str, params: tuple, active: int, compacted: int | None) -> Callable:
         def op(conn: sqlite3.Connection, events: list) -> int:
@@ -436,22 +454,12 @@ class SessionDB:
 
         self.write(op)
 
-    @staticmethod
-    def _op_mark_seen(platform: str, event_id: str) -> Callable:
-        def op(conn: sqlite3.Connection, events: list) -> bool:
-            return conn.execute(
-                "INSERT OR IGNORE INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
-                (str(platform), str(event_id), time.time()),
-            ).rowcount == 1
-
-        return op
-
     def mark_event_seen(self, platform: str, event_id: str) -> bool:
         """True the first time this (platform, event id) is seen; persisted across restarts."""
-        return self.write(self._op_mark_seen(platform, event_id))
+        return self.write(lambda conn, events: mark_seen(conn, platform, event_id))
 
     async def amark_event_seen(self, platform: str, event_id: str) -> bool:
-        return await self.awrite(self._op_mark_seen(platform, event_id))
+        return await self.awrite(lambda conn, events: mark_seen(conn, platform, event_id))
 
     # -- the import/export format (DESIGN §10), in gateway/transfer.py -------------------------
     def import_records(self, records: list[dict], skip_existing: bool = False) -> int:

@@ -8,9 +8,11 @@ The check must not cost a commit per message on the hot path, so it is split:
 - a read of the `processed_events` table answers redeliveries across a restart. It is one
   primary-key lookup, so it runs inline on the event loop: cheaper than a hop to a worker thread
   (which costs more than the read and, under load, waits for the GIL);
-- the mark is written through the DB's single writer *without waiting*. The writer commits in
-  submission order, so the mark is durable no later than anything the message itself writes
-  afterwards (its user row): a message whose effects survive a crash is also remembered as seen.
+- the mark itself: a message for the agent is marked in the same transaction that stores it as
+  the person's message (`SessionDB.append_message(..., seen_event=…)`), so after a crash it is
+  either stored and remembered, or neither, and then answered when redelivered: nothing is lost,
+  nothing answered twice. Anything else (a command) is marked at once through the DB's single
+  writer, without waiting.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ class Dedup:
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._pending: set[asyncio.Future] = set()
 
-    async def first_time(self, platform: str, event_id: str) -> bool:
-        """True the first time (platform, event_id) is offered, in this process or any earlier one."""
+    async def first_time(self, platform: str, event_id: str, mark: bool = True) -> bool:
+        """True the first time (platform, event_id) is offered, in this process or any earlier one.
+        `mark=False`: the caller stores the mark itself, with the message (see above)."""
         key = (platform, event_id)
         if key in self._seen:
             return False
@@ -42,9 +45,10 @@ class Dedup:
             self._seen.popitem(last=False)
         if self.db.is_event_seen(platform, event_id):
             return False
-        mark = asyncio.ensure_future(self.db.amark_event_seen(platform, event_id))
-        self._pending.add(mark)
-        mark.add_done_callback(self._marked)
+        if mark:
+            written = asyncio.ensure_future(self.db.amark_event_seen(platform, event_id))
+            self._pending.add(written)
+            written.add_done_callback(self._marked)
         return True
 
     def _marked(self, mark: asyncio.Future) -> None:

@@ -221,11 +221,12 @@ class GatewayRunner:
     # -- LaneHost: called by the lanes -----------------------------------------------------------
     async def accept(self, lane: ChatLane, msg: InboundMessage) -> Job | None:
         platform = msg.source.platform.value
-        if msg.message_id and not await self.dedup.first_time(platform, msg.message_id):
+        command = parse_command(msg.text)
+        # A message for the agent is marked seen when its user row is stored (gateway.dedup).
+        if msg.message_id and not await self.dedup.first_time(platform, msg.message_id, mark=command is not None):
             log.info("duplicate delivery of %s message %s ignored", platform, msg.message_id)
             self.inc("duplicates_total", {"platform": platform})
             return None
-        command = parse_command(msg.text)
         if command is None:
             return Job(msg, "turn")
         if command.name == "stop":

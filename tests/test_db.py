@@ -315,6 +315,15 @@ def test_seen_events_are_found_by_platform_and_id(db):
     assert db.is_event_seen("feishu", "om_1") and not db.is_event_seen("telegram", "om_1")
 
 
+def test_a_message_and_its_seen_mark_are_one_write(db):
+    db.create_session("s", "feishu")
+    db.append_message("s", "user", "hello", seen_event=("feishu", "om_2"))
+    assert db.is_event_seen("feishu", "om_2")
+    with pytest.raises(UnknownSession):  # the message cannot be stored: nor is the mark
+        db.append_message("gone", "user", "lost?", seen_event=("feishu", "om_3"))
+    assert not db.is_event_seen("feishu", "om_3")
+
+
 def test_stats(db, make_session):
     make_session(messages=[("user", "hello world")])
     stats = db.stats()

@@ -8,6 +8,7 @@ import json
 from datetime import datetime, timezone
 
 from gateway.reset import ResetPolicies, ResetPolicy
+from gateway.runner import ERROR_TEXT
 from tests.fakes.gateway_harness import Clock, Gateway
 from tests.fakes.openai_server import Reply, ToolCall
 
@@ -79,6 +80,31 @@ async def test_dedup_survives_restart(tmp_path):
         assert await gw.say("something new", message_id="evt-2") == ["echo: something new"]
         users = [m["content"] for m in gw.messages(gw.session_id()) if m["role"] == "user"]
         assert users == ["hello once", "something new"]
+
+
+async def test_a_message_that_could_not_be_stored_is_answered_when_redelivered(tmp_path):
+    """The seen mark is written with the message itself: when the disk is full and storing fails,
+    the message is not remembered as handled, so the platform's redelivery is answered later."""
+    db_path = tmp_path / "shared.db"
+    async with Gateway(tmp_path / "a", db_path=db_path) as gw:
+        assert await gw.say("warm up", message_id="evt-1") == ["echo: warm up"]
+        pages = gw.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+        gw.db.write(lambda conn, ev: conn.execute(f"PRAGMA max_page_count = {pages + 1}"))  # the disk fills up
+        big = gw.adapter.message("a long message " + "x" * 50_000, message_id="evt-2")
+        await gw.adapter.deliver(big)
+        await gw.runner.drain()
+        assert gw.adapter.texts()[-1] == ERROR_TEXT  # told; nothing half-stored
+        gw.db.write(lambda conn, ev: conn.execute("PRAGMA max_page_count = 1073741823"))
+        assert not gw.db.is_event_seen("telegram", "evt-2")
+    async with Gateway(tmp_path / "b", db_path=db_path) as gw:  # restarted; the platform redelivers
+        await gw.adapter.deliver(big)
+        await gw.runner.drain()
+        answer = gw.adapter.texts()
+        assert "".join(answer) == "echo: " + big.text  # (in several parts: it is long)
+        assert gw.db.is_event_seen("telegram", "evt-2")
+        await gw.adapter.deliver(big)  # and only once
+        await gw.runner.drain()
+        assert gw.adapter.texts() == answer
 
 
 async def test_compress_command_makes_child_with_lineage(tmp_path):

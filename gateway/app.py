@@ -233,6 +233,7 @@ def build_app(
         db.close()
         raise
     metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
+    metrics.set_gauge_fn("mirror_backlog", mirrors.backlog)
     use_http = config.http.enabled if http is None else http
     ops = None
     if use_http:

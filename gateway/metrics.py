@@ -23,6 +23,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     "search_seconds": ("histogram", "Wall time of a session search, seconds."),
     "queue_depth": ("gauge", "Messages waiting in per-chat queues."),
     "agent_cache_size": ("gauge", "Agents held in the agent cache."),
+    "mirror_backlog": ("gauge", "Commits not yet written to the transcript files."),
     "adapter_ready": ("gauge", "1 when the platform adapter is ready, else 0."),
     "model_errors_total": ("counter", "Failed model calls."),
     "duplicates_total": ("counter", "Redelivered platform events dropped by de-duplication, by platform."),

@@ -185,6 +185,10 @@ class Mirrors:
             with self._cond:
                 self._index_reload = True  # key changes were dropped: read every key again
             self._mark_index_dirty({})
+    def backlog(self) -> int:
+        """Commits queued for the transcript files (the `mirror_backlog` metric)."""
+        return self._events.qsize()
+
     def drain(self) -> None:
         """Wait until the transcripts hold every commit made so far."""
         if not self._applier.is_alive():

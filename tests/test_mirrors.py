@@ -194,7 +194,7 @@ def test_a_stalled_mirror_keeps_a_bounded_backlog_and_loses_nothing(home, db):
             db.append_message(sids[i % 2], "user", f"while stalled {i}")
         db.set_key_entry("agent:main:telegram:dm:1", sids[0], {"platform": "telegram"}, "created")
         db.delete_session(sids[2])  # and with it the key dm:0
-        assert m._events.qsize() <= 3 and m.overflows > 0  # memory stays bounded
+        assert m.backlog() <= 3 and m.overflows > 0  # memory stays bounded
     m.flush()
     assert mirror_problems(home, db) == []  # the dropped commits were rewritten from the DB
     assert not (home / "sessions" / f"{sids[2]}.jsonl").exists()

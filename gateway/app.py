@@ -2,11 +2,11 @@
 
     home dir -> SessionDB -> Mirrors (reconciled with the DB) -> SessionStore (reset policies)
     -> adapters (each SDK imported only when its platform is configured) -> GatewayRunner
-    -> ops HTTP server (health, readiness, metrics, webhooks)
+    -> ops HTTP server (health, readiness, metrics, webhooks) -> upkeep (gateway.maintenance)
 
 Shutdown (SIGINT/SIGTERM, or end of input when the terminal is the only adapter): stop intake,
-let running turns finish or checkpoint (runner.stop), stop the HTTP server, flush the mirrors,
-close the DB — in that order, so nothing is written to a closed store.
+let running turns finish or checkpoint (runner.stop), stop the upkeep and the HTTP server, flush
+the mirrors, close the DB — in that order, so nothing is written to a closed store.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import IO, Any, Callable
 from gateway.config import Config
 from gateway.db import SchemaTooNew, SessionDB
 from gateway.home import Home
+from gateway.maintenance import Maintenance
 from gateway.metrics import Metrics
 from gateway.mirrors import Mirrors
 from gateway.ops import OpsServer
@@ -95,6 +96,7 @@ class App:
     runner: Any  # gateway.runner.GatewayRunner
     metrics: Metrics
     ops: OpsServer | None = None
+    maintenance: Maintenance | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
 
@@ -117,6 +119,9 @@ class App:
                 self.ops = None
         tune_gc()  # a process-wide choice: made here, where the process is assembled
         await self.runner.start()
+        storage = self.config.storage
+        self.maintenance = Maintenance(self.db, storage.retention_days, storage.maintenance_hours * 3600)
+        self.maintenance.start()
         log.info("chinwag running: %s; data in %s", ", ".join(self.adapter_names), self.home.root)
 
     async def stop(self, timeout: float = 10.0) -> None:
@@ -126,6 +131,8 @@ class App:
         try:
             await self.runner.stop(timeout)
         finally:
+            if self.maintenance is not None:
+                await self.maintenance.stop()
             if self.ops is not None:
                 await self.ops.stop()
             await asyncio.to_thread(self.close_storage)

@@ -102,6 +102,12 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True)
+class StorageConfig:
+    retention_days: float  # 0: keep every conversation
+    maintenance_hours: float  # how often the daemon does its upkeep (gateway.maintenance)
+
+
+@dataclass(frozen=True)
 class HttpConfig:
     enabled: bool
     host: str
@@ -142,6 +148,7 @@ class Config:
     gateway: GatewayConfig
     recall: RecallConfig
     memory: MemoryConfig
+    storage: StorageConfig
     http: HttpConfig
     logging: LoggingConfig
     platforms: dict[str, dict[str, Any]]  # name -> full section (defaults filled), every known platform
@@ -405,6 +412,7 @@ def parse_config(
         ),
         recall=RecallConfig(**out["recall"]),
         memory=MemoryConfig(**out["memory"]),
+        storage=StorageConfig(**out["storage"]),
         http=HttpConfig(**out["http"]),
         logging=LoggingConfig(**out["logging"]),
         platforms=platforms,

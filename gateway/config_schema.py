@@ -96,6 +96,7 @@ SCHEMA: dict[str, Any] = {
     },
     "recall": {"deadline_seconds": _f(60, minimum=1), "recaps": _b(True)},
     "memory": {"memory_chars": _i(2200, minimum=100), "user_chars": _i(1375, minimum=100)},
+    "storage": {"retention_days": _f(0, minimum=0), "maintenance_hours": _f(6, minimum=0.01)},
     "platforms": Field("dict"),
     "http": {"enabled": _b(True), "host": _s("127.0.0.1"), "port": _i(8765, 0, 65535)},
     "logging": {"level": _c("INFO", "DEBUG", "INFO", "WARNING", "ERROR"), "format": _c("text", "text", "json")},

@@ -371,8 +371,11 @@ class SessionDB:
         return self.write(retention.delete_op(session_id))
 
     def prune(self, older_than_days: float, keep: Iterable[str] = ()) -> int:
-        """Delete sessions whose last activity is older than the cutoff (not those in `keep`)."""
-        return retention.prune(self, older_than_days, keep)
+        """Delete sessions whose last activity is older than the cutoff (not those in `keep`), and
+        forget seen event ids past their redelivery window."""
+        deleted = retention.prune(self, older_than_days, keep)
+        retention.forget_seen_events(self)
+        return deleted
 
     def optimize(self) -> None:
         """Merge FTS segments and refresh the planner's statistics."""

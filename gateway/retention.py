@@ -56,7 +56,7 @@ def delete_op(session_id: str) -> Callable[[sqlite3.Connection, list], bool]:
 
 def prune(db: "SessionDB", older_than_days: float, keep: Iterable[str] = ()) -> int:
     """Delete sessions idle since before the cutoff, except `keep`, a batch per transaction (so
-    chats keep writing meanwhile); then forget seen event ids past their redelivery window."""
+    chats keep writing meanwhile)."""
     cutoff = time.time() - float(older_than_days) * 86400
     keep_set = set(keep)
     victims = [
@@ -69,11 +69,14 @@ def prune(db: "SessionDB", older_than_days: float, keep: Iterable[str] = ()) -> 
     def op_for(batch: list[str]) -> Callable[[sqlite3.Connection, list], int]:
         return lambda conn, events: sum(delete_session_rows(conn, sid, events) for sid in batch)
 
-    total = sum(db.write(op_for(victims[i : i + PRUNE_BATCH])) for i in range(0, len(victims), PRUNE_BATCH))
-    db.write(lambda conn, events: conn.execute(
+    return sum(db.write(op_for(victims[i : i + PRUNE_BATCH])) for i in range(0, len(victims), PRUNE_BATCH))
+
+
+def forget_seen_events(db: "SessionDB") -> int:
+    """Drop seen inbound event ids older than any platform redelivers (EVENT_TTL_SECONDS)."""
+    return db.write(lambda conn, events: conn.execute(
         "DELETE FROM processed_events WHERE seen_at < ?", (time.time() - EVENT_TTL_SECONDS,)
-    ))
-    return total
+    ).rowcount)
 
 
 def optimize_op(conn: sqlite3.Connection, events: list) -> None:

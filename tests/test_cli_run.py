@@ -106,6 +106,9 @@ async def test_run_serves_ops_http_and_stops_gracefully_on_sigterm(tmp_path: Pat
     (home / "config.yaml").write_text(
         "http: {port: 0}\nplatforms: {local: {enabled: true, user: tester}}\n", encoding="utf-8"
     )
+    with SessionDB(home / "state.db") as db:  # a redelivery id from long ago: upkeep forgets it
+        db.mark_event_seen("feishu", "ancient")
+        db.write(lambda conn, events: conn.execute("UPDATE processed_events SET seen_at = 0"))
     async with FakeOpenAI() as fake:
         env = clean_env(tmp_path, OPENAI_BASE_URL=fake.base_url)
         proc = await start_run(env)
@@ -147,6 +150,7 @@ async def test_run_serves_ops_http_and_stops_gracefully_on_sigterm(tmp_path: Pat
         assert ("user", "remember the word pelican") in roles
         assert ("assistant", "echo: remember the word pelican") in roles
         assert (home / "sessions" / f"{session['id']}.jsonl").read_text().count("pelican") == 2
+        assert not db.is_event_seen("feishu", "ancient")  # the daemon's upkeep ran
     finally:
         db.close()
 

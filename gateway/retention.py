@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 EVENT_TTL_SECONDS = 8 * 24 * 3600  # Feishu redelivers for up to ~7 h; keep a week of ids
 PRUNE_BATCH = 200  # sessions deleted per transaction
+FORGET_BATCH = 5000  # seen event ids forgotten per transaction
 
 
 def delete_session_rows(conn: sqlite3.Connection, session_id: str, events: list) -> bool:
@@ -73,10 +74,23 @@ def prune(db: "SessionDB", older_than_days: float, keep: Iterable[str] = ()) -> 
 
 
 def forget_seen_events(db: "SessionDB") -> int:
-    """Drop seen inbound event ids older than any platform redelivers (EVENT_TTL_SECONDS)."""
-    return db.write(lambda conn, events: conn.execute(
-        "DELETE FROM processed_events WHERE seen_at < ?", (time.time() - EVENT_TTL_SECONDS,)
-    ).rowcount)
+    """Drop seen inbound event ids older than any platform redelivers (EVENT_TTL_SECONDS), a batch
+    per transaction: the first upkeep of a big, old database must not hold the writer for long."""
+    cutoff = time.time() - EVENT_TTL_SECONDS
+
+    def op(conn: sqlite3.Connection, events: list) -> int:
+        return conn.execute(
+            "DELETE FROM processed_events WHERE (platform, event_id) IN "
+            "(SELECT platform, event_id FROM processed_events WHERE seen_at < ? LIMIT ?)",
+            (cutoff, FORGET_BATCH),
+        ).rowcount
+
+    total = 0
+    while (n := db.write(op)) > 0:
+        total += n
+        if n < FORGET_BATCH:
+            break
+    return total
 
 
 def optimize_op(conn: sqlite3.Connection, events: list) -> None:

@@ -46,6 +46,19 @@ def test_old_redelivery_ids_are_forgotten_and_conversations_kept_by_default(db):
     assert db.get_session("old") is not None  # retention is off unless set
 
 
+def test_forgetting_is_done_in_batches(db, monkeypatch):
+    import gateway.retention as retention
+
+    monkeypatch.setattr(retention, "FORGET_BATCH", 3)
+    for i in range(10):
+        seen_at(db, f"old-{i}", EVENT_TTL_SECONDS + 60)
+    seen_at(db, "recent", 60)
+    commits = db.commit_stats[0]
+    assert retention.forget_seen_events(db) == 10
+    assert db.commit_stats[0] - commits == 4  # 3 + 3 + 3 + 1: chats can write between them
+    assert db.is_event_seen("feishu", "recent")
+
+
 def test_retention_deletes_idle_conversations_but_never_a_current_one(db):
     idle_session(db, "stale", 100)
     idle_session(db, "current", 100)  # idle just as long, but a chat is still in it

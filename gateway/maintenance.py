@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from dataclasses import dataclass
+from typing import Callable
 
 from gateway import retention
 from gateway.db import SessionDB
@@ -23,11 +25,13 @@ class MaintenanceReport:
     sessions_deleted: int
 
 
-def run_maintenance(db: SessionDB, retention_days: float) -> MaintenanceReport:
+def run_maintenance(
+    db: SessionDB, retention_days: float, stop: Callable[[], bool] = lambda: False
+) -> MaintenanceReport:
     deleted = 0
     if retention_days > 0:
         current = {entry["session_id"] for entry in db.list_key_entries()}
-        deleted = retention.prune(db, retention_days, keep=current)
+        deleted = retention.prune(db, retention_days, keep=current, stop=stop)
     return MaintenanceReport(retention.forget_seen_events(db), deleted)
 
 
@@ -37,6 +41,7 @@ class Maintenance:
     def __init__(self, db: SessionDB, retention_days: float, interval_seconds: float) -> None:
         self.db, self.retention_days, self.interval = db, retention_days, interval_seconds
         self.rounds = 0
+        self._stopping = threading.Event()  # asked by a round between its batches
         self._task: asyncio.Task | None = None
         self._job: asyncio.Future | None = None
 
@@ -44,7 +49,9 @@ class Maintenance:
         self._task = asyncio.create_task(self._loop(), name="chinwag maintenance")
 
     async def stop(self) -> None:
-        """Stop the schedule; a round in progress is waited for (its thread writes to the DB)."""
+        """Stop the schedule; a round in progress ends after its current batch and is waited for
+        (its thread writes to the DB)."""
+        self._stopping.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -55,7 +62,9 @@ class Maintenance:
 
     async def _loop(self) -> None:
         while True:
-            self._job = asyncio.ensure_future(asyncio.to_thread(run_maintenance, self.db, self.retention_days))
+            self._job = asyncio.ensure_future(
+                asyncio.to_thread(run_maintenance, self.db, self.retention_days, self._stopping.is_set)
+            )
             try:
                 report = await asyncio.shield(self._job)
             except asyncio.CancelledError:

@@ -55,9 +55,12 @@ def delete_op(session_id: str) -> Callable[[sqlite3.Connection, list], bool]:
     return lambda conn, events: delete_session_rows(conn, session_id, events)
 
 
-def prune(db: "SessionDB", older_than_days: float, keep: Iterable[str] = ()) -> int:
+def prune(
+    db: "SessionDB", older_than_days: float, keep: Iterable[str] = (), stop: Callable[[], bool] = lambda: False
+) -> int:
     """Delete sessions idle since before the cutoff, except `keep`, a batch per transaction (so
-    chats keep writing meanwhile)."""
+    chats keep writing meanwhile); `stop()` is asked between batches (a shutdown need not wait for
+    a long first prune: the rest is done next time)."""
     cutoff = time.time() - float(older_than_days) * 86400
     keep_set = set(keep)
     victims = [
@@ -70,7 +73,12 @@ def prune(db: "SessionDB", older_than_days: float, keep: Iterable[str] = ()) -> 
     def op_for(batch: list[str]) -> Callable[[sqlite3.Connection, list], int]:
         return lambda conn, events: sum(delete_session_rows(conn, sid, events) for sid in batch)
 
-    return sum(db.write(op_for(victims[i : i + PRUNE_BATCH])) for i in range(0, len(victims), PRUNE_BATCH))
+    deleted = 0
+    for i in range(0, len(victims), PRUNE_BATCH):
+        if stop():
+            break
+        deleted += db.write(op_for(victims[i : i + PRUNE_BATCH]))
+    return deleted
 
 
 def forget_seen_events(db: "SessionDB") -> int:

@@ -86,6 +86,22 @@ async def test_the_schedule_runs_at_once_repeats_and_stops_cleanly(db):
     assert upkeep.rounds == done  # nothing runs after stop
 
 
+def test_a_prune_stops_between_batches_when_asked(db, monkeypatch):
+    import gateway.retention as retention
+
+    monkeypatch.setattr(retention, "PRUNE_BATCH", 2)
+    for i in range(6):
+        idle_session(db, f"s{i}", 100)
+    asked = []
+
+    def stop() -> bool:  # a shutdown arrives after the first batch
+        asked.append(True)
+        return len(asked) > 1
+
+    assert run_maintenance(db, retention_days=30, stop=stop).sessions_deleted == 2
+    assert run_maintenance(db, retention_days=30).sessions_deleted == 4  # the rest, next time
+
+
 def test_storage_settings_are_validated():
     config = parse_config({}, env={})
     assert (config.storage.retention_days, config.storage.maintenance_hours) == (0, 6)

@@ -350,7 +350,7 @@ class Mirrors:
             lines = self._index_lines
             if reload or lines is None or self._index_stamp != file_stamp(self.home.sessions_index):
                 # The DB is read after the changes were taken, so it already holds them.
-                lines = {e["session_key"]: index_line(e) for e in self.db.list_key_entries()}
+                lines = self._index_lines_from_db()
                 self.index_loads += 1
             else:
                 for key, line in changes.items():
@@ -364,6 +364,9 @@ class Mirrors:
             self.index_writes += 1
             self._last_index_write = time.monotonic()
             self._last_index_cost = self._last_index_write - started
+
+    def _index_lines_from_db(self) -> dict[str, bytes]:
+        return {e["session_key"]: index_line(e) for e in self.db.list_key_entries()}
 
     def flush(self) -> None:
         """Make both mirrors current now: the transcripts catch up with every commit so far, then
@@ -410,7 +413,7 @@ class Mirrors:
         with self._index_lock:
             with self._cond:
                 self._index_changes.clear()  # the DB read below holds them
-            lines = {e["session_key"]: index_line(e) for e in self.db.list_key_entries()}
+            lines = self._index_lines_from_db()
             expected = index_file(lines)
             try:
                 current = self.home.sessions_index.read_bytes()

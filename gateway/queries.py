@@ -17,7 +17,7 @@ def session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
     return dict(row) if row else None
 
 
-def _key_entry(row: sqlite3.Row) -> dict:
+def _key_entry(row: sqlite3.Row | dict) -> dict:
     entry = dict(row)
     entry["origin"] = json.loads(entry["origin"]) if entry["origin"] else None
     return entry
@@ -43,8 +43,7 @@ def key_row_with_session(conn: sqlite3.Connection, session_key: str) -> tuple[di
         return None, None
     names = [d[0] for d in cur.description]
     n = len(KEY_COLUMNS)
-    entry = dict(zip(KEY_COLUMNS, row[:n]))
-    entry["origin"] = json.loads(entry["origin"]) if entry["origin"] else None
+    entry = _key_entry(dict(zip(KEY_COLUMNS, row[:n])))
     session = dict(zip(names[n:], row[n:])) if row[n] is not None else None  # s.id: NULL if gone
     return entry, session
 

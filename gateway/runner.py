@@ -181,7 +181,7 @@ class GatewayRunner:
             if source.platform is Platform.LOCAL:
                 # The terminal is one person's typing (or a piped script): every line is answered,
                 # in order, with nothing dropped and no acknowledgements in between.
-                busy = {"busy_mode": "queue", "max_pending": sys.maxsize, "busy_ack": False}
+                busy = {"busy_mode": "queue", "max_pending": sys.maxsize, "busy_ack": False, "in_order": True}
             else:
                 busy = {
                     "busy_mode": self._busy_mode(platform),
@@ -241,10 +241,10 @@ class GatewayRunner:
     @staticmethod
     def _may_skip_queue(lane: ChatLane, msg: InboundMessage) -> bool:
         """A read-only command need not wait for a long agent turn. It does wait behind a command
-        (`/new` then `/search` must search from the new session), and in the terminal, whose
-        lines are one person's script, answered in order."""
+        (`/new` then `/search` must search from the new session), and in a lane that answers
+        strictly in order (the terminal)."""
         job = lane.current_job
-        return lane.busy and job is not None and job.kind == "turn" and msg.source.platform is not Platform.LOCAL
+        return lane.busy and job is not None and job.kind == "turn" and not lane.in_order
 
     async def execute(self, lane: ChatLane, job: Job) -> None:
         started = time.monotonic()

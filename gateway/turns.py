@@ -77,6 +77,7 @@ class ChatLane:
     busy_mode: str = "queue"
     max_pending: int = 5
     busy_ack: bool = True
+    in_order: bool = False  # every message waits its turn, read-only commands too (the terminal)
     clock: Callable[[], float] = field(default=lambda: 0.0)
     ack_interval: float = ACK_INTERVAL
 

@@ -17,13 +17,6 @@ from gateway.retention import EVENT_TTL_SECONDS
 DAY = 86400.0
 
 
-@pytest.fixture
-def db(tmp_path):
-    database = SessionDB(tmp_path / "state.db")
-    yield database
-    database.close()
-
-
 def idle_session(db: SessionDB, sid: str, days_idle: float) -> None:
     then = time.time() - days_idle * DAY
     db.create_session(sid, "telegram", started_at=then)

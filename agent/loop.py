@@ -31,7 +31,7 @@ from agent.llm import (
     is_transient,
     retry_after,
 )
-from tools.registry import ToolContext, ToolRegistry
+from agent.tools import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
 

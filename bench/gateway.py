@@ -48,14 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.llm import Completion, ModelSettings  # noqa: E402
 from agent.loop import Agent  # noqa: E402
-from gateway.agent_factory import AgentFactory, default_tools  # noqa: E402
-from gateway.app import tune_gc  # noqa: E402
-from gateway.config import parse_config  # noqa: E402
+from gateway.runtime.agent_factory import AgentFactory, default_tools  # noqa: E402
+from gateway.service.app import tune_gc  # noqa: E402
+from gateway.config.load import parse_config  # noqa: E402
 from gateway.db import SessionDB, new_session_id  # noqa: E402
-from gateway.mirrors import Mirrors  # noqa: E402
-from gateway.runner import GatewayRunner  # noqa: E402
+from gateway.sessions.mirrors import Mirrors  # noqa: E402
+from gateway.runtime.runner import GatewayRunner  # noqa: E402
 from gateway.source import Platform, SessionSource  # noqa: E402
-from gateway.store import SessionStore  # noqa: E402
+from gateway.sessions.store import SessionStore  # noqa: E402
 from platforms.base import InboundMessage, PlatformAdapter  # noqa: E402
 
 MODEL_TIME: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("model_time", default=None)

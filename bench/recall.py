@@ -39,8 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.db import SessionDB  # noqa: E402
-from gateway.fts import parse_query  # noqa: E402
-from gateway.recall import find_sessions  # noqa: E402
+from gateway.storage.fts import parse_query  # noqa: E402
+from gateway.recall.rank import find_sessions  # noqa: E402
 
 REFERENCE = {
     "locomo content words": {"any@1": 0.53, "any@5": 0.79, "all@5": 0.68, "MRR": 0.63},

@@ -19,10 +19,10 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from gateway import queries, retention, search, transfer
-from gateway.fts import ident_text, index_text
-from gateway.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, SchemaTooNew, migrate
-from gateway.writer import Checkpointer, CommitListener, GroupCommitWriter
+from gateway.storage import queries, retention, search, transfer
+from gateway.storage.fts import ident_text, index_text
+from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, SchemaTooNew, migrate
+from gateway.storage.writer import Checkpointer, CommitListener, GroupCommitWriter
 
 __all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_session_id"]
 
@@ -263,7 +263,7 @@ class SessionDB:
         self, session_id: str, role: str, content: Any, fields: dict, seen_event: tuple[str, str] | None = None
     ) -> Callable:
         """The write of one message; `seen_event` = (platform, event id) is marked seen in the same
-        transaction (see gateway.dedup)."""
+        transaction (see gateway.sessions.dedup)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         unknown = set(fields) - set(MESSAGE_FIELDS)

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tools.registry import Tool, ToolContext
+from agent.tools import Tool, ToolContext
 
 SEPARATOR = "§"
 FILES = {"memory": "MEMORY.md", "user": "USER.md"}

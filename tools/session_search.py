@@ -26,8 +26,8 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
-from gateway.recall import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
-from tools.registry import Tool, ToolContext
+from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
+from agent.tools import Tool, ToolContext
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from gateway.config import Config, parse_config
+from gateway.config.load import Config, parse_config
 from gateway.db import SessionDB
-from gateway.reset import ResetPolicies, ResetPolicy
-from gateway.runner import GatewayRunner
-from gateway.store import SessionStore
+from gateway.sessions.reset import ResetPolicies, ResetPolicy
+from gateway.runtime.runner import GatewayRunner
+from gateway.sessions.store import SessionStore
 from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.openai_server import FakeOpenAI
 

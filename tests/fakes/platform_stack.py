@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from gateway.db import SessionDB
-from gateway.ops import OpsServer
-from gateway.runner import GatewayRunner
+from gateway.service.http import OpsServer
+from gateway.runtime.runner import GatewayRunner
 from platforms.base import PlatformAdapter
 from tests.fakes.gateway_harness import build_store, make_config
 from tests.fakes.loopback import wait_until

@@ -1,0 +1,297 @@
+"""`chinwag doctor`: check the config, the database and every configured endpoint, in sentences.
+
+Each check prints one line: `ok`, `warn` (works, but you may not want it) or `FAIL` (something is
+wrong). Exit status 1 when anything failed. The database is opened read-only: the doctor never
+migrates or repairs anything. Secrets never appear in the output (URLs with a token show `<token>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import socket
+import sqlite3
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import aiohttp
+
+from gateway.config.load import Config, ConfigError, load_config
+from gateway.storage.home import resolve_home
+from gateway.storage.schema import SCHEMA_VERSION, current_version
+
+FEISHU_DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
+DISCORD_API = "https://discord.com/api/v10"
+OPENAI_API = "https://api.openai.com/v1"
+
+
+@dataclass
+class Report:
+    out: IO[str]
+    failures: int = 0
+    warnings: int = 0
+    lines: list[str] = field(default_factory=list)
+
+    def _emit(self, tag: str, text: str) -> None:
+        line = f"{tag:<5} {text}"
+        self.lines.append(line)
+        print(line, file=self.out, flush=True)
+
+    def ok(self, text: str) -> None:
+        self._emit("ok", text)
+
+    def warn(self, text: str) -> None:
+        self.warnings += 1
+        self._emit("warn", text)
+
+    def fail(self, text: str) -> None:
+        self.failures += 1
+        self._emit("FAIL", text)
+
+
+def run_doctor(config_path: str | None = None, home: str | None = None, *, timeout: float = 5.0,
+               out: IO[str] | None = None, env: dict[str, str] | None = None) -> int:
+    report = Report(out or sys.stdout)
+    env = dict(os.environ) if env is None else env
+    config: Config | None = None
+    try:
+        config = load_config(config_path, home, env=env)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            report.fail(f"config: {problem}")
+    if config is not None:
+        where = str(config.path) if config.path else "no config file (embedded defaults)"
+        report.ok(f"config: {where}; platforms: {', '.join(config.configured_platforms()) or 'none'}")
+        for warning in config.warnings:
+            report.warn(f"config: {warning}")
+        data_dir = config.home
+    else:
+        try:
+            data_dir = resolve_home(home, config_path, env).root
+        except ValueError:
+            data_dir = Path(env.get("CHINWAG_HOME") or "~/.chinwag").expanduser()
+    check_home(report, data_dir)
+    check_database(report, data_dir / "state.db")
+    check_mirrors(report, data_dir)
+    if config is not None:
+        check_http_port(report, config)
+        asyncio.run(check_endpoints(report, config, timeout))
+    if report.failures:
+        print(f"\n{report.failures} problem(s) found.", file=report.out)
+        return 1
+    print("\nEverything looks fine." + (f" ({report.warnings} warning(s))" if report.warnings else ""),
+          file=report.out)
+    return 0
+
+
+def check_home(report: Report, root: Path) -> None:
+    if not root.exists():
+        report.ok(f"data directory {root} does not exist yet; it is created on first run")
+        return
+    if not root.is_dir():
+        report.fail(f"data directory {root} is not a directory")
+    elif not os.access(root, os.W_OK | os.X_OK):
+        report.fail(f"data directory {root} is not writable by this user")
+    else:
+        report.ok(f"data directory {root}")
+
+
+def check_database(report: Report, path: Path) -> None:
+    if not path.exists():
+        report.ok(f"database {path} does not exist yet; it is created on first run")
+        return
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as exc:
+        report.fail(f"database {path} cannot be opened: {exc}")
+        return
+    try:
+        result = [row[0] for row in conn.execute("PRAGMA integrity_check").fetchall()]
+        if result != ["ok"]:
+            report.fail(f"database {path} is damaged: {'; '.join(map(str, result[:5]))} "
+                        f"(restore a backup, or `chinwag sessions export` what can be read)")
+            return
+        version = current_version(conn)
+        if version > SCHEMA_VERSION:
+            report.fail(f"database {path} has schema v{version}, newer than this chinwag (v{SCHEMA_VERSION}); "
+                        "upgrade chinwag")
+            return
+        sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0] if version else 0
+        messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0] if version else 0
+        if version < SCHEMA_VERSION:
+            report.warn(f"database {path} has schema v{version}; it is migrated to v{SCHEMA_VERSION} on next start")
+        else:
+            report.ok(f"database {path}: integrity ok, schema v{version}, {sessions} sessions, {messages} messages")
+    except sqlite3.DatabaseError as exc:
+        report.fail(f"database {path} is not a readable SQLite database: {exc}")
+    finally:
+        conn.close()
+
+
+def check_http_port(report: Report, config: Config) -> None:
+    if not config.http.enabled:
+        report.ok("http: disabled (no health, readiness, metrics or webhooks)")
+        return
+    host, port = config.http.host, config.http.port
+    if port == 0:
+        report.ok(f"http: {host}, a free port is picked at start")
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        report.fail(f"http: host {host!r} cannot be resolved ({exc}); set http.host, e.g. 127.0.0.1")
+        return
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                report.warn(f"http: port {port} on {host} is in use (fine if chinwag is running; "
+                            "otherwise set http.port)")
+            else:
+                report.fail(f"http: cannot listen on {host}:{port} ({exc.strerror or exc}); set http.host / http.port")
+            return
+    report.ok(f"http: {host}:{port} is free")
+
+
+def check_mirrors(report: Report, root: Path) -> None:
+    """sessions.json must parse; the transcripts are checked by `chinwag sessions repair`."""
+    index = root / "sessions.json"
+    if not index.exists():
+        return
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        report.warn(f"mirror {index} is unreadable ({exc}); the database is intact and wins: "
+                    "`chinwag sessions repair` (or the next start) rewrites it")
+        return
+    report.ok(f"mirror {index}: {len(data)} session key(s)")
+
+
+async def check_endpoints(report: Report, config: Config, timeout: float) -> None:
+    client_timeout = aiohttp.ClientTimeout(total=timeout)
+    async with aiohttp.ClientSession(timeout=client_timeout) as http:
+        checks = [check_model(report, http, "model", config.model.base_url, config.model.api_key,
+                              config.model.name)]
+        aux = config.auxiliary
+        if (aux.base_url, aux.api_key) != (config.model.base_url, config.model.api_key):
+            checks.append(check_model(report, http, "auxiliary model", aux.base_url, aux.api_key, aux.name))
+        for name in config.configured_platforms():
+            raw = config.adapter_config(name)
+            if name == "telegram":
+                checks.append(check_telegram(report, http, raw))
+            elif name == "feishu":
+                checks.append(check_feishu(report, http, raw))
+            elif name == "discord":
+                checks.append(check_discord(report, http, raw))
+            if raw.get("mode") == "webhook" and not config.http.enabled:
+                report.fail(f"platforms.{name}: webhook mode needs the HTTP server, but http.enabled is false")
+        # sequential output order is nicer than interleaved; the checks are few
+        for check in checks:
+            await check
+
+
+async def _request(http: aiohttp.ClientSession, method: str, url: str, **kwargs: Any) -> tuple[int, Any]:
+    async with http.request(method, url, **kwargs) as resp:
+        try:
+            body = await resp.json(content_type=None)
+        except (ValueError, aiohttp.ContentTypeError):
+            body = None
+        return resp.status, body
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect ({exc.os_error.strerror or exc.os_error})" if exc.os_error else "cannot connect"
+    if isinstance(exc, aiohttp.InvalidURL):
+        return "the URL is not valid"
+    return type(exc).__name__ + (f": {exc}" if str(exc) else "")
+
+
+async def check_model(report: Report, http: aiohttp.ClientSession, label: str, base_url: str,
+                      api_key: str, name: str) -> None:
+    if not (base_url or api_key):
+        report.warn(f"{label}: not configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url); "
+                    "chat turns will answer \"no model configured\"")
+        return
+    base = base_url or OPENAI_API
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        status, body = await _request(http, "GET", f"{base}/models", headers=headers)
+    except Exception as exc:
+        report.fail(f"{label}: {base} is not reachable: {_why(exc)}")
+        return
+    if status in (401, 403):
+        report.fail(f"{label}: {base} refused the API key (HTTP {status})")
+    elif status == 404:
+        report.fail(f"{label}: {base}/models not found (HTTP 404); the base URL usually ends in /v1")
+    elif status >= 400:
+        report.fail(f"{label}: {base}/models answered HTTP {status}")
+    else:
+        ids = [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)] if isinstance(body, dict) else []
+        if name and ids and name not in ids:
+            report.warn(f"{label}: {base} is reachable but does not list model {name!r} "
+                        f"(it has: {', '.join(map(str, ids[:5]))})")
+        else:
+            report.ok(f"{label}: {base} reachable" + (f", {len(ids)} model(s)" if ids else ""))
+
+
+async def check_telegram(report: Report, http: aiohttp.ClientSession, raw: dict[str, Any]) -> None:
+    base = str(raw.get("base_url") or "https://api.telegram.org/bot")
+    shown = f"{base}<token>/getMe"
+    try:
+        status, body = await _request(http, "GET", f"{base}{raw['token']}/getMe")
+    except Exception as exc:
+        report.fail(f"telegram: {shown} is not reachable: {_why(exc)}")
+        return
+    if status == 200 and isinstance(body, dict) and body.get("ok"):
+        user = (body.get("result") or {}).get("username") or "?"
+        report.ok(f"telegram: token accepted, bot @{user}")
+    elif status in (401, 404):
+        report.fail(f"telegram: the bot token was rejected (HTTP {status} from {shown}); check platforms.telegram.token")
+    else:
+        report.fail(f"telegram: {shown} answered HTTP {status}")
+
+
+async def check_feishu(report: Report, http: aiohttp.ClientSession, raw: dict[str, Any]) -> None:
+    domain = str(raw.get("domain") or "feishu").strip()
+    base = FEISHU_DOMAINS.get(domain.lower(), domain).rstrip("/")
+    url = f"{base}/open-apis/auth/v3/tenant_access_token/internal"
+    try:
+        status, body = await _request(http, "POST", url, json={"app_id": raw["app_id"], "app_secret": raw["app_secret"]})
+    except Exception as exc:
+        report.fail(f"feishu: {url} is not reachable: {_why(exc)}")
+        return
+    code = body.get("code") if isinstance(body, dict) else None
+    if status == 200 and code == 0:
+        report.ok(f"feishu: app credentials accepted by {base}")
+    elif code is not None:
+        report.fail(f"feishu: {base} refused the app credentials (code {code}: {body.get('msg', '')}); "
+                    "check platforms.feishu.app_id / app_secret and the domain")
+    else:
+        report.fail(f"feishu: {url} answered HTTP {status}")
+
+
+async def check_discord(report: Report, http: aiohttp.ClientSession, raw: dict[str, Any]) -> None:
+    base = str(raw.get("api_base") or DISCORD_API).rstrip("/")
+    try:
+        status, body = await _request(http, "GET", f"{base}/users/@me", headers={"Authorization": f"Bot {raw['token']}"})
+    except Exception as exc:
+        report.fail(f"discord: {base} is not reachable: {_why(exc)}")
+        return
+    if status == 200:
+        name = body.get("username") if isinstance(body, dict) else None
+        report.ok("discord: token accepted" + (f", bot {name}" if name else ""))
+    elif status == 401:
+        report.fail("discord: the bot token was rejected (HTTP 401); check platforms.discord.token")
+    else:
+        report.fail(f"discord: {base}/users/@me answered HTTP {status}")

@@ -1,0 +1,102 @@
+"""`chinwag run | chat | doctor`.
+
+- `run`: the gateway on every configured platform (the terminal when none is), with the ops HTTP
+  server. Works with no config file at all (DESIGN.md §1).
+- `chat`: a conversation in this terminal — same sessions, commands and recall.
+- `doctor`: checks the config, the database and each configured endpoint (gateway.cli.doctor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from gateway.config.load import Config, ConfigError, load_config
+from gateway.service.logs import Redactor, secrets_from_config, setup_logging
+
+log = logging.getLogger("chinwag")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="run the gateway (the terminal when no chat platform is configured)")
+    run.add_argument("--no-http", action="store_true", help="do not start the health/metrics/webhook server")
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    run.set_defaults(handler=cmd_run)
+    chat = sub.add_parser("chat", help="talk to the agent in this terminal")
+    chat.add_argument("-v", "--verbose", action="store_true", help="show the gateway's log lines")
+    chat.set_defaults(handler=cmd_chat)
+    doctor = sub.add_parser("doctor", help="check the config, the database and every configured endpoint")
+    doctor.add_argument("--timeout", type=float, default=5.0, help="seconds per endpoint check (default 5)")
+    doctor.set_defaults(handler=cmd_doctor)
+
+
+def _load(args: argparse.Namespace) -> Config | None:
+    try:
+        return load_config(getattr(args, "config", None), getattr(args, "home", None))
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        print("chinwag: fix the configuration above (`chinwag doctor` explains more)", file=sys.stderr)
+        return None
+
+
+def _logging(config: Config, *, quiet: bool, verbose: bool) -> None:
+    level = "DEBUG" if verbose else config.logging.level
+    if quiet and not verbose and level in ("DEBUG", "INFO"):
+        level = "WARNING"  # the terminal is for the conversation
+    setup_logging(level, config.logging.format, secrets_from_config(config))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 2
+    # A conversation on this terminal should not be interleaved with INFO lines.
+    terminal = "local" in config.configured_platforms() and sys.stdin.isatty()
+    _logging(config, quiet=terminal, verbose=args.verbose)
+    return _serve(config, local_only=False, http=False if args.no_http else None)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 2
+    _logging(config, quiet=True, verbose=args.verbose)
+    return _serve(config, local_only=True, http=False)
+
+
+def _serve(config: Config, *, local_only: bool, http: bool | None) -> int:
+    from gateway.service.app import AppError, build_app
+
+    for warning in config.warnings:
+        log.warning("config: %s", warning)
+    if not config.model.is_configured:
+        log.warning("no model configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url): "
+                    "commands and recall work, chat turns say so")
+
+    async def main() -> int:
+        app = build_app(config, local_only=local_only, http=http)
+        local = next((a for a in app.adapters if a.platform.value == "local"), None)
+        if local is not None and getattr(local, "interactive", False):
+            print("chinwag: type a message; /help lists commands; Ctrl-D quits.", flush=True)
+        return await app.run_forever()
+
+    try:
+        return asyncio.run(main())
+    except AppError as exc:
+        print(f"chinwag: {Redactor(secrets_from_config(config))(str(exc))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return 130
+    except Exception as exc:  # a bug or an SDK refusing to start: the log has the (redacted) trace
+        log.critical("chinwag stopped by an unexpected error", exc_info=True)
+        redact = Redactor(secrets_from_config(config))
+        print(f"chinwag: stopped by an unexpected error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
+        return 1
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gateway.cli.doctor import run_doctor
+
+    return run_doctor(getattr(args, "config", None), getattr(args, "home", None), timeout=args.timeout)

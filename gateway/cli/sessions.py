@@ -1,0 +1,527 @@
+"""`chinwag sessions list|show|search|export|import|delete|rename|prune|repair|stats`.
+
+Readable tables by default, `--json` for scripts. Bad input gets a one-line error naming what is
+wrong and exit code 2, and changes nothing: an import is validated line by line before anything
+is written, and then written in one transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+from gateway.cli.format import Progress, ago, fmt_time, table
+from gateway.db import MAX_CONTENT_CHARS, ROLES, SchemaTooNew, SessionDB, TitleTaken, sanitize_title
+from gateway.storage.home import Home, home_from_args, is_safe_session_id
+from gateway.sessions.mirrors import Mirrors
+
+EXIT_BAD_INPUT = 2
+
+
+class CliError(Exception):
+    """A problem with what the user asked for: printed as one line, exit code 2."""
+
+
+# -- plumbing --------------------------------------------------------------------------------------
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("sessions", help="list, search, export, import and maintain stored sessions")
+    cmds = parser.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND")
+    parser.set_defaults(handler=lambda args: _usage(parser))
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = cmds.add_parser("list", parents=[common], help="sessions by last activity")
+    p.add_argument("--source", help="only this platform (telegram, feishu, discord, local, tool)")
+    p.add_argument("--user", help="only sessions this person started or took part in")
+    p.add_argument("--limit", type=_positive_int, default=20)
+    p.set_defaults(handler=_wrap(cmd_list))
+
+    p = cmds.add_parser("show", parents=[common], help="one session and its messages")
+    p.add_argument("id", metavar="ID", help="session id, unique id prefix, or title")
+    p.add_argument("--all", action="store_true", help="include hidden (undone/retried/compacted) messages")
+    p.set_defaults(handler=_wrap(cmd_show))
+
+    p = cmds.add_parser("search", parents=[common], help="find the sessions a query is about")
+    p.add_argument("query", nargs="+", metavar="QUERY")
+    p.add_argument("--limit", type=_positive_int, default=5)
+    p.add_argument("--user", help="only sessions this person took part in")
+    p.set_defaults(handler=_wrap(cmd_search))
+
+    p = cmds.add_parser("export", help="write sessions as JSONL (stdout when no FILE)")
+    p.add_argument("file", nargs="?", metavar="FILE")
+    p.add_argument("--session", action="append", default=[], metavar="ID", help="only this session (repeatable)")
+    p.add_argument("--source", help="only this platform")
+    p.set_defaults(handler=_wrap(cmd_export))
+
+    p = cmds.add_parser("import", help="read sessions from JSONL ('-' for stdin); all or nothing")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--skip-existing", action="store_true", help="leave sessions that already exist alone")
+    p.set_defaults(handler=_wrap(cmd_import))
+
+    p = cmds.add_parser("delete", help="delete a session and its messages")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    p.set_defaults(handler=_wrap(cmd_delete))
+
+    p = cmds.add_parser("rename", help="set a session's title")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("title", nargs="+", metavar="TITLE")
+    p.set_defaults(handler=_wrap(cmd_rename))
+
+    p = cmds.add_parser("prune", parents=[common], help="delete sessions idle for more than DAYS days")
+    p.add_argument("--older-than", type=float, required=True, metavar="DAYS")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+    p.add_argument("--include-current", action="store_true", help="also delete sessions a chat is still in")
+    p.set_defaults(handler=_wrap(cmd_prune))
+
+    p = cmds.add_parser("repair", parents=[common], help="rebuild sessions/*.jsonl and sessions.json from the DB")
+    p.set_defaults(handler=_wrap(cmd_repair))
+
+    p = cmds.add_parser("stats", parents=[common], help="counts and sizes")
+    p.set_defaults(handler=_wrap(cmd_stats))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _wrap(fn: Any) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        name = args.sessions_command
+        try:
+            return int(fn(args) or 0)
+        except CliError as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except (SchemaTooNew, sqlite3.DatabaseError) as exc:  # not the user's typo: exit 1
+            print(f"{name}: database {home_from_args(args).db_path}: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:  # `chinwag sessions export | head`
+            try:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+            except OSError:
+                pass
+            return 0
+
+    return handler
+
+
+@contextmanager
+def _open_db(args: argparse.Namespace, mirrors: bool = False) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
+    """The DB of this home; with `mirrors`, changes are mirrored to the files as the daemon does."""
+    try:
+        home = home_from_args(args)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    db = SessionDB(home.db_path)
+    m = Mirrors(home, db) if mirrors else None
+    try:
+        yield home, db, m
+    finally:
+        if m:
+            m.close()
+        db.close()
+
+
+def _find(db: SessionDB, ref: str) -> dict:
+    row = db.find_session(ref)
+    if row is None:
+        raise CliError(f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title)")
+    return row
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+
+
+# -- read commands -----------------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    with _open_db(args) as (_, db, _m):
+        rows = db.list_sessions_rich(source=args.source, user_id=args.user, limit=args.limit)
+        total = db.count_sessions()
+    if args.json:
+        _print_json(rows)
+        return 0
+    if not rows:
+        print("no sessions" + (" match" if args.source or args.user else " yet"))
+        return 0
+    now = time.time()
+    print(table(
+        ["ID", "TITLE", "SOURCE", "USER", "MSGS", "LAST ACTIVE", "PREVIEW"],
+        [[r["id"], r["title"] or "", r["source"], r["user_id"] or "", r["message_count"],
+          ago(r["last_active_at"], now), r["preview"] or ""] for r in rows],
+        [24, 30, 8, 16, 5, 10, 60],
+    ))
+    if len(rows) == args.limit and total > len(rows) and not (args.source or args.user):
+        print(f"({len(rows)} of {total} sessions; --limit N for more)")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open_db(args) as (_, db, _m):
+        session = _find(db, args.id)
+        record = db.export_session(session["id"])
+    if args.json:
+        if not args.all:
+            record["messages"] = [m for m in record["messages"] if m.get("active", 1)]
+        _print_json(record)
+        return 0
+    s = record["session"]
+    ended = f"{fmt_time(s['ended_at'])} ({s['end_reason']})" if s.get("ended_at") else "no (current or resumable)"
+    facts = [
+        ("id", s["id"]), ("title", s.get("title") or "-"), ("source", s["source"]),
+        ("user", s.get("user_id") or "-"), ("chat", " ".join(filter(None, [s.get("chat_type"), s.get("chat_name")])) or "-"),
+        ("key", s.get("session_key") or "-"), ("started", fmt_time(s["started_at"])),
+        ("last active", f"{fmt_time(s['last_active_at'])} ({ago(s['last_active_at'])})"), ("ended", ended),
+        ("parent", s.get("parent_session_id") or "-"), ("messages", str(s["message_count"])),
+        ("tokens", f"{s.get('input_tokens') or 0} in / {s.get('output_tokens') or 0} out"),
+    ]
+    for label, value in facts:
+        print(f"{label:>12}: {value}")
+    hidden = sum(1 for m in record["messages"] if not m.get("active", 1))
+    if hidden and not args.all:
+        print(f"{'':>12}  ({hidden} hidden message(s); --all to show them)")
+    print()
+    for m in record["messages"]:
+        if not m.get("active", 1) and not args.all:
+            continue
+        flag = "" if m.get("active", 1) else (" [compacted]" if m.get("compacted") else " [undone]")
+        body = m.get("content") or ""
+        if m.get("tool_calls"):
+            names = [((c or {}).get("function") or {}).get("name") or "?" for c in m["tool_calls"]
+                     if isinstance(c, dict)] if isinstance(m["tool_calls"], list) else ["?"]
+            body = (body + " " if body else "") + f"[calls {', '.join(names)}]"
+        role = m["role"] + (f" ({m['tool_name']})" if m.get("tool_name") else "")
+        print(f"[{fmt_time(m.get('timestamp'))}] {role}{flag}: {body}")
+    return 0
+
+
+def _search_hits(db: SessionDB, query: str, limit: int, user: str | None) -> list[dict]:
+    try:
+        from gateway.recall.rank import find_sessions
+    except ImportError:  # recall not installed in this build: message search grouped by session
+        return _search_fallback(db, query, limit, user)
+    hits = find_sessions(db, query, limit=limit, person_id=user, see_all=user is None)
+    return [h.as_dict() for h in hits]
+
+
+def _search_fallback(db: SessionDB, query: str, limit: int, user: str | None) -> list[dict]:
+    out: dict[str, dict] = {}
+    for hit in db.search_messages(query, exclude_sources=["tool"], limit=200):
+        sid = hit["session_id"]
+        if sid in out or (user and user not in db.session_participants(sid)):
+            continue
+        s = db.get_session(sid) or {}
+        out[sid] = {"session_id": sid, "title": s.get("title"), "source": hit["source"],
+                    "started_at": s.get("started_at"), "last_active_at": s.get("last_active_at"),
+                    "message_count": s.get("message_count"), "snippet": hit["snippet"]}
+        if len(out) >= limit:
+            break
+    return list(out.values())
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    query = " ".join(args.query)
+    with _open_db(args) as (_, db, _m):
+        hits = _search_hits(db, query, args.limit, args.user)
+    if args.json:
+        _print_json(hits)
+        return 0
+    if not hits:
+        print(f"no session mentions {query!r}")
+        return 0
+    print(table(
+        ["SESSION", "TITLE", "SOURCE", "LAST ACTIVE", "MATCH"],
+        [[h["session_id"], h.get("title") or "", h["source"], ago(h.get("last_active_at")), h.get("snippet") or ""]
+         for h in hits],
+        [24, 30, 8, 10, 80],
+    ))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open_db(args) as (home, db, _m):
+        stats = db.stats()
+        files = list(home.sessions_dir.glob("*.jsonl")) if home.sessions_dir.is_dir() else []
+        stats["transcripts"] = len(files)
+        stats["transcript_bytes"] = sum(f.stat().st_size for f in files)
+        stats["sources"] = dict(db.read(lambda c: c.execute(
+            "SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY 2 DESC").fetchall()))
+    if args.json:
+        _print_json(stats)
+        return 0
+    parts = stats.pop("bytes_by_part", None) or {}
+    sources = stats.pop("sources")
+    rows = [[k.replace("_", " "), _human(v) if k.endswith("bytes") else v] for k, v in stats.items()]
+    rows += [[f"  {part.replace('_', ' ')}", _human(size)] for part, size in parts.items()]
+    rows += [[f"sessions from {src}", n] for src, n in sources.items()]
+    print(table(["WHAT", "VALUE"], rows, [30, 80]))
+    return 0
+
+
+def _human(n: int | None) -> str:
+    size = float(n or 0)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)  # pragma: no cover
+
+
+# -- export / import ---------------------------------------------------------------------------------
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open_db(args) as (_, db, _m):
+        if args.session:
+            ids = [_find(db, ref)["id"] for ref in args.session]
+        else:
+            sql, params = "SELECT id FROM sessions", []
+            if args.source:
+                sql, params = sql + " WHERE source = ?", [args.source]
+            ids = db.read(lambda c: [r[0] for r in c.execute(sql + " ORDER BY started_at, id", params)])
+        to_stdout = not args.file or args.file == "-"
+        target = None if to_stdout else Path(args.file)
+        if target is not None and target.is_dir():
+            raise CliError(f"{target} is a directory; give a file name")
+        messages = 0
+        with Progress(len(ids), "export") as bar, _export_stream(target) as out:
+            for n, sid in enumerate(ids, 1):
+                record = db.export_session(sid)
+                messages += len(record["messages"])
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                bar.update(n)
+    if not to_stdout:
+        print(f"exported {len(ids)} session(s), {messages} message(s) to {target}", file=sys.stderr)
+    return 0
+
+
+@contextmanager
+def _export_stream(target: Path | None) -> Iterator[IO[str]]:
+    """stdout, or a temp file renamed onto `target` only when the export completed."""
+    if target is None:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+_SESSION_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "source": (str,), "title": (str, type(None)), "user_id": (str, type(None)),
+    "session_key": (str, type(None)), "parent_session_id": (str, type(None)), "model": (str, type(None)),
+    "started_at": (int, float, type(None)), "ended_at": (int, float, type(None)),
+    "end_reason": (str, type(None)), "input_tokens": (int, type(None)), "output_tokens": (int, type(None)),
+}
+_MESSAGE_TYPES: dict[str, tuple[type, ...]] = {
+    "content": (str, type(None)), "timestamp": (int, float, type(None)), "tool_call_id": (str, type(None)),
+    "tool_name": (str, type(None)), "token_count": (int, type(None)), "active": (int, bool),
+    "compacted": (int, bool), "user_id": (str, type(None)), "platform_message_id": (str, int, type(None)),
+    "tool_calls": (list, dict, str, type(None)),
+}
+
+
+def _type_problem(obj: dict, types: dict[str, tuple[type, ...]], where: str) -> str | None:
+    for key, allowed in types.items():
+        if key in obj:
+            value = obj[key]
+            bad_bool = isinstance(value, bool) and bool not in allowed
+            if bad_bool or not isinstance(value, allowed):
+                names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+                return f"{where}{key} must be {names}, got {json.dumps(value)[:40]}"
+    return None
+
+
+def check_record(record: Any) -> str | None:
+    """What is wrong with one import record, or None."""
+    if not isinstance(record, dict) or not isinstance(record.get("session"), dict):
+        return 'expected an object like {"session": {...}, "messages": [...]}'
+    session = record["session"]
+    for key in ("id", "source"):
+        if not session.get(key):
+            return f"session.{key} is missing"
+    problem = _type_problem(session, _SESSION_TYPES, "session.")
+    if problem:
+        return problem
+    if not is_safe_session_id(session["id"]):
+        return f"session.id {session['id'][:40]!r} may only hold letters, digits, '_', '-' and '.'"
+    messages = record.get("messages", [])
+    if not isinstance(messages, list):
+        return "messages must be a list"
+    for n, msg in enumerate(messages, 1):
+        if not isinstance(msg, dict):
+            return f"message {n} must be an object"
+        if msg.get("role") not in ROLES:
+            return f"message {n}: role must be one of {', '.join(ROLES)}, got {json.dumps(msg.get('role'))}"
+        problem = _type_problem(msg, _MESSAGE_TYPES, f"message {n}: ")
+        if problem:
+            return problem
+        if len(msg.get("content") or "") > MAX_CONTENT_CHARS:
+            return f"message {n}: content is {len(msg['content']):,} characters; the limit is {MAX_CONTENT_CHARS:,}"
+    return None
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        if path == "-":
+            return sys.stdin.read().splitlines()
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+
+
+def parse_import(lines: list[str], db: SessionDB, skip_existing: bool) -> tuple[list[dict], list[int]]:
+    """Validate every line; return the records and the line number of each. Raises CliError."""
+    records, line_of, seen, titles = [], [], {}, {}
+    with Progress(len(lines), "check") as bar:
+        for lineno, raw in enumerate(lines, 1):
+            bar.update(lineno)
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise CliError(f"line {lineno}: invalid JSON ({exc.msg})") from None
+            problem = check_record(record)
+            if problem:
+                raise CliError(f"line {lineno}: {problem}")
+            session = record["session"]
+            sid = session["id"]
+            if sid in seen:
+                raise CliError(f"line {lineno}: session {sid} appears twice (also on line {seen[sid]})")
+            seen[sid] = lineno
+            exists = db.get_session(sid) is not None
+            if exists and not skip_existing:
+                raise CliError(f"line {lineno}: session {sid} already exists (--skip-existing leaves it alone)")
+            title = sanitize_title(session.get("title")) or ""
+            if title and not exists:
+                if title.casefold() in titles:
+                    raise CliError(f"line {lineno}: title {title!r} is also used on line {titles[title.casefold()]}")
+                titles[title.casefold()] = lineno
+                owner = db.read(lambda c: c.execute(
+                    "SELECT id FROM sessions WHERE title = ?", (title,)).fetchone())
+                if owner:
+                    raise CliError(f"line {lineno}: title {title!r} is already used by session {owner[0]}")
+            records.append(record)
+            line_of.append(lineno)
+    if not records:
+        raise CliError("no sessions in the input")
+    return records, line_of
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    lines = _read_lines(args.file)
+    with _open_db(args, mirrors=True) as (_, db, mirrors):
+        records, line_of = parse_import(lines, db, args.skip_existing)
+        fresh = [r for r in records if db.get_session(r["session"]["id"]) is None]
+        print(f"importing {len(records)} session(s)…", file=sys.stderr)
+        try:
+            imported = db.import_records(records, skip_existing=args.skip_existing)
+        except (ValueError, TitleTaken) as exc:  # a rule the checks above missed: nothing was written
+            text = re.sub(r"^record (\d+)", lambda m: f"line {line_of[int(m.group(1)) - 1]}", str(exc))
+            raise CliError(text) from None
+        assert mirrors is not None
+        flagged = [r["session"]["id"] for r in records
+                   if any(not m.get("active", 1) or m.get("compacted") for m in r.get("messages") or [])]
+        for sid in flagged:  # appended as visible by the import; the file must carry the real flags
+            mirrors.rewrite_session(sid)
+    messages = sum(len(r.get("messages") or []) for r in fresh)
+    skipped = len(records) - imported
+    print(f"imported {imported} session(s), {messages} message(s)"
+          + (f"; skipped {skipped} that already existed" if skipped else ""))
+    return 0
+
+
+# -- changes ------------------------------------------------------------------------------------------
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _open_db(args, mirrors=True) as (_, db, _m):
+        session = _find(db, args.id)
+        label = session["id"] + (f" ({session['title']})" if session.get("title") else "")
+        if not args.yes and sys.stdin.isatty():
+            answer = input(f"delete {label} and its {session['message_count']} message(s)? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing deleted")
+                return 1
+        db.delete_session(session["id"])
+    print(f"deleted {label}")
+    return 0
+
+
+def cmd_rename(args: argparse.Namespace) -> int:
+    title = " ".join(args.title)
+    with _open_db(args) as (_, db, _m):
+        session = _find(db, args.id)
+        try:
+            clean = db.set_title(session["id"], title)
+        except TitleTaken:
+            owner = db.find_session(title)
+            raise CliError(f"title {title!r} is already used by session {owner['id'] if owner else '?'}") from None
+    if not clean:
+        raise CliError("the title is empty after removing control characters")
+    print(f"renamed {session['id']}: {clean}")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    days = args.older_than
+    if not days > 0:
+        raise CliError(f"--older-than must be a positive number of days, got {days:g}")
+    with _open_db(args, mirrors=True) as (_, db, _m):
+        keep = set() if args.include_current else {e["session_id"] for e in db.list_key_entries()}
+        cutoff = time.time() - days * 86400
+        old = db.read(lambda c: [r[0] for r in c.execute(
+            "SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,))])
+        victims = [sid for sid in old if sid not in keep]
+        kept = len(old) - len(victims)
+        deleted = len(victims) if args.dry_run else db.prune(days, keep=keep)
+    result = {"deleted": deleted, "dry_run": args.dry_run, "kept_current": kept, "older_than_days": days}
+    if args.json:
+        _print_json(result | ({"would_delete": victims} if args.dry_run else {}))
+        return 0
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"{verb} {deleted} session(s) idle for more than {days:g} day(s)"
+          + (f"; kept {kept} that a chat is still in (--include-current to delete them too)" if kept else ""))
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    with _open_db(args, mirrors=True) as (_, db, mirrors):
+        assert mirrors is not None
+        total = db.count_sessions()
+        with Progress(total, "repair") as bar:
+            report = mirrors.repair(progress=lambda done, _total: bar.update(done))
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.summary())
+    return 0

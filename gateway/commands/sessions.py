@@ -1,0 +1,200 @@
+"""Commands that move between conversations: /new, /resume, /search.
+
+Privacy (DESIGN.md §6): /resume and /search reach only sessions the asking person took part in —
+started, or wrote in — unless they are an admin or the deployment has a single owner. A session the
+person may not see is answered exactly like one that does not exist, so ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from gateway.sessions.access import may_see_session
+from gateway.commands.table import label as _label
+from gateway.commands.table import title_taken
+from gateway.commands.table import when as _when
+from gateway.db import sanitize_title
+from gateway.recall.rank import find_sessions, recent_sessions
+
+if TYPE_CHECKING:
+    from gateway.commands.table import CommandContext
+
+RESUME_LIST = 10
+SNIPPET_CHARS = 120
+
+
+def _one_line(text: str | None, limit: int = SNIPPET_CHARS) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def cmd_new(ctx: "CommandContext") -> str:
+    runner = ctx.runner
+    title = sanitize_title(ctx.args) if ctx.args else None
+    if title and await asyncio.to_thread(title_taken, runner.db, title):
+        return f"Another conversation is already titled “{title}”. Pick a different title, or /resume {title}."
+    old = ctx.existing()
+    entry = await runner.store.reset(ctx.source, reason="new", title=title)
+    if old is not None:
+        await runner.forget(old.session_id)
+    text = f"Started a new conversation{f' “{title}”' if title else ''}."
+    if old is not None and old.session_id != entry.session_id:
+        previous = await runner.db.aread("get_session", old.session_id)
+        if previous and previous.get("message_count"):
+            ref = previous.get("title") or previous["id"]
+            text += f" The previous one is kept: /resume {ref}"
+    return text
+
+
+async def _visible(ctx: "CommandContext", session: dict) -> bool:
+    if ctx.see_all:
+        return True
+    participants = await ctx.runner.db.aread("session_participants", session["id"])
+    return may_see_session(session, participants, ctx.source, is_admin=ctx.is_admin, single_owner=False)
+
+
+async def _listing(ctx: "CommandContext") -> list[dict]:
+    """The person's recent titled sessions, newest first (everyone's for an admin/single owner)."""
+    person = None if ctx.see_all else ctx.source.person_id
+    if person is None and not ctx.see_all:
+        return []
+    current = ctx.existing()
+    rows = await ctx.runner.db.aread(
+        "list_sessions_rich", user_id=person, limit=RESUME_LIST + 1, exclude_sources=["tool"], titled_only=True
+    )
+    return [r for r in rows if current is None or r["id"] != current.session_id][:RESUME_LIST]
+
+
+def _latest_in_chain(db, session_id: str) -> str:
+    """A compressed conversation continues in its newest child: resume that one."""
+    seen = {session_id}
+    current = session_id
+    while True:
+        children = [c for c in db.children(current) if c not in seen]
+        if not children:
+            return current
+        current = children[-1]
+        seen.add(current)
+
+
+async def cmd_resume(ctx: "CommandContext") -> str:
+    runner = ctx.runner
+    db = runner.db
+    ref = ctx.args.strip()
+    if not ref:
+        rows = await _listing(ctx)
+        runner.remember_listing(ctx.lane.key, [r["id"] for r in rows])
+        if not rows:
+            return ("You have no titled conversations to resume yet. Give one a title with /title <name>, "
+                    "or find any conversation with /search <words>.")
+        lines = ["Your recent conversations:"]
+        for i, r in enumerate(rows, 1):
+            lines.append(f"{i}. {r['title']} — {r['message_count']} messages, last active "
+                         f"{_when(r.get('last_active_at'))} ({r['id']})")
+        lines.append("Send /resume <number>, /resume <title> or /resume <id>.")
+        return "\n".join(lines)
+
+    session = None
+    if ref.isdigit() and len(ref) <= 3:
+        listing = runner.recall_listing(ctx.lane.key)
+        if listing is None:
+            listing = [r["id"] for r in await _listing(ctx)]
+        index = int(ref)
+        if not 1 <= index <= len(listing):
+            return f"There is no number {index} in your list. Send /resume to see it."
+        session = await db.aread("get_session", listing[index - 1])
+    if session is None:
+        session = await db.aread("find_session", ref)
+    if session is None or not await _visible(ctx, session):
+        return f"No conversation of yours matches “{ref}”. Send /resume for a list or /search <words>."
+
+    target_id = await asyncio.to_thread(_latest_in_chain, db, session["id"])
+    if target_id != session["id"]:
+        target = await db.aread("get_session", target_id)
+        if target is None or not await _visible(ctx, target):
+            target_id, target = session["id"], session
+        session = target
+    current = ctx.existing()
+    if current is not None and current.session_id == session["id"]:
+        return f"You are already in {_label(session)}."
+    await runner.store.switch(ctx.source, session["id"], reason="resume")
+    await _touch(runner, session["id"])
+    if current is not None:
+        await runner.forget(current.session_id)
+    await runner.forget(session["id"])
+    text = f"Resumed {_label(session)}: {session.get('message_count', 0)} messages, last active " \
+           f"{_when(session.get('last_active_at'))}."
+    if session.get("preview"):
+        text += f"\nIt began with: {_one_line(session['preview'])}"
+    return text
+
+
+async def _touch(runner, session_id: str) -> None:
+    """Resuming is activity: without this, an idle-reset policy would end the resumed session again
+    on the very next message (its last activity is old by definition)."""
+    now = runner.clock()
+
+    def op(conn, events) -> None:
+        conn.execute("UPDATE sessions SET last_active_at = MAX(last_active_at, ?) WHERE id = ?", (now, session_id))
+
+    await runner.db.awrite(op)
+
+
+async def cmd_search(ctx: "CommandContext") -> str:
+    runner = ctx.runner
+    db = runner.db
+    query = ctx.args.strip()
+    current = ctx.existing()
+    lineage = await db.aread("get_lineage", current.session_id) if current else []
+    person = ctx.source.person_id
+    if not ctx.see_all and person is None:
+        return "I can't tell who you are here, so I can't search your conversations."
+    if not query:
+        rows = await asyncio.to_thread(
+            recent_sessions, db, limit=5, exclude_session_ids=lineage, person_id=person, see_all=ctx.see_all
+        )
+        if not rows:
+            return "No earlier conversations yet. Usage: /search <words>"
+        lines = ["Your recent conversations:"]
+        for r in rows:
+            lines.append(f"• {r.get('title') or '(untitled)'} — {_when(r.get('last_active_at'))} — "
+                         f"/resume {r['session_id']}\n  {_one_line(r.get('preview'))}")
+        return "\n".join(lines)
+    started = runner.clock()
+    hits = await asyncio.to_thread(
+        find_sessions, db, query, limit=5, exclude_session_ids=lineage, person_id=person, see_all=ctx.see_all
+    )
+    runner.observe("search_seconds", max(0.0, runner.clock() - started))
+    if not hits:
+        return f"No conversation of yours mentions “{_one_line(query, 60)}”."
+    answers = await asyncio.to_thread(_answers, db, [h.matched_message_ids[:1] for h in hits])
+    lines = [f"Conversations matching “{_one_line(query, 60)}”:"]
+    for hit, answer in zip(hits, answers):
+        lines.append(f"• {hit.title or '(untitled)'} — {_when(hit.last_active_at or hit.started_at)} — "
+                     f"/resume {hit.session_id}\n  {_one_line(hit.snippet)}")
+        if answer:
+            lines.append(f"  ↳ {_one_line(answer)}")
+    return "\n".join(lines)
+
+
+def _answers(db, best: list[list[int]]) -> list[str | None]:
+    """For each hit whose best match is something the person wrote, the reply it got (one line):
+    what was found is usually the answer, not the question."""
+
+    def read(conn) -> list[str | None]:
+        out: list[str | None] = []
+        for ids in best:
+            row = conn.execute("SELECT session_id, role FROM messages WHERE id = ?", ids[:1]).fetchone() if ids else None
+            if row is None or row[1] != "user":
+                out.append(None)
+                continue
+            reply = conn.execute(
+                "SELECT content FROM messages WHERE session_id = ? AND id > ? AND role = 'assistant' "
+                "AND content IS NOT NULL AND content != '' AND (active = 1 OR compacted = 1) ORDER BY id LIMIT 1",
+                (row[0], ids[0]),
+            ).fetchone()
+            out.append(reply[0] if reply else None)
+        return out
+
+    return db.read(read)

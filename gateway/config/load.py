@@ -1,0 +1,283 @@
+"""`config.yaml`: load, substitute `${ENV}`, fill defaults, validate, and give typed access.
+
+Every key has a default, so no file at all is a valid configuration (DESIGN.md §1). Errors name the
+file, the dotted key and the problem, e.g.
+``config.yaml: gateway.busy_mode: must be one of queue, interrupt, steer (got 'fast')``; all errors
+of a file are reported together so one run shows everything to fix. Unknown keys are errors (a typo
+must not silently fall back to a default), with a did-you-mean.
+
+Secrets belong in the environment: any string may hold ``${NAME}`` (unset -> error naming the key)
+or ``${NAME:-default}``; ``$${`` is a literal ``${``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from gateway.config.schema import (  # noqa: F401  (re-exported: the schema is part of this module's API)
+    _ALIASES,
+    ADAPTER_KEYS,
+    ALL_PLATFORMS,
+    BUSY_MODES,
+    CHAT_PLATFORMS,
+    COMMON_PLATFORM_KEYS,
+    CREDENTIALS,
+    DEFAULT_HOME,
+    GROUP_POLICIES,
+    RESET_MODES,
+    SCHEMA,
+    ConfigError,
+    Field,
+    _kind,
+    _l,
+    _section,
+    _substitute,
+    _suggest,
+)
+
+from gateway.config.views import (  # noqa: F401  (re-exported)
+    ModelConfig,
+    AgentCacheConfig,
+    GatewayConfig,
+    SessionConfig,
+    RecallConfig,
+    MemoryConfig,
+    StorageConfig,
+    HttpConfig,
+    LoggingConfig,
+    PlatformSettings,
+    Config,
+)
+
+
+def default_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("CHINWAG_HOME") or DEFAULT_HOME).expanduser().absolute()
+
+
+def find_config_file(
+    config_path: str | os.PathLike | None = None,
+    home: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Path | None:
+    """--config if given (must exist), else <home>/config.yaml if it exists, else None."""
+    if config_path:
+        path = Path(config_path).expanduser()
+        if not path.is_file():
+            raise ConfigError([f"{path}: no such config file"])
+        return path
+    base = Path(home).expanduser() if home else default_home(env)
+    candidate = base / "config.yaml"
+    return candidate if candidate.is_file() else None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping (PyYAML keeps the last one
+    silently, which would drop half of a section without a word)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (str, int, float, bool)) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice (first on line {seen[key] + 1})", key_node.start_mark
+            )
+        if isinstance(key, (str, int, float, bool)):
+            seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def load_config(
+    config_path: str | os.PathLike | None = None,
+    home: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Load the config file (or none: embedded defaults). `home` is --home; it wins over the file."""
+    env = os.environ if env is None else env
+    path = find_config_file(config_path, home, env)
+    if path is None:
+        return parse_config({}, env=env, home_override=home)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{path}: cannot read: {exc}"]) from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"{path}: not valid YAML{where}: {problem}"]) from None
+    if data is None:
+        data = {}
+    return parse_config(data, env=env, home_override=home, path=path)
+
+
+def parse_config(
+    data: Any,
+    *,
+    env: Mapping[str, str] | None = None,
+    home_override: str | os.PathLike | None = None,
+    path: Path | None = None,
+) -> Config:
+    """Validate a parsed YAML document; raise ConfigError listing every problem."""
+    env = os.environ if env is None else env
+    label = str(path) if path else "config"
+    problems: list[str] = []
+
+    def err(key: str, problem: str) -> None:
+        problems.append(f"{label}: {key}: {problem}" if key else f"{label}: {problem}")
+
+    if not isinstance(data, dict):
+        raise ConfigError([f"{label}: the top level must be a mapping of keys (got {_kind(data)})"])
+    data = _substitute(data, env, "", err)
+    out = _section(data, SCHEMA, "", err)
+
+    # platforms: each known name gets common + adapter keys; unknown names are errors.
+    raw_platforms = data.get("platforms")
+    if raw_platforms is None:
+        raw_platforms = {}
+    if not isinstance(raw_platforms, dict):
+        err("platforms", f"must be a mapping of platform name to settings (got {_kind(raw_platforms)})")
+        raw_platforms = {}
+    for name in raw_platforms:
+        if name not in ALL_PLATFORMS:
+            hint = _ALIASES.get(str(name)) or _suggest(str(name), ALL_PLATFORMS)
+            err(f"platforms.{name}", "unknown platform" + (f"; did you mean {hint}?" if hint else "")
+                + f" (known: {', '.join(ALL_PLATFORMS)})")
+    platforms: dict[str, dict[str, Any]] = {}
+    for name in ALL_PLATFORMS:
+        section = raw_platforms.get(name)
+        present = name in raw_platforms
+        if section is None:
+            section = {}
+        if not isinstance(section, dict):
+            err(f"platforms.{name}", f"must be a mapping (got {_kind(section)})")
+            section = {}
+        schema = dict(ADAPTER_KEYS[name])
+        if name == "local":
+            schema["admins"] = _l()
+            schema["busy_mode"] = COMMON_PLATFORM_KEYS["busy_mode"]
+        else:
+            schema.update(COMMON_PLATFORM_KEYS)
+        values = _section(section, schema, f"platforms.{name}", err)
+        values["_present"] = present
+        values["_given"] = frozenset(k for k in section if section[k] is not None)
+        platforms[name] = values
+    out["platforms"] = platforms
+
+    _check_reset(out["session"]["reset"], err)
+    for section in ("model", "auxiliary"):
+        url = out[section]["base_url"]
+        if url and not url.startswith(("http://", "https://")):
+            err(f"{section}.base_url", f"must be an http:// or https:// URL (got {url!r})")
+    _check_platform_rules(platforms, err)
+    warnings = _platform_warnings(platforms)
+
+    if problems:
+        raise ConfigError(problems)
+
+    chosen = home_override or out["home"] or env.get("CHINWAG_HOME") or DEFAULT_HOME
+    home = Path(os.path.expandvars(str(chosen))).expanduser().absolute()
+    # The model falls back to the environment, field by field (DESIGN.md §1).
+    m = out["model"]
+    m["base_url"] = (m["base_url"] or env.get("OPENAI_BASE_URL") or "").rstrip("/")
+    m["api_key"] = m["api_key"] or env.get("OPENAI_API_KEY") or ""
+    m["name"] = m["name"] or env.get("CHINWAG_MODEL") or ""
+    a = out["auxiliary"]
+    model = ModelConfig(**m)
+    auxiliary = ModelConfig(
+        base_url=(a["base_url"] or model.base_url).rstrip("/"), api_key=a["api_key"] or model.api_key,
+        name=a["name"] or model.name, timeout_seconds=model.timeout_seconds,
+        context_window=model.context_window, max_iterations=model.max_iterations, max_tokens=model.max_tokens,
+    )
+    g = out["gateway"]
+    return Config(
+        home=home,
+        model=model,
+        auxiliary=auxiliary,
+        session=SessionConfig(**out["session"]),
+        gateway=GatewayConfig(
+            busy_mode=g["busy_mode"], max_pending=g["max_pending"], busy_ack=g["busy_ack"],
+            agent_cache=AgentCacheConfig(**g["agent_cache"]), single_owner=g["single_owner"],
+            shutdown_timeout_seconds=g["shutdown_timeout_seconds"],
+        ),
+        recall=RecallConfig(**out["recall"]),
+        memory=MemoryConfig(**out["memory"]),
+        storage=StorageConfig(**out["storage"]),
+        http=HttpConfig(**out["http"]),
+        logging=LoggingConfig(**out["logging"]),
+        platforms=platforms,
+        path=path,
+        warnings=tuple(warnings),
+        data=out,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+def _check_reset(reset: dict[str, Any], err: Callable[[str, str], None]) -> None:
+    from gateway.sessions.reset import ResetPolicies
+
+    try:
+        ResetPolicies.from_config(reset, where="session.reset")
+    except ValueError as exc:  # its messages start with the dotted key
+        key, _, problem = str(exc).partition(": ")
+        err(key, problem or str(exc))
+
+
+def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[str, str], None]) -> None:
+    tg = platforms["telegram"]
+    webhook = tg["mode"] == "webhook" if "mode" in tg["_given"] else bool(tg["webhook_url"])
+    if tg["_present"] and tg["token"] and webhook:
+        if not tg["webhook_url"]:
+            err("platforms.telegram.webhook_url", "is required when mode is webhook")
+        if not tg["secret_token"]:
+            err("platforms.telegram.secret_token", "is required in webhook mode (Telegram sends it with every update)")
+    fs = platforms["feishu"]
+    if fs["_present"] and fs["mode"] == "webhook" and fs["app_id"] and not (fs["verification_token"] or fs["encrypt_key"]):
+        err("platforms.feishu.verification_token", "webhook mode needs verification_token and/or encrypt_key "
+            "(an unauthenticated webhook would let anyone talk as any user)")
+    for name, key in (("telegram", "base_url"), ("telegram", "base_file_url"), ("discord", "api_base"),
+                      ("feishu", "domain")):
+        value = str(platforms[name].get(key) or "")
+        if name == "feishu" and value.lower() in ("feishu", "lark"):
+            continue
+        if value and not value.startswith(("http://", "https://")):
+            also = "feishu, lark or " if name == "feishu" else ""
+            err(f"platforms.{name}.{key}", f"must be {also}an http:// or https:// URL (got {value!r})")
+    gateway_url = str(platforms["discord"].get("gateway_url") or "")
+    if gateway_url and not gateway_url.startswith(("ws://", "wss://")):
+        err("platforms.discord.gateway_url", f"must be a ws:// or wss:// URL (got {gateway_url!r})")
+    for name in CHAT_PLATFORMS:
+        raw = platforms[name]
+        if raw["group_policy"] == "allowlist" and raw["_present"] and not raw["group_allowlist"]:
+            err(f"platforms.{name}.group_allowlist", "is empty but group_policy is allowlist (no group would be answered)")
+
+
+def _platform_warnings(platforms: dict[str, dict[str, Any]]) -> list[str]:
+    warnings = []
+    for name in CHAT_PLATFORMS:
+        raw = platforms[name]
+        if not raw["_present"] or not raw["enabled"]:
+            continue
+        missing = [k for k in CREDENTIALS[name] if not str(raw.get(k) or "").strip()]
+        if missing:
+            warnings.append(f"platforms.{name}: {' and '.join(missing)} not set, so {name} stays off")
+        elif not raw["allowed_users"] and not raw["admins"]:
+            warnings.append(
+                f"platforms.{name}: allowed_users and admins are empty, so nobody can talk to the bot "
+                f"(add user ids, or \"*\" for everyone)"
+            )
+    return warnings

@@ -1,0 +1,501 @@
+"""Recall: rank whole SESSIONS for a query (ground floor; no SDK, no tools/agent imports).
+
+A message search answers "which messages contain these words"; recall answers "which earlier
+conversation is this about". The unit scored is the root of a lineage chain (a session and its
+compression/delegation children), with a session-level BM25 over the query's units (see
+gateway/recall_query.py for how a question becomes units):
+
+    score(s) = sum over units u of  idf(u) * tf(u, s) * (k1 + 1) / (tf(u, s) + k1 * norm(s))
+               + CO_WEIGHT * best(s)
+
+- tf(u, s): how many messages of the lineage hold u, saturated by k1, so one chatty session
+  cannot win on a single word said over and over;
+- idf(u): over sessions, not messages: a word found in every conversation tells nothing;
+- norm(s): BM25 length normalisation on the lineage's message count (gentle: B = 0.5);
+- best(s): the largest idf mass carried by PASSAGE consecutive messages of the session, each hit
+  discounted BM25-style by its message's length: several query words in one short turn and its
+  reply is the strongest sign the session answers the question.
+- a date in the query is a unit held by the sessions active that day (or, more weakly, that week).
+
+Every query is OR-shaped (a session with some of the words still ranks, below one with more of
+them), so there is no separate "relax AND to OR" pass, and no input yields nothing when a content
+word occurs.
+
+Cost on a large store is bounded by how many matches are read (gateway/recall_read.py), newest
+first: every unit reads a PROBE, then the units still unfinished share HIT_BUDGET more in
+proportion to their estimated idf (a word found in nearly every session carries almost no
+evidence, so a few hundred of its newest matches do; a rarer unit reads up to `cap`). A unit not read to its end has its idf extrapolated
+from how far back its matches reach. When all matches fit the budget (any small store) all are
+read. The units not read to their end are also read beside the anchor, the weightiest unit that
+was read in full ("anchor AND unit" costs a walk over the anchor's few matches): so an old
+conversation holding the rare word of a question together with its common ones still shows all
+of them. Prefixes ("paint"*) are first expanded into the index terms they match
+(gateway/recall_query.expand_prefixes): FTS5 answers a prefix by merging every match of every
+such term, however few rows are asked for.
+Exclusions (current lineage, hidden sources, sessions the person took no part in) are applied to
+lineage roots after idf is computed, so they never change how the rest is ranked.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sqlite3
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from gateway.recall import read as recall_read
+from gateway.storage.fts import make_snippet
+from gateway.recall.dates import NEAR_DAYS
+from gateway.recall.query import Plan, Unit, cjk_pieces, plan_query
+
+__all__ = [
+    "SessionHit", "Plan", "Unit", "find_sessions", "recent_sessions", "plan_query", "cjk_pieces", "MAX_SESSIONS",
+]
+
+MAX_SESSIONS = 5
+CANDIDATE_CAP = 3000  # newest matching messages looked at per unit, at most
+LENGTH_SAMPLE = 2000  # sessions the average lineage length is taken over
+K1 = 1.2
+B = 0.5  # sessions differ in length far less than documents do; normalise gently
+CO_WEIGHT = 0.5
+MSG_K1 = 1.2
+MSG_B = 0.5
+PASSAGE = 2  # messages looked at together when judging the best evidence of a session
+RERANK = 30  # sessions whose passages are examined
+HIDDEN_SOURCES = ("tool",)
+
+
+# ---------------------------------------------------------------------------------------------
+# session metadata and lineage roots
+
+
+class _Sessions:
+    """Session rows loaded in batches, and cycle-safe lineage roots over them."""
+
+    COLS = "id, source, user_id, parent_session_id, title, started_at, last_active_at, message_count, preview"
+    LEAN = "id, source, parent_session_id, last_active_at, message_count"  # what ranking needs
+
+    def __init__(self, conn: sqlite3.Connection, cols: str = COLS) -> None:
+        self.conn = conn
+        self.cols = cols
+        self.names = [c.strip() for c in cols.split(",")]
+        self.rows: dict[str, dict | None] = {}
+        self._roots: dict[str, str] = {}
+
+    def load(self, ids: Iterable[str]) -> None:
+        missing = [i for i in dict.fromkeys(ids) if i and i not in self.rows]
+        cursor = self.conn.cursor()
+        cursor.row_factory = None  # plain tuples: thousands of rows per query on a large store
+        names = self.names
+        for start in range(0, len(missing), 500):
+            chunk = missing[start : start + 500]
+            for row in cursor.execute(
+                f"SELECT {self.cols} FROM sessions WHERE id IN ({','.join('?' * len(chunk))})", chunk
+            ):
+                self.rows[row[0]] = dict(zip(names, row))
+            for sid in chunk:
+                self.rows.setdefault(sid, None)
+
+    def get(self, sid: str) -> dict | None:
+        if sid not in self.rows:
+            self.load([sid])
+        return self.rows[sid]
+
+    def root(self, sid: str) -> str:
+        """Follow parent_session_id to the first session. In a cycle, the smallest id of the cycle
+        is the root, so every member of a broken chain maps to the same session."""
+        if sid in self._roots:
+            return self._roots[sid]
+        path: list[str] = []
+        index: dict[str, int] = {}
+        current: str | None = sid
+        result: str | None = None
+        while current is not None:
+            if current in self._roots:
+                result = self._roots[current]
+                break
+            if current in index:  # cycle: path[index[current]:] loops
+                result = min(path[index[current] :])
+                break
+            index[current] = len(path)
+            path.append(current)
+            row = self.get(current)
+            parent = row["parent_session_id"] if row else None
+            if not parent or self.get(parent) is None:
+                result = current
+                break
+            current = parent
+        assert result is not None
+        for node in path:
+            self._roots[node] = result
+        return result
+
+    def known_roots(self) -> dict[str, str]:
+        """Session -> root for every session resolved so far."""
+        return self._roots
+
+    def roots(self, ids: Iterable[str]) -> dict[str, str]:
+        ids = list(dict.fromkeys(ids))
+        self.load(ids)
+        # load parents level by level so root walks rarely hit the database one row at a time
+        frontier = {r["parent_session_id"] for i in ids if (r := self.rows.get(i)) and r["parent_session_id"]}
+        while frontier - self.rows.keys():
+            self.load(frontier)
+            frontier = {
+                r["parent_session_id"] for i in frontier if (r := self.rows.get(i)) and r["parent_session_id"]
+            }
+        out: dict[str, str] = {}
+        for i in ids:
+            row = self.rows.get(i)
+            if row is None or not row["parent_session_id"]:  # no lineage: its own root (the common case)
+                self._roots[i] = out[i] = i
+            else:
+                out[i] = self.root(i)
+        return out
+
+
+def allowed_sessions(conn: sqlite3.Connection, person_id: str) -> set[str]:
+    """Sessions the person started or wrote in."""
+    rows = conn.execute(
+        "SELECT id FROM sessions WHERE user_id = ? UNION SELECT session_id FROM session_participants WHERE user_id = ?",
+        (person_id, person_id),
+    )
+    return {r[0] for r in rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# ranking
+
+
+@dataclass
+class SessionHit:
+    session_id: str  # the lineage root
+    title: str | None
+    source: str
+    started_at: float
+    last_active_at: float
+    message_count: int
+    score: float
+    snippet: str
+    matched_message_ids: list[int]  # best evidence first
+    matched: list[str] = field(default_factory=list)  # unit labels found in this session
+    user_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _rank(
+    conn: sqlite3.Connection,
+    plan: Plan,
+    *,
+    limit: int,
+    exclude_session_ids: Iterable[str],
+    exclude_sources: Iterable[str],
+    person_id: str | None,
+    see_all: bool,
+    role_filter: Iterable[str] | None,
+    cap: int,
+) -> list[SessionHit]:
+    roles = [r for r in (role_filter or []) if r]
+    meta = _Sessions(conn, _Sessions.LEAN)
+    hidden = {s for s in (exclude_sources or []) if s}
+    allowed = None if (see_all or not person_id) else allowed_sessions(conn, person_id)
+    excluded = set(exclude_session_ids or ())
+    excluded_roots = set(meta.roots(excluded).values()) if excluded else set()
+
+    n_sessions = max(1, conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
+    # the typical length, from the most recently active sessions (a full scan costs ms on a large store)
+    avg_len = conn.execute(
+        "SELECT avg(message_count) FROM (SELECT message_count FROM sessions ORDER BY last_active_at DESC LIMIT ?)",
+        (LENGTH_SAMPLE,),
+    ).fetchone()[0] or 1.0
+    newest_id = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
+
+    # unit -> root -> [message ids]; df over roots before any exclusion (idf describes the corpus)
+    per_unit: list[dict[str, list[int]]] = []
+    idf: list[float] = []
+    sizes: dict[int, int] = {}  # message id -> length in characters
+    session_of: dict[int, str] = {}  # message id -> its session
+    readers = recall_read.read_units(conn, plan.units, roles, cap, newest_id, n_sessions)
+    unit_hits = [recall_read.unit_hits(sources, newest_id, sizes) for sources in readers]
+    for hits, _, _ in unit_hits:
+        session_of.update(hits)
+    roots = meta.roots(session_of.values())  # every session hit, in one batch
+    unseen = {sid for sid in roots if (meta.rows.get(sid) or {}).get("source") in hidden}
+    for unit, (hits, total, sampled) in zip(plan.units, unit_hits):
+        by_root: dict[str, list[int]] = defaultdict(list)
+        for mid, sid in hits:
+            if sid not in unseen:  # a hidden child adds nothing
+                by_root[roots[sid]].append(mid)
+        df: float = len({roots[sid] for _, sid in hits[:sampled]})
+        if sampled and total > sampled:
+            df = min(n_sessions, df * total / sampled)
+        idf.append(recall_read.session_idf(df, n_sessions) * (recall_read.PAIR_WEIGHT if unit.pair else 1.0))
+        per_unit.append(by_root)
+    units = list(plan.units)
+    spans: list | None = None
+    for spec in plan.dates:
+        # the day itself, and (more weakly, through its lower idf) the week around it
+        for slack in (0, NEAR_DAYS) if spec.day else (0,):
+            window = spec.bounds(slack)
+            if window is not None:  # sessions whose active span meets the window
+                on_date = [r[0] for r in conn.execute(
+                    "SELECT id FROM sessions WHERE last_active_at >= ? AND started_at < ?", window)]
+            else:  # no year given: any year; check each session's ends
+                if spans is None:
+                    spans = conn.execute("SELECT id, started_at, last_active_at FROM sessions").fetchall()
+                on_date = [sid for sid, started, last in spans
+                           if spec.covers(started, slack) or spec.covers(last, slack)]
+            roots = meta.roots(on_date)
+            by_root = {roots[sid]: [] for sid in on_date}
+            df = len(by_root)
+            idf.append(math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0)
+            per_unit.append(by_root)
+            units.append(Unit(label=spec.label, word_expr="", date=True, pair=slack > 1))
+
+    # filters are applied to roots, and to the session each hit lives in
+    candidates: set[str] = set()
+    for by_root in per_unit:
+        candidates.update(by_root)
+    keep: set[str] = set()
+    for root in candidates:
+        row = meta.get(root)
+        if row is None or root in excluded_roots or root in excluded:
+            continue
+        if row["source"] in hidden:
+            continue
+        keep.add(root)
+    if allowed is not None:
+        # a lineage counts as the person's when they took part in any of its sessions that matched
+        lineage_members: dict[str, set[str]] = defaultdict(set)
+        for sid, row in meta.rows.items():
+            if row is not None and meta.root(sid) in keep:
+                lineage_members[meta.root(sid)].add(sid)
+        keep = {r for r in keep if r in allowed or lineage_members[r] & allowed}
+
+    # lengths of lineages (messages), from the sessions we have loaded
+    lengths: dict[str, int] = defaultdict(int)
+    root_of = meta.known_roots()
+    for sid, row in meta.rows.items():
+        if row is not None and (root := root_of.get(sid) or meta.root(sid)) in keep:
+            lengths[root] += int(row["message_count"] or 0)
+
+    # in `best`, a hit in a short message says more than one in a long one (BM25-style, tf = 1)
+    mean_size = sum(sizes.values()) / len(sizes) if sizes else 1.0
+    short = {mid: (MSG_K1 + 1) / (1 + MSG_K1 * (1 - MSG_B + MSG_B * size / mean_size)) for mid, size in sizes.items()}
+    scores: dict[str, float] = defaultdict(float)
+    mass: dict[int, float] = {}  # message -> the weight of the units it holds
+    message_root: dict[int, str] = {}
+    matched: dict[str, list[str]] = defaultdict(list)
+    for unit, by_root, weight in zip(units, per_unit, idf):
+        for root, mids in by_root.items():
+            if root not in keep:
+                continue
+            tf = max(1, len(mids))
+            norm = 1 - B + B * max(1, lengths[root]) / avg_len
+            scores[root] += weight * tf * (K1 + 1) / (tf + K1 * norm)
+            if not unit.pair:
+                matched[root].append(unit.label)
+            for mid in mids:
+                mass[mid] = mass.get(mid, 0.0) + weight * short[mid]
+                message_root[mid] = root
+    best: dict[str, float] = {}
+    for mid, m in mass.items():
+        root = message_root[mid]
+        if m > best.get(root, -1.0):
+            best[root] = m
+    for root in scores:
+        scores[root] += CO_WEIGHT * best.get(root, 0.0)
+    if PASSAGE > 1 and scores:
+        leaders = heapq.nsmallest(max(RERANK, limit), scores, key=lambda r: -scores[r])
+        _passage_rerank(conn, scores, {r: _root_mids(r, per_unit) for r in leaders},
+                        _message_units(leaders, per_unit, idf, short), session_of, best)
+
+    # the best `limit` by score, ties to the most recently active (the sort is over the few tied)
+    top = heapq.nlargest(limit, scores.values())
+    tied = [r for r in scores if top and scores[r] >= top[-1]]
+    ranked = sorted(tied, key=lambda r: (-scores[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
+    details = {r["id"]: dict(r) for r in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)}
+    evidence = {root: sorted(((mass[mid], mid) for mid in _root_mids(root, per_unit)), key=lambda e: (-e[0], -e[1]))
+                for root in ranked}
+    firsts = [ev[0][1] for ev in evidence.values() if ev]
+    contents = dict(_chunked(conn, "SELECT id, content FROM messages WHERE id IN ({})", firsts))
+    out: list[SessionHit] = []
+    words = plan.highlight_words()
+    for root in ranked:
+        row = details.get(root) or {}
+        ids = [mid for _, mid in evidence[root]]
+        snippet = make_snippet(contents.get(ids[0]) or "", words) if ids and ids[0] in contents else (row.get("preview") or "")
+        out.append(
+            SessionHit(
+                session_id=root,
+                title=row.get("title"),
+                source=row.get("source") or "unknown",
+                started_at=row.get("started_at") or 0.0,
+                last_active_at=row.get("last_active_at") or 0.0,
+                message_count=lengths.get(root) or int(row.get("message_count") or 0),
+                score=round(scores[root], 4),
+                snippet=snippet,
+                matched_message_ids=ids[:200],
+                matched=matched[root],
+                user_id=row.get("user_id"),
+            )
+        )
+    return out
+
+
+def _root_mids(root: str, per_unit: list[dict[str, list[int]]]) -> list[int]:
+    """The messages of a lineage holding any unit, each once."""
+    return list(dict.fromkeys(mid for by_root in per_unit for mid in by_root.get(root, ())))
+
+
+def _message_units(
+    roots: list[str], per_unit: list[dict[str, list[int]]], idf: list[float], short: dict[int, float]
+) -> dict[int, dict[int, float]]:
+    """message -> {unit index: weight} for the messages of the given lineages."""
+    out: dict[int, dict[int, float]] = defaultdict(dict)
+    for index, (by_root, weight) in enumerate(zip(per_unit, idf)):
+        for root in roots:
+            for mid in by_root.get(root, ()):
+                out[mid][index] = weight * short[mid]
+    return out
+
+
+def _passage_rerank(
+    conn: sqlite3.Connection,
+    scores: dict[str, float],
+    leaders: dict[str, list[int]],
+    message_units: dict[int, dict[int, float]],
+    session_of: dict[int, str],
+    best: dict[str, float],
+) -> None:
+    """For the leading sessions (root -> its messages holding a unit), let `best` look at PASSAGE
+    consecutive messages instead of one: a question and its answer are often in a turn and the
+    reply to it."""
+    sessions = {root: {session_of[mid] for mid in mids} for root, mids in leaders.items()}
+    visible: dict[str, list[int]] = defaultdict(list)  # session -> its visible messages, in one query
+    visible_sql = recall_read.VISIBLE_SQL.replace("m.", "")
+    for mid, sid in _chunked(
+        conn, f"SELECT id, session_id FROM messages WHERE {visible_sql} AND session_id IN ({{}})",
+        sorted(set().union(*sessions.values())),
+    ):
+        visible[sid].append(mid)
+    for root, mids in leaders.items():
+        if not mids:
+            continue
+        order = sorted(mid for sid in sessions[root] for mid in visible.get(sid, ()))
+        position = {mid: i for i, mid in enumerate(order)}
+        single = best[root]
+        window_best = single
+        for mid in mids:
+            p = position.get(mid)
+            if p is None:
+                continue
+            found: dict[int, float] = {}
+            for q in order[p : p + PASSAGE]:
+                found.update(message_units.get(q, {}))
+            window_best = max(window_best, sum(found.values()))
+        scores[root] += CO_WEIGHT * (window_best - single)
+
+
+def _chunked(conn: sqlite3.Connection, sql: str, values: list) -> list[tuple]:
+    out: list[tuple] = []
+    for start in range(0, len(values), 500):
+        chunk = values[start : start + 500]
+        out.extend(conn.execute(sql.format(",".join("?" * len(chunk))), chunk).fetchall())
+    return out
+
+
+def find_sessions(
+    db: Any,
+    query: str | bytes | None,
+    *,
+    limit: int = MAX_SESSIONS,
+    exclude_session_ids: Iterable[str] = (),
+    exclude_sources: Iterable[str] | None = HIDDEN_SOURCES,
+    person_id: str | None = None,
+    see_all: bool = False,
+    role_filter: Iterable[str] | str | None = None,
+    cap: int = CANDIDATE_CAP,
+) -> list[SessionHit]:
+    """The sessions (lineage roots) that best answer `query`, best first, at most `limit` (<= 5).
+
+    `person_id` without `see_all`: only lineages the person took part in. `exclude_session_ids`:
+    pass the current session's lineage (`db.get_lineage(current)`); their roots are left out too.
+    """
+    plan = plan_query(query)
+    limit = max(0, min(int(limit), MAX_SESSIONS))
+    if not (plan.units or plan.dates) or limit == 0:
+        return []
+    if isinstance(role_filter, str):
+        role_filter = [r.strip() for r in role_filter.split(",")]
+    return db.read(
+        lambda conn: _rank(
+            conn,
+            plan,
+            limit=limit,
+            exclude_session_ids=list(exclude_session_ids or ()),
+            exclude_sources=list(exclude_sources or ()),
+            person_id=person_id,
+            see_all=see_all,
+            role_filter=role_filter,
+            cap=cap,
+        )
+    )
+
+
+def recent_sessions(
+    db: Any,
+    *,
+    limit: int = MAX_SESSIONS,
+    exclude_session_ids: Iterable[str] = (),
+    exclude_sources: Iterable[str] | None = HIDDEN_SOURCES,
+    person_id: str | None = None,
+    see_all: bool = False,
+) -> list[dict]:
+    """Most recently active lineage roots (children fold into their root), newest first."""
+    limit = max(0, min(int(limit), MAX_SESSIONS))
+    excluded = set(exclude_session_ids or ())
+    user = None if see_all else person_id
+    hidden = list(exclude_sources or ())
+    out: dict[str, dict] = {}
+    if limit == 0:
+        return []
+    excluded_roots: set[str] = (
+        set(db.read(lambda conn: _Sessions(conn).roots(excluded)).values()) if excluded else set()
+    )
+    offset, page = 0, 50
+    while len(out) < limit:
+        rows = db.list_sessions_rich(user_id=user, limit=page, offset=offset, exclude_sources=hidden)
+        if not rows:
+            break
+        offset += len(rows)
+
+        def resolve(conn: sqlite3.Connection) -> tuple[dict[str, str], dict[str, dict | None]]:
+            meta = _Sessions(conn)
+            roots = meta.roots(r["id"] for r in rows)
+            return roots, {root: meta.get(root) for root in set(roots.values())}
+
+        roots, root_rows = db.read(resolve)
+        for row in rows:
+            root = roots[row["id"]]
+            if root in out or root in excluded_roots or row["id"] in excluded:
+                continue
+            root_row = root_rows.get(root) or row
+            if root_row.get("source") in hidden:
+                continue
+            out[root] = {
+                "session_id": root,
+                "title": root_row.get("title"),
+                "source": root_row.get("source"),
+                "started_at": root_row.get("started_at"),
+                "last_active_at": row.get("last_active_at"),  # the newest activity in the lineage
+                "message_count": root_row.get("message_count"),
+                "preview": root_row.get("preview") or "",
+            }
+            if len(out) >= limit:
+                break
+    return list(out.values())

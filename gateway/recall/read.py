@@ -1,0 +1,173 @@
+"""Reading a query's matches for recall (gateway/recall.py ranks them): each unit's newest
+matches first, a PROBE of every unit, then a shared HIT_BUDGET given to the units that carry
+weight, and the units not read to their end read again beside the anchor (the weightiest unit read
+in full). Plain functions over a connection."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+from gateway.recall.query import PrefixTerms, Unit, expand_prefixes
+
+PROBE = 250  # newest matching messages every unit looks at
+HIT_BUDGET = 6000  # matches looked at beyond the probes, over all units of a query
+PAIR_WEIGHT = 0.5  # weight of a two-word unit against a single word
+VISIBLE_SQL = "(m.active = 1 OR m.compacted = 1)"
+
+
+class Matches:
+    """One FTS5 expression of a unit, read newest first, a page at a time."""
+
+    def __init__(self, table: str, expr: str) -> None:
+        self.table, self.expr = table, expr
+        self.rows: list[tuple[int, str, int, int]] = []  # message id, session id, wanted, length
+        self.done = False  # every match has been read
+        self.beside_anchor = False  # matches of the unit in messages that hold the anchor unit
+
+    def read(self, conn: sqlite3.Connection, roles: list[str], limit: int) -> None:
+        if self.done or limit <= 0:
+            return
+        role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
+        before = " AND rowid < ?" if self.rows else ""
+        sql = f"""
+            SELECT c.rowid, m.session_id, ({VISIBLE_SQL}{role_sql}) AS wanted, length(m.content)
+            FROM (SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?{before}
+                  ORDER BY rowid DESC LIMIT ?) AS c
+            JOIN messages m ON m.id = c.rowid"""
+        params = [*roles, self.expr, *([self.rows[-1][0]] if self.rows else []), limit]
+        cursor = conn.cursor()
+        cursor.row_factory = None  # plain tuples: thousands of rows per query on a large store
+        try:
+            rows = cursor.execute(sql, params).fetchall()
+        except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
+            rows = []
+        self.rows.extend(rows)
+        self.done = len(rows) < limit
+
+    def estimate(self, newest_id: int) -> float:
+        """How many messages match: counted when all were read, else extrapolated from how far back
+        the ones read reach (matches assumed spread evenly over time; a count would cost as much
+        as reading them all)."""
+        n: float = len(self.rows)
+        if self.rows and not self.done:
+            reach = max(1, newest_id - self.rows[-1][0] + 1)
+            n = n * max(1.0, newest_id / reach)
+        return n
+
+
+def session_idf(df: float, n_sessions: int) -> float:
+    return math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0
+
+
+def read_units(
+    conn: sqlite3.Connection, units: list[Unit], roles: list[str], cap: int, newest_id: int, n_sessions: int
+) -> list[list[Matches]]:
+    """Read each unit's newest matches: PROBE of each first, then more for the units that carry
+    weight. A unit found in most sessions adds next to nothing to any score (its idf is tiny), so a
+    few hundred of its newest matches serve as well as thousands; a rarer unit reads up to `cap`.
+    Over all units at most HIT_BUDGET matches are read beyond the probes, shared by weight."""
+    terms = PrefixTerms(conn)
+    readers: list[list[Matches]] = []
+    for unit in units:
+        sources = []
+        if unit.word_expr:
+            sources.append(Matches("messages_fts", expand_prefixes(unit.word_expr, terms)))
+        if unit.ident_expr:
+            sources.append(Matches("messages_ident", unit.ident_expr))
+        for source in sources:
+            source.read(conn, roles, min(PROBE, cap))
+        readers.append(sources)
+    wanting: list[tuple[Matches, float]] = []  # sources with more to read, and their unit's weight
+    weights: dict[int, float] = {}  # unit index -> estimated weight (idf), from the first source read
+    for i, (unit, sources) in enumerate(zip(units, readers)):
+        for source in sources:
+            if not source.rows:
+                continue
+            sessions = len({sid for _, sid, _, _ in source.rows})
+            df = min(n_sessions, sessions * source.estimate(newest_id) / len(source.rows))
+            weight = session_idf(df, n_sessions) * (PAIR_WEIGHT if unit.pair else 1.0)
+            weights.setdefault(i, weight)
+            if not source.done and len(source.rows) < cap:
+                wanting.append((source, weight))
+    budget = HIT_BUDGET
+    while wanting and budget >= 1:
+        grants = share(budget, [(cap - len(s.rows), w) for s, w in wanting])
+        for (source, _), grant in zip(wanting, grants):
+            before = len(source.rows)
+            source.read(conn, roles, grant)
+            budget -= len(source.rows) - before
+        if not any(s.done for s, _ in wanting):  # every grant was used up
+            break
+        wanting = [(s, w) for s, w in wanting if not s.done and len(s.rows) < cap]  # share what is left
+    _read_beside_anchor(conn, units, readers, roles, cap, weights)
+    return readers
+
+
+def _read_beside_anchor(
+    conn: sqlite3.Connection, units: list[Unit], readers: list[list[Matches]], roles: list[str], cap: int,
+    weights: dict[int, float],
+) -> None:
+    """Where the units not read to their end occur together with the anchor, the weightiest unit
+    that was read in full: an old message holding the rare word and the common ones of a question
+    is the answer, though the common ones' newest matches never reach back to it. FTS5 answers
+    "anchor AND unit" by walking the anchor's few matches, however common the unit."""
+    anchors = [i for i, sources in enumerate(readers)
+               if sources and sources[0].table == "messages_fts" and sources[0].done and sources[0].rows]
+    if not anchors:
+        return
+    anchor = max(anchors, key=lambda i: weights.get(i, 0.0))
+    for i, sources in enumerate(readers):
+        if i == anchor or not sources or all(s.done for s in sources) or not units[i].word_expr:
+            continue
+        beside = Matches("messages_fts", f"({readers[anchor][0].expr}) AND ({sources[0].expr})")
+        beside.beside_anchor = True
+        beside.read(conn, roles, cap)
+        sources.append(beside)
+
+
+def share(budget: int, needs: list[tuple[float, float]]) -> list[int]:
+    """Split `budget` over (need, weight) pairs in proportion to weight, none getting more than
+    its need (what one does not need goes to the others)."""
+    give = [0.0] * len(needs)
+    open_ = [i for i, (need, _) in enumerate(needs) if need > 0]
+    left = float(budget)
+    while open_ and left >= 1:
+        mass = sum(needs[i][1] for i in open_)
+        share = {i: left * (needs[i][1] / mass if mass > 0 else 1 / len(open_)) for i in open_}
+        full = [i for i in open_ if needs[i][0] <= share[i]]
+        if not full:
+            for i in open_:
+                give[i] = share[i]
+            break
+        for i in full:
+            give[i] = needs[i][0]
+            left -= needs[i][0]
+        open_ = [i for i in open_ if i not in full]
+    return [int(g) for g in give]
+
+
+def unit_hits(
+    sources: list[Matches], newest_id: int, sizes: dict[int, int]
+) -> tuple[list[tuple[int, str]], float, int]:
+    """(message id, session id) of the visible matches read, newest first, then those found beside
+    the anchor unit; the number of index matches (estimated when not all were read); and how many
+    of the hits come from the newest-first reading (the sample idf is estimated from)."""
+    found: dict[int, str] = {}
+    total = 0.0
+    for source in sources:
+        if source.beside_anchor:
+            continue
+        for mid, sid, wanted, size in source.rows:
+            if wanted:
+                found.setdefault(mid, sid)
+                sizes[mid] = size or 1
+        total = max(total, source.estimate(newest_id))
+    sampled = len(found)
+    for source in sources:
+        if source.beside_anchor:
+            for mid, sid, wanted, size in source.rows:
+                if wanted and mid not in found:
+                    found[mid] = sid
+                    sizes[mid] = size or 1
+    return list(found.items()), max(total, float(sampled)), sampled

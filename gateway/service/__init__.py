@@ -1,0 +1,1 @@
+"""The process around the gateway: the composition root (app), the ops HTTP server, metrics, logs, upkeep."""

@@ -1,0 +1,255 @@
+"""Assembly: everything `chinwag run` / `chinwag chat` need, built from a Config, and its life cycle.
+
+    home dir -> SessionDB -> Mirrors (reconciled with the DB) -> SessionStore (reset policies)
+    -> adapters (each SDK imported only when its platform is configured) -> GatewayRunner
+    -> ops HTTP server (health, readiness, metrics, webhooks) -> upkeep (gateway.service.maintenance)
+
+Shutdown (SIGINT/SIGTERM, or end of input when the terminal is the only adapter): stop intake,
+let running turns finish or checkpoint (runner.stop), stop the upkeep and the HTTP server, flush
+the mirrors, close the DB — in that order, so nothing is written to a closed store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib
+import logging
+import signal
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable
+
+from gateway.config.load import Config
+from gateway.db import SchemaTooNew, SessionDB
+from gateway.storage.home import Home
+from gateway.service.maintenance import Maintenance
+from gateway.service.metrics import Metrics
+from gateway.sessions.mirrors import Mirrors
+from gateway.service.http import OpsServer
+from gateway.sessions.store import SessionStore
+from platforms.base import PlatformAdapter
+
+log = logging.getLogger(__name__)
+
+_GC_TUNED = False
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Once per process: move what exists at start (imported modules, the SDKs' classes, config)
+    out of the cyclic collector's way, and collect the young generation less often.
+
+    Each message allocates a few thousand short-lived objects (tasks, futures, dicts); with the
+    default thresholds the collector ran so often, over a heap dominated by the SDKs' import-time
+    objects, that it took about half the event loop's time in bench/gateway.py. Reference counting
+    still frees nearly everything at once; only cycles wait a little longer."""
+    global _GC_TUNED
+    if _GC_TUNED:
+        return
+    _GC_TUNED = True
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, gen1, gen2)
+
+
+# platform -> (module, class). Imported lazily: an unconfigured platform's SDK is never loaded.
+ADAPTERS: dict[str, tuple[str, str]] = {
+    "local": ("platforms.local", "LocalAdapter"),
+    "telegram": ("platforms.telegram.adapter", "TelegramAdapter"),
+    "feishu": ("platforms.feishu.adapter", "FeishuAdapter"),
+    "discord": ("platforms.discord.adapter", "DiscordAdapter"),
+}
+
+
+class AppError(RuntimeError):
+    """The gateway cannot start; the message says why in a sentence."""
+
+
+def create_adapter(config: Config, name: str, *, stdin: IO[str] | None = None,
+                   stdout: IO[str] | None = None) -> PlatformAdapter:
+    module_name, class_name = ADAPTERS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppError(f"platform {name} is configured but its adapter cannot be loaded: {exc}") from exc
+    cls = getattr(module, class_name)
+    settings = config.adapter_config(name)
+    try:
+        if name == "local":
+            return cls(settings, input=stdin, output=stdout)
+        return cls(settings)
+    except (ValueError, TypeError) as exc:
+        raise AppError(f"platforms.{name}: {exc}") from exc
+
+
+@dataclass
+class App:
+    config: Config
+    home: Home
+    db: SessionDB
+    mirrors: Mirrors
+    store: SessionStore
+    adapters: list[PlatformAdapter]
+    runner: Any  # gateway.runner.GatewayRunner
+    metrics: Metrics
+    ops: OpsServer | None = None
+    maintenance: Maintenance | None = None
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _closed: bool = False
+
+    @property
+    def adapter_names(self) -> list[str]:
+        return [a.platform.value for a in self.adapters]
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def start(self) -> None:
+        """HTTP first (so probes answer during a slow platform connect), then the adapters."""
+        if self.ops is not None:
+            try:
+                await self.ops.start()
+            except OSError as exc:
+                if self.ops.webhooks:
+                    raise AppError(f"{exc}; webhooks need it") from None
+                log.warning("%s; running without the ops HTTP server", exc)
+                self.ops = None
+        tune_gc()  # a process-wide choice: made here, where the process is assembled
+        await self.runner.start()
+        storage = self.config.storage
+        self.maintenance = Maintenance(self.db, storage.retention_days, storage.maintenance_hours * 3600)
+        self.maintenance.start()
+        log.info("chinwag running: %s; data in %s", ", ".join(self.adapter_names), self.home.root)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.runner.stop(timeout)
+        finally:
+            if self.maintenance is not None:
+                await self.maintenance.stop()
+            if self.ops is not None:
+                await self.ops.stop()
+            await asyncio.to_thread(self.close_storage)
+        log.info("chinwag stopped")
+
+    def close_storage(self) -> None:
+        try:
+            self.mirrors.close()  # writes what the mirrors still owe: transcript lines, sessions.json
+        finally:
+            self.db.close()
+
+    async def run_forever(self, *, install_signals: bool = True, stop_timeout: float | None = None) -> int:
+        """Run until SIGINT/SIGTERM, or until the terminal's input ends when it is the only adapter."""
+        loop = asyncio.get_running_loop()
+        installed: list[int] = []
+        if install_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):  # not the main thread / platform
+                    pass
+        try:
+            await self.start()
+            waiters = [asyncio.create_task(self._stop.wait())]
+            local = self._local_only()
+            if local is not None:
+                waiters.append(asyncio.create_task(local.input_closed.wait()))
+            done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            if local is not None and local.input_closed.is_set() and not self._stop.is_set():
+                log.info("end of input; finishing")
+                drain = asyncio.create_task(self.runner.drain())
+                stop = asyncio.create_task(self._stop.wait())  # a signal still cuts this short
+                await asyncio.wait([drain, stop], return_when=asyncio.FIRST_COMPLETED)
+                for task in (drain, stop):
+                    task.cancel()
+        finally:
+            # From here a second signal has its default effect (Ctrl-C raises, SIGTERM ends the
+            # process): the way out when a graceful stop takes too long.
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await self.stop(self.config.gateway.shutdown_timeout_seconds if stop_timeout is None else stop_timeout)
+        return 0
+
+    def _on_signal(self, sig: int) -> None:
+        log.info("%s received: shutting down gracefully (running turns get up to %gs; "
+                 "signal again to stop at once)", signal.Signals(sig).name,
+                 self.config.gateway.shutdown_timeout_seconds)
+        self._stop.set()
+
+    def _local_only(self) -> Any:
+        if len(self.adapters) == 1 and self.adapters[0].platform.value == "local":
+            return self.adapters[0]
+        return None
+
+
+def build_app(
+    config: Config,
+    *,
+    local_only: bool = False,
+    stdin: IO[str] | None = None,
+    stdout: IO[str] | None = None,
+    clock: Callable[[], float] = time.time,
+    http: bool | None = None,
+) -> App:
+    """Wire the gateway for `config`. `local_only`: just the terminal (`chinwag chat`)."""
+    from gateway.runtime.runner import GatewayRunner  # the top of the stack; imported last
+
+    try:
+        home = Home(config.home).ensure()
+    except OSError as exc:
+        raise AppError(f"cannot create the data directory {config.home}: {exc.strerror or exc}") from None
+    names = ["local"] if local_only else config.configured_platforms()
+    if not names:
+        raise AppError(
+            "nothing to serve: no chat platform is configured and platforms.local.enabled is false"
+        )
+    adapters = [create_adapter(config, name, stdin=stdin, stdout=stdout) for name in names]
+    try:
+        db = SessionDB(home.db_path)
+    except (SchemaTooNew, sqlite3.DatabaseError, OSError) as exc:
+        raise AppError(
+            f"cannot open the database {home.db_path}: {exc} (`chinwag doctor` checks it; "
+            "restore a backup or set another home)"
+        ) from None
+    try:
+        mirrors = Mirrors(home, db)
+        try:
+            mirrors.reconcile()  # the DB wins; Mirrors logs what it fixed
+            store = SessionStore(
+                db,
+                config.session.reset_policies(),
+                group_sessions_per_user=config.session.group_sessions_per_user,
+                thread_sessions_per_user=config.session.thread_sessions_per_user,
+                clock=clock,
+            )
+            metrics = Metrics()
+            runner = GatewayRunner(config, db, store, adapters, clock=clock, metrics=metrics)
+        except BaseException:
+            mirrors.close()
+            raise
+    except BaseException:
+        db.close()
+        raise
+    metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
+    metrics.set_gauge_fn("mirror_backlog", mirrors.backlog)
+    use_http = config.http.enabled if http is None else http
+    ops = None
+    if use_http:
+        webhooks: dict[str, Any] = {}
+        for adapter in adapters:
+            for path, handler in adapter.webhook_handlers().items():
+                if path in webhooks:
+                    raise AppError(f"two adapters want the webhook path {path}")
+                webhooks[path] = handler
+        ops = OpsServer(config.http.host, config.http.port, metrics=metrics,
+                        readiness=runner.readiness, webhooks=webhooks)
+    return App(config, home, db, mirrors, store, adapters, runner, metrics, ops)

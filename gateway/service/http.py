@@ -1,0 +1,118 @@
+"""The operations HTTP server: health, readiness per adapter, Prometheus metrics, and webhooks.
+
+- `GET /healthz`  — 200 while the process and its event loop are alive.
+- `GET /readyz`   — 200 when every configured adapter is ready, else 503; the JSON body lists each.
+- `GET /metrics`  — Prometheus text format (gateway.service.metrics).
+- `POST /webhooks/<platform>` — the handlers adapters expose via `webhook_handlers()`.
+
+Binds to loopback by default (http.host); webhooks reach it through the operator's reverse proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+from aiohttp import web
+
+from gateway.service.metrics import Metrics
+from platforms.base import AdapterHealth, WebhookHandler
+
+log = logging.getLogger(__name__)
+
+Readiness = Callable[[], Mapping[str, AdapterHealth]]
+
+
+def readiness_report(health: Mapping[str, AdapterHealth], now: float | None = None) -> tuple[bool, dict[str, Any]]:
+    """(all ready?, JSON body) for a readiness snapshot. No adapter at all is not ready."""
+    now = time.monotonic() if now is None else now
+    adapters: dict[str, Any] = {}
+    for name, h in sorted(health.items()):
+        entry: dict[str, Any] = {"ready": bool(h.ready), "detail": h.detail}
+        if h.last_event_at is not None:  # monotonic, so only the age means anything outside
+            entry["seconds_since_last_event"] = round(max(0.0, now - h.last_event_at), 3)
+        adapters[name] = entry
+    ready = bool(adapters) and all(a["ready"] for a in adapters.values())
+    body: dict[str, Any] = {"ready": ready, "adapters": adapters}
+    if not adapters:
+        body["detail"] = "no adapter is running"
+    return ready, body
+
+
+class OpsServer:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        metrics: Metrics | None = None,
+        readiness: Readiness | None = None,
+        webhooks: Mapping[str, WebhookHandler] | None = None,
+    ) -> None:
+        self.host = host
+        self.requested_port = port
+        self.port: int | None = None  # the bound port (differs from requested when that is 0)
+        self.metrics = metrics or Metrics()
+        self.readiness: Readiness = readiness or (lambda: {})
+        self.webhooks = dict(webhooks or {})
+        self.started_at = time.monotonic()
+        self._runner: web.AppRunner | None = None
+
+    def build(self) -> web.Application:
+        app = web.Application(client_max_size=4 * 1024 * 1024)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        for path, handler in sorted(self.webhooks.items()):
+            if not path.startswith("/webhooks/"):
+                raise ValueError(f"webhook path {path!r} must start with /webhooks/")
+            app.router.add_post(path, handler)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.build(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.requested_port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            self._runner = None
+            raise OSError(
+                f"cannot listen on {self.host}:{self.requested_port} ({exc.strerror or exc}); "
+                f"set http.port to a free port (0 picks one) or http.enabled: false"
+            ) from None
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
+        log.info("ops http on http://%s:%s (healthz, readyz, metrics%s)", self.host, self.port,
+                 ", " + ", ".join(sorted(self.webhooks)) if self.webhooks else "")
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -- handlers ------------------------------------------------------------------------------
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "uptime_seconds": round(time.monotonic() - self.started_at, 3)})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        try:
+            health = dict(self.readiness())
+        except Exception as exc:  # report, never 500 with a traceback
+            log.exception("readiness check failed")
+            return web.json_response({"ready": False, "detail": f"readiness check failed: {exc}"}, status=503)
+        ready, body = readiness_report(health)
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.render().encode("utf-8"),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )

@@ -1,0 +1,79 @@
+"""Upkeep while the daemon runs, every `storage.maintenance_hours`: forget seen inbound event ids
+past any platform's redelivery window (otherwise that table grows by a row per message forever),
+and, when `storage.retention_days` is set, delete conversations idle for longer, never one that a
+chat is currently in. The work runs in a worker thread; its writes are batched through the DB's
+single writer like any other, so chats keep going meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from gateway.storage import retention
+from gateway.db import SessionDB
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    events_forgotten: int
+    sessions_deleted: int
+
+
+def run_maintenance(
+    db: SessionDB, retention_days: float, stop: Callable[[], bool] = lambda: False
+) -> MaintenanceReport:
+    deleted = 0
+    if retention_days > 0:
+        current = {entry["session_id"] for entry in db.list_key_entries()}
+        deleted = retention.prune(db, retention_days, keep=current, stop=stop)
+    return MaintenanceReport(retention.forget_seen_events(db), deleted)
+
+
+class Maintenance:
+    """The daemon's upkeep task: `run_maintenance` now and then every `interval_seconds`."""
+
+    def __init__(self, db: SessionDB, retention_days: float, interval_seconds: float) -> None:
+        self.db, self.retention_days, self.interval = db, retention_days, interval_seconds
+        self.rounds = 0
+        self._stopping = threading.Event()  # asked by a round between its batches
+        self._task: asyncio.Task | None = None
+        self._job: asyncio.Future | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="chinwag maintenance")
+
+    async def stop(self) -> None:
+        """Stop the schedule; a round in progress ends after its current batch and is waited for
+        (its thread writes to the DB)."""
+        self._stopping.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._job is not None and not self._job.done():
+            with contextlib.suppress(Exception):
+                await self._job
+
+    async def _loop(self) -> None:
+        while True:
+            self._job = asyncio.ensure_future(
+                asyncio.to_thread(run_maintenance, self.db, self.retention_days, self._stopping.is_set)
+            )
+            try:
+                report = await asyncio.shield(self._job)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a failed round (disk full …) is retried next time
+                log.exception("maintenance failed")
+            else:
+                self.rounds += 1
+                if report.sessions_deleted:
+                    log.info("maintenance: deleted %d conversation(s) idle for over %g days",
+                             report.sessions_deleted, self.retention_days)
+            await asyncio.sleep(self.interval)

@@ -1,0 +1,181 @@
+"""Read queries over the schema, as plain SQL functions of a connection: session and key rows,
+finding a session by what a person types, listing, lineage chains and their titles, and stats.
+`SessionDB` calls them on its per-thread read connection."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from typing import Any, Iterable
+
+from gateway.storage.schema import SCHEMA_VERSION, TITLE_MAX
+
+
+def session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
+    row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return dict(row) if row else None
+
+
+def _key_entry(row: sqlite3.Row | dict) -> dict:
+    entry = dict(row)
+    entry["origin"] = json.loads(entry["origin"]) if entry["origin"] else None
+    return entry
+
+
+def key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
+    row = conn.execute("SELECT * FROM session_keys WHERE session_key = ?", (session_key,)).fetchone()
+    return _key_entry(row) if row else None
+
+
+KEY_COLUMNS = ("session_key", "session_id", "origin", "created_at", "updated_at", "reason")
+
+
+def key_row_with_session(conn: sqlite3.Connection, session_key: str) -> tuple[dict | None, dict | None]:
+    """A key's entry and its session's row in one lookup (the runner's per-message read)."""
+    cur = conn.execute(
+        f"SELECT {', '.join('k.' + c for c in KEY_COLUMNS)}, s.* FROM session_keys k "
+        "LEFT JOIN sessions s ON s.id = k.session_id WHERE k.session_key = ?",
+        (session_key,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None, None
+    names = [d[0] for d in cur.description]
+    n = len(KEY_COLUMNS)
+    entry = _key_entry(dict(zip(KEY_COLUMNS, row[:n])))
+    session = dict(zip(names[n:], row[n:])) if row[n] is not None else None  # s.id: NULL if gone
+    return entry, session
+
+
+def event_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?", (platform, event_id)
+    ).fetchone() is not None
+
+
+def key_rows(conn: sqlite3.Connection) -> list[dict]:
+    """Every routing entry, by key (one query: sessions.json is written from this)."""
+    return [_key_entry(row) for row in conn.execute("SELECT * FROM session_keys ORDER BY session_key")]
+
+
+def find_session(conn: sqlite3.Connection, ref: str) -> dict | None:
+    """An exact id, a unique id prefix (>= 6 characters), or an exact title (any case)."""
+    ref = (ref or "").strip()
+    if not ref:
+        return None
+    row = session_row(conn, ref)
+    if row:
+        return row
+    if len(ref) >= 6 and re.fullmatch(r"[0-9a-f_]+", ref):
+        ids = conn.execute(
+            "SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")
+        ).fetchall()
+        if len(ids) == 1:
+            return session_row(conn, ids[0][0])
+    hit = conn.execute("SELECT id FROM sessions WHERE title = ? COLLATE NOCASE LIMIT 1", (ref,)).fetchone()
+    return session_row(conn, hit[0]) if hit else None
+
+
+def list_sessions(
+    conn: sqlite3.Connection,
+    source: str | None = None,
+    user_id: str | None = None,
+    limit: int = 20,
+    offset: int = 0,
+    exclude_sources: Iterable[str] | None = None,
+    titled_only: bool = False,
+) -> list[dict]:
+    """By last activity. `user_id`: sessions the person started or took part in."""
+    where, params = [], []
+    if source:
+        where.append("s.source = ?")
+        params.append(str(getattr(source, "value", source)))
+    excluded = [s for s in (exclude_sources or []) if s]
+    if excluded:
+        where.append(f"s.source NOT IN ({','.join('?' * len(excluded))})")
+        params += excluded
+    if user_id:
+        where.append("(s.user_id = ? OR s.id IN (SELECT session_id FROM session_participants WHERE user_id = ?))")
+        params += [user_id, user_id]
+    if titled_only:
+        where.append("s.title IS NOT NULL")
+    sql = (
+        "SELECT s.id, s.title, s.source, s.user_id, s.session_key, s.chat_type, s.chat_name, "
+        "s.started_at, s.last_active_at, s.ended_at, s.end_reason, s.message_count, s.preview, "
+        "s.parent_session_id FROM sessions s"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY s.last_active_at DESC, s.id DESC LIMIT ? OFFSET ?"
+    )
+    return [dict(r) for r in conn.execute(sql, [*params, int(limit), int(offset)])]
+
+
+def children(conn: sqlite3.Connection, session_id: str) -> list[str]:
+    rows = conn.execute("SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY started_at, id", (session_id,))
+    return [r[0] for r in rows]
+
+
+def root_of(conn: sqlite3.Connection, session_id: str) -> str:
+    """The first session of a compression/delegation chain. A cycle stops the walk."""
+    seen, current = {session_id}, session_id
+    while True:
+        row = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (current,)).fetchone()
+        parent = row[0] if row else None
+        if not parent or parent in seen:
+            return current
+        seen.add(parent)
+        current = parent
+
+
+def chain_of(conn: sqlite3.Connection, session_id: str) -> list[str]:
+    """The whole chain `session_id` belongs to: its root and every descendant, root first."""
+    root = root_of(conn, session_id)
+    chain, seen, frontier = [root], {root}, [root]
+    while frontier:
+        nxt = []
+        for sid in frontier:
+            for child in children(conn, sid):
+                if child not in seen:
+                    seen.add(child)
+                    chain.append(child)
+                    nxt.append(child)
+        frontier = nxt
+    if session_id not in seen:  # a cycle that does not lead back to the walked root
+        chain.append(session_id)
+    return chain
+
+
+def title_exists(conn: sqlite3.Connection, title: str) -> bool:
+    return bool(conn.execute("SELECT 1 FROM sessions WHERE title = ?", (title,)).fetchone())
+
+
+def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
+    """"x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
+    m = re.fullmatch(r"(.*?) #(\d+)", title.strip())
+    base, n = (m.group(1), int(m.group(2)) + 1) if m else (title.strip(), 2)
+    base = base[: TITLE_MAX - 8]
+    while title_exists(conn, f"{base} #{n}"):
+        n += 1
+    return f"{base} #{n}"
+
+
+def stats(conn: sqlite3.Connection) -> dict[str, Any]:
+    count = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "sessions": count("SELECT COUNT(*) FROM sessions"),
+        "messages": count("SELECT COUNT(*) FROM messages"),
+        "hidden_messages": count("SELECT COUNT(*) FROM messages WHERE active = 0"),
+        "keys": count("SELECT COUNT(*) FROM session_keys"),
+        "db_bytes": count("PRAGMA page_size") * count("PRAGMA page_count"),
+    }
+    try:
+        rows = conn.execute(
+            "SELECT CASE WHEN name LIKE 'messages_fts%' THEN 'word_index' "
+            "WHEN name LIKE 'messages_ident%' THEN 'substring_index' ELSE 'tables' END AS part, "
+            "SUM(pgsize) FROM dbstat GROUP BY part"
+        ).fetchall()
+        out["bytes_by_part"] = {r[0]: r[1] for r in rows}
+    except sqlite3.Error:  # dbstat not compiled in
+        pass
+    return out

@@ -1,0 +1,496 @@
+"""Telegram adapter on python-telegram-bot (Bot API over HTTPS).
+
+Inbound: long polling by default (our own loop over `bot.get_updates`, so every successful poll
+feeds the watchdog and a reconnect is just "cancel the poll, start a new one"), or a webhook served
+by the gateway's HTTP server at POST /webhooks/telegram, checked against `secret_token`.
+Outbound: MarkdownV2 (converted from ordinary markdown) with a plain-text fallback when Telegram
+refuses the markup; flood waits (429 retry_after) and network errors are retried a bounded number
+of times; a chat that blocked the bot is logged and skipped.
+
+`base_url` is python-telegram-bot's: the token is appended (``https://api.telegram.org/bot``), so
+a local Bot API server or a test fake is just another URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+import warnings
+from typing import Any, Awaitable, Callable, TypeVar
+
+from aiohttp import web
+from telegram import BotCommand, ReplyParameters, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Conflict,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
+from telegram.ext import Application, ApplicationBuilder
+
+from gateway.source import Platform, SessionSource
+from platforms.base import (
+    Backoff,
+    InboundMessage,
+    MessageHandler,
+    PlatformAdapter,
+    Watchdog,
+    WebhookHandler,
+    utf16_length,
+)
+from platforms.telegram.calls import (
+    brief,
+    call_with_retries,
+    chat_id_param,
+    is_markup_error,
+    retry_after_seconds,
+)
+from platforms.telegram.format import to_markdown_v2
+from platforms.telegram.inbound import message_key, parse_message_key, update_to_inbound
+from platforms.telegram.redact import redact_token
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_PATH = "/webhooks/telegram"
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_SECRET_OK = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_COMMAND_OK = re.compile(r"^[a-z0-9_]{1,32}$")
+T = TypeVar("T")
+
+
+class TelegramConfigError(ValueError):
+    """The `platforms.telegram` section cannot work as written."""
+
+
+class TelegramAdapter(PlatformAdapter):
+    platform = Platform.TELEGRAM
+    max_message_length = 4096  # Bot API limit, counted in UTF-16 code units
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        cfg = {k: v for k, v in (config or {}).items() if v is not None}  # None = use default
+        self.token = str(cfg.get("token") or "").strip()
+        if not self.token:
+            raise TelegramConfigError("platforms.telegram.token is required (from @BotFather)")
+        redact_token(self.token)
+        self.base_url = str(cfg.get("base_url") or "https://api.telegram.org/bot")
+        self.base_file_url = str(cfg.get("base_file_url") or "https://api.telegram.org/file/bot")
+        self.webhook_url = cfg.get("webhook_url") or None
+        self.mode = str(cfg.get("mode") or ("webhook" if self.webhook_url else "polling"))
+        self.secret_token = cfg.get("secret_token") or None
+        if self.secret_token:
+            redact_token(str(self.secret_token))  # the SDK logs setWebhook parameters at DEBUG
+        try:
+            self.poll_timeout = int(cfg.get("poll_timeout", 30))
+            self.watchdog_seconds = float(cfg.get("watchdog_seconds", 120))
+            self.reconnect_base = float(cfg.get("reconnect_base", 1.0))
+            self.reconnect_cap = float(cfg.get("reconnect_cap", 60.0))
+            self.send_attempts = int(cfg.get("send_attempts", 4))
+            self.max_retry_after = float(cfg.get("max_retry_after", 60))
+            self.request_timeout = float(cfg.get("request_timeout", 10))
+            self.webhook_check_seconds = float(
+                cfg.get("webhook_check_seconds", max(1.0, self.watchdog_seconds / 4))
+            )
+        except (TypeError, ValueError) as exc:
+            raise TelegramConfigError(f"platforms.telegram: a numeric option is not a number ({exc})") from None
+        self._validate()
+
+        self._app: Application | None = None
+        self._on_message: MessageHandler | None = None
+        self._offset: int | None = None
+        self._loop_task: asyncio.Task | None = None
+        self._watchdog: Watchdog | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._commands: dict[str, str] = {}
+        self._bot_id: int | None = None
+        self._bot_username: str | None = None
+        self._webhook_error: str | None = None  # last delivery error Telegram reported
+
+    def _validate(self) -> None:
+        if self.mode not in ("polling", "webhook"):
+            raise TelegramConfigError(f"platforms.telegram.mode must be polling or webhook, got {self.mode!r}")
+        if self.mode == "webhook":
+            if not self.webhook_url:
+                raise TelegramConfigError("platforms.telegram.webhook_url is required in webhook mode")
+            if not self.secret_token or not _SECRET_OK.match(str(self.secret_token)):
+                raise TelegramConfigError(
+                    "platforms.telegram.secret_token is required in webhook mode "
+                    "(1-256 characters: A-Z a-z 0-9 _ -)"
+                )
+        if self.poll_timeout < 0:
+            raise TelegramConfigError("platforms.telegram.poll_timeout must be >= 0")
+        if self.mode == "polling" and self.watchdog_seconds <= self.poll_timeout:
+            raise TelegramConfigError(
+                "platforms.telegram.watchdog_seconds must be longer than poll_timeout "
+                "(an idle long poll lasts poll_timeout seconds)"
+            )
+        if self.send_attempts < 1:
+            raise TelegramConfigError("platforms.telegram.send_attempts must be >= 1")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def bot_username(self) -> str | None:
+        """The bot's @username (without '@') once connected; the gateway uses it to tell a
+        "/cmd@thisbot" from another bot's command."""
+        return self._bot_username
+
+    @property
+    def bot(self):  # telegram.ext.ExtBot
+        if self._app is None:
+            raise RuntimeError("telegram adapter not started")
+        return self._app.bot
+
+    async def start(self, on_message: MessageHandler) -> None:
+        self._on_message = on_message
+        t = self.request_timeout
+        self._app = (
+            ApplicationBuilder()
+            .token(self.token)
+            .base_url(self.base_url)
+            .base_file_url(self.base_file_url)
+            .updater(None)  # we drive getUpdates / the webhook ourselves
+            .connect_timeout(t)
+            .read_timeout(t)
+            .write_timeout(t)
+            .pool_timeout(t)
+            .get_updates_connect_timeout(t)
+            .get_updates_read_timeout(t)  # the long-poll timeout is added on top by the SDK
+            .build()
+        )
+        self.set_ready(False, "connecting")
+        try:
+            await self._connect()
+        except InvalidToken:
+            # the SDK's message for this error contains the token: never log or re-raise it
+            await self._shutdown_app()
+            raise TelegramConfigError(
+                "Telegram rejected the bot token (401/404); check platforms.telegram.token"
+            ) from None
+        except (NetworkError, RetryAfter, TelegramError) as exc:
+            # The network may come back: keep trying in the background instead of failing start.
+            log.warning("telegram: initial connect failed (%s); retrying in background", brief(exc))
+        if self.mode == "polling":
+            self._loop_task = asyncio.create_task(self._poll_loop(), name="telegram-poll")
+        else:
+            self._loop_task = asyncio.create_task(self._webhook_loop(), name="telegram-webhook")
+        self._watchdog = Watchdog(self, self.watchdog_seconds, self._reconnect)
+        self._watchdog.start()
+
+    async def _connect(self) -> None:
+        """getMe (token check, our @username), then the webhook/polling switch and the menu."""
+        assert self._app is not None
+        await self._app.initialize()  # idempotent once it has succeeded
+        self._bot_id, self._bot_username = self.bot.id, self.bot.username
+        if self.mode == "polling":
+            # a webhook left behind by an earlier deployment makes getUpdates fail with 409
+            await self.bot.delete_webhook(drop_pending_updates=False)
+        else:
+            await self.bot.set_webhook(
+                url=self.webhook_url, secret_token=self.secret_token, allowed_updates=["message"]
+            )
+        if self._commands:
+            await self._push_commands()
+
+    async def stop(self) -> None:
+        if self._watchdog:
+            await self._watchdog.stop()
+            self._watchdog = None
+        await _cancel(self._loop_task)
+        self._loop_task = None
+        for task in list(self._tasks):
+            await _cancel(task)
+        await self._shutdown_app()
+        self.set_ready(False, "stopped")
+
+    async def _shutdown_app(self) -> None:
+        if self._app is not None:
+            try:
+                await self._app.shutdown()
+            except Exception as exc:  # shutting down must not mask the reason we stop
+                log.debug("telegram: shutdown: %s", brief(exc))
+            self._app = None
+
+    async def _reconnect(self) -> None:
+        """Watchdog callback: nothing heard for too long. Drop the (possibly half-dead) poll and
+        start over; in webhook mode re-register the webhook."""
+        log.warning("telegram: no poll or event for %.0fs; reconnecting", self.watchdog_seconds)
+        await _cancel(self._loop_task)
+        if self.mode == "polling":
+            self._loop_task = asyncio.create_task(self._poll_loop(), name="telegram-poll")
+        else:
+            self._loop_task = asyncio.create_task(self._webhook_loop(), name="telegram-webhook")
+
+    # -- inbound: polling ----------------------------------------------------------------------
+    async def _poll_loop(self) -> None:
+        backoff = Backoff(self.reconnect_base, self.reconnect_cap)
+        connected = self._bot_id is not None
+        while True:
+            try:
+                if not connected:
+                    await self._connect()
+                    connected = True
+                batch = await self._get_updates()
+            except asyncio.CancelledError:
+                raise
+            except RetryAfter as exc:
+                self.set_ready(False, "flood control")
+                await asyncio.sleep(min(retry_after_seconds(exc), self.max_retry_after))
+                continue
+            except Exception as exc:
+                self.set_ready(False, self._failure_detail(exc))
+                if isinstance(exc, Conflict):
+                    connected = False  # deleteWebhook again before the next poll
+                delay = backoff.next_delay()
+                log.warning("telegram: poll failed (%s); retry in %.1fs", brief(exc), delay)
+                await asyncio.sleep(delay)
+                continue
+            backoff.reset()
+            self.mark_alive()
+            self.set_ready(True, "polling")
+            for update_id, raw in batch:
+                self._offset = update_id + 1
+                self._dispatch(raw)
+
+    def _failure_detail(self, exc: BaseException) -> str:
+        if isinstance(exc, InvalidToken):
+            return "token rejected by Telegram (401/404)"
+        if isinstance(exc, Conflict):
+            return "conflict: another poller or a webhook is active"
+        return f"poll failing: {type(exc).__name__}"
+
+    async def _get_updates(self) -> list[tuple[int, dict[str, Any]]]:
+        """One long poll. Returns (update_id, raw dict) pairs.
+
+        The SDK parses the whole batch at once, so one malformed update would make every poll
+        fail at the same offset forever. On a parse failure we fetch the same batch raw and
+        parse each update on its own (malformed ones are then logged and skipped)."""
+        try:
+            updates = await self.bot.get_updates(
+                offset=self._offset, timeout=self.poll_timeout, allowed_updates=["message"]
+            )
+            return [(u.update_id, u.to_dict()) for u in updates]
+        except TelegramError:
+            raise
+        except Exception as exc:
+            log.warning("telegram: a polled update failed to parse (%s); re-reading raw", brief(exc))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "use Bot.get_updates": that is what just failed
+            raw = await self.bot.do_api_request(
+                "getUpdates", api_kwargs={"offset": self._offset, "timeout": 0, "limit": 100}
+            )
+        out = []
+        for item in raw if isinstance(raw, list) else []:
+            if isinstance(item, dict) and isinstance(item.get("update_id"), int):
+                out.append((item["update_id"], item))
+            else:
+                log.warning("telegram: skipping an update without a usable update_id")
+        if not out and raw:
+            raise NetworkError("getUpdates returned no usable update ids")
+        return out
+
+    # -- inbound: webhook ----------------------------------------------------------------------
+    def webhook_handlers(self) -> dict[str, WebhookHandler]:
+        return {WEBHOOK_PATH: self._handle_webhook} if self.mode == "webhook" else {}
+
+    async def _handle_webhook(self, request: web.Request) -> web.Response:
+        given = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), str(self.secret_token).encode()):
+            log.warning("telegram: webhook call with a missing or wrong secret token; refused")
+            return web.Response(status=403, text="forbidden")
+        if self._app is None or self._on_message is None:
+            return web.Response(status=503, text="not started")  # Telegram retries later
+        try:
+            data = await request.json()
+        except Exception:
+            log.warning("telegram: webhook body is not JSON; skipped")
+            return web.Response(status=400, text="bad json")
+        if not isinstance(data, dict):
+            log.warning("telegram: webhook body is not an object; skipped")
+            return web.Response(status=400, text="bad update")
+        self.mark_alive()
+        self._dispatch(data)
+        # answer at once: the agent turn runs after; a slow answer makes Telegram redeliver
+        return web.Response(status=200, text="ok")
+
+    async def _webhook_loop(self) -> None:
+        """Liveness for webhook mode: check (and if lost, restore) the registration."""
+        backoff = Backoff(self.reconnect_base, self.reconnect_cap)
+        connected = self._bot_id is not None  # start() registered it; a lost one is seen below
+        while True:
+            try:
+                if not connected:
+                    await self._connect()
+                    connected = True
+                info = await self.bot.get_webhook_info()
+                if info.url != self.webhook_url:
+                    log.warning("telegram: webhook registration lost; registering again")
+                    connected = False
+                    continue
+                if info.last_error_message and info.last_error_message != self._webhook_error:
+                    log.warning(
+                        "telegram: Telegram reports webhook delivery errors: %s", info.last_error_message
+                    )
+                self._webhook_error = info.last_error_message
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.set_ready(False, self._failure_detail(exc).replace("poll", "webhook check"))
+                delay = backoff.next_delay()
+                log.warning("telegram: webhook check failed (%s); retry in %.1fs", brief(exc), delay)
+                await asyncio.sleep(delay)
+                continue
+            backoff.reset()
+            self.mark_alive()
+            self.set_ready(True, "webhook")
+            await asyncio.sleep(self.webhook_check_seconds)
+
+    # -- inbound: common -----------------------------------------------------------------------
+    def _dispatch(self, raw: dict[str, Any]) -> None:
+        """Parse one raw update and hand it to the gateway in its own task, so a long agent turn
+        never stalls polling (or the webhook reply)."""
+        try:
+            update = Update.de_json(raw, self.bot)
+            inbound = update_to_inbound(update, raw, self._bot_id, self._bot_username)
+        except Exception as exc:
+            log.warning(
+                "telegram: skipping malformed update %s (%s)", raw.get("update_id"), brief(exc)
+            )
+            return
+        if inbound is None:
+            log.debug("telegram: update %s carries no user text; skipped", raw.get("update_id"))
+            return
+        task = asyncio.create_task(self._deliver(inbound))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _deliver(self, inbound: InboundMessage) -> None:
+        assert self._on_message is not None
+        try:
+            await self._on_message(inbound)
+        except Exception:
+            log.exception("telegram: message handler failed for %s", inbound.message_id)
+
+    # -- outbound ------------------------------------------------------------------------------
+    def message_length(self, text: str) -> int:
+        return utf16_length(text)
+
+    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+        ids: list[str] = []
+        for i, chunk in enumerate(self.split(text)):
+            sent = await self._send_chunk(source, chunk, reply_to if i == 0 else None)
+            if sent is None:
+                return ids
+            ids.append(sent)
+        return ids
+
+    async def _send_chunk(self, source: SessionSource, chunk: str, reply_to: str | None) -> str | None:
+        chat_id: int | str = chat_id_param(source.chat_id)
+        kwargs: dict[str, Any] = {}
+        if source.chat_type == "forum" and source.thread_id:
+            kwargs["message_thread_id"] = int(source.thread_id)
+        if reply_to:
+            kwargs["reply_parameters"] = ReplyParameters(
+                message_id=parse_message_key(reply_to)[1], allow_sending_without_reply=True
+            )
+        try:
+            try:
+                msg = await self._call(
+                    lambda: self.bot.send_message(
+                        chat_id, to_markdown_v2(chunk), parse_mode=ParseMode.MARKDOWN_V2, **kwargs
+                    )
+                )
+            except BadRequest as exc:
+                if not is_markup_error(exc):
+                    raise
+                log.info("telegram: MarkdownV2 refused (%s); sending as plain text", brief(exc))
+                msg = await self._call(lambda: self.bot.send_message(chat_id, chunk, **kwargs))
+        except Forbidden as exc:
+            # blocked by the user, kicked from the group: nothing to deliver to; not our crash
+            log.warning("telegram: cannot send to chat %s: %s", source.chat_id, brief(exc))
+            return None
+        except ChatMigrated as exc:
+            log.warning("telegram: chat %s moved to %s; resending there", source.chat_id, exc.new_chat_id)
+            moved = SessionSource(**{**source.to_dict(), "chat_id": str(exc.new_chat_id)})
+            return await self._send_chunk(moved, chunk, None)
+        return message_key(msg.chat_id, msg.message_id)
+
+    async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
+        chunks = self.split(text) or [text]
+        chat, mid = parse_message_key(message_id)
+        chat_id = chat_id_param(chat or source.chat_id)
+        try:
+            try:
+                await self._call(
+                    lambda: self.bot.edit_message_text(
+                        to_markdown_v2(chunks[0]), chat_id=chat_id, message_id=mid,
+                        parse_mode=ParseMode.MARKDOWN_V2,
+                    )
+                )
+            except BadRequest as exc:
+                if "not modified" in str(exc).lower():
+                    return
+                if not is_markup_error(exc):
+                    raise
+                await self._call(
+                    lambda: self.bot.edit_message_text(chunks[0], chat_id=chat_id, message_id=mid)
+                )
+        except Forbidden as exc:
+            log.warning("telegram: cannot edit in chat %s: %s", source.chat_id, brief(exc))
+            return
+        for extra in chunks[1:]:  # an edit cannot grow past the limit: the rest follows as messages
+            if await self._send_chunk(source, extra, None) is None:
+                return
+
+    async def send_typing(self, source: SessionSource) -> None:
+        kwargs: dict[str, Any] = {}
+        if source.chat_type == "forum" and source.thread_id:
+            kwargs["message_thread_id"] = int(source.thread_id)
+        try:
+            await self.bot.send_chat_action(chat_id_param(source.chat_id), ChatAction.TYPING, **kwargs)
+        except Exception as exc:  # a hint only: never retried, never raised
+            log.debug("telegram: typing action failed: %s", brief(exc))
+
+    def bot_commands(self, commands: dict[str, str]) -> None:
+        self._commands = dict(commands)
+        if self._app is not None and self._bot_id is not None:
+            task = asyncio.get_running_loop().create_task(self._push_commands_logged())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _push_commands_logged(self) -> None:
+        try:
+            await self._push_commands()
+        except Exception as exc:
+            log.warning("telegram: setMyCommands failed: %s", brief(exc))
+
+    async def _push_commands(self) -> None:
+        menu = []
+        for name, help_text in self._commands.items():
+            name = name.lstrip("/").lower()
+            if not _COMMAND_OK.match(name):
+                log.warning("telegram: command %r cannot be in the bot menu (a-z, 0-9, _)", name)
+                continue
+            menu.append(BotCommand(name, (help_text or name).strip()[:256] or name))
+        await self._call(lambda: self.bot.set_my_commands(menu))
+
+    async def _call(self, make: Callable[[], Awaitable[T]]) -> T:
+        return await call_with_retries(
+            make, self.send_attempts, Backoff(self.reconnect_base, self.reconnect_cap), self.max_retry_after
+        )
+
+
+async def _cancel(task: asyncio.Task | None) -> None:
+    if task is None or task.done():
+        return
+    task.cancel()
+    try:
+        await task
+    except (asyncio.CancelledError, Exception):
+        pass

@@ -173,8 +173,11 @@ async def complete(
     if raw.tool_calls:
         # Some compatible servers omit call ids; the API needs them to pair calls with results.
         message["tool_calls"] = [
-            {"id": c.id or f"call_{i}", "type": "function",
-             "function": {"name": c.function.name, "arguments": c.function.arguments or ""}}
+            {
+                "id": c.id or f"call_{i}",
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments or ""},
+            }
             for i, c in enumerate(raw.tool_calls)
             if getattr(c, "function", None) is not None
         ]
@@ -200,9 +203,7 @@ def _extra_field(obj: Any, name: str) -> str | None:
 
 
 async def _complete_streaming(client: openai.AsyncOpenAI, kwargs: dict[str, Any], on_delta: OnDelta) -> Completion:
-    stream = await client.chat.completions.create(
-        **kwargs, stream=True, stream_options={"include_usage": True}
-    )
+    stream = await client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
     text: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
@@ -235,8 +236,11 @@ async def _complete_streaming(client: openai.AsyncOpenAI, kwargs: dict[str, Any]
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         message["tool_calls"] = [
-            {"id": slot["id"] or f"call_{index}", "type": "function",
-             "function": {"name": slot["name"], "arguments": slot["arguments"]}}
+            {
+                "id": slot["id"] or f"call_{index}",
+                "type": "function",
+                "function": {"name": slot["name"], "arguments": slot["arguments"]},
+            }
             for index, slot in sorted(calls.items())
         ]
     if reasoning:

@@ -21,14 +21,31 @@ ZH_PHRASES = (
     "缓存命中率下降 用户反馈登录失败 版本发布推迟到下周 证书快过期了 监控告警太多"
 ).split()
 COMMANDS = [
-    "pip install -e .", "docker compose up -d", "kubectl rollout restart deploy/api", "git rebase -i HEAD~3",
-    "pyinstaller --onefile app.py", "systemctl restart nginx", "journalctl -u chinwag --since today",
-    "curl -sS https://api.example.com/v1/health", "psql -h db.internal -U app", "make -j4 test",
+    "pip install -e .",
+    "docker compose up -d",
+    "kubectl rollout restart deploy/api",
+    "git rebase -i HEAD~3",
+    "pyinstaller --onefile app.py",
+    "systemctl restart nginx",
+    "journalctl -u chinwag --since today",
+    "curl -sS https://api.example.com/v1/health",
+    "psql -h db.internal -U app",
+    "make -j4 test",
 ]
-PATHS = ["/etc/nginx/nginx.conf", "~/.config/chinwag/config.yaml", "src/gateway/runner.py", "/var/log/syslog",
-         "C:\\Users\\dev\\app\\main.py", "./build/output/bundle.js"]
-URLS = ["https://docs.example.com/guide/setup", "https://github.com/example/repo/issues/42",
-        "http://localhost:8080/metrics", "https://status.example.net/incidents/2024-05"]
+PATHS = [
+    "/etc/nginx/nginx.conf",
+    "~/.config/chinwag/config.yaml",
+    "src/gateway/runner.py",
+    "/var/log/syslog",
+    "C:\\Users\\dev\\app\\main.py",
+    "./build/output/bundle.js",
+]
+URLS = [
+    "https://docs.example.com/guide/setup",
+    "https://github.com/example/repo/issues/42",
+    "http://localhost:8080/metrics",
+    "https://status.example.net/incidents/2024-05",
+]
 
 
 @dataclass
@@ -52,8 +69,10 @@ def _english(rng: random.Random, n: int) -> str:
 def _tool_output(rng: random.Random) -> str:
     lines = []
     for i in range(rng.randint(15, 60)):
-        lines.append(f"{rng.choice(['INFO', 'WARN', 'DEBUG', 'ERROR'])} [{rng.choice(['worker', 'api', 'db'])}-{rng.randint(1, 40)}] "
-                     f"{_english(rng, rng.randint(4, 10))} code={rng.randint(100, 999)} t={rng.random():.4f}")
+        lines.append(
+            f"{rng.choice(['INFO', 'WARN', 'DEBUG', 'ERROR'])} [{rng.choice(['worker', 'api', 'db'])}-{rng.randint(1, 40)}] "
+            f"{_english(rng, rng.randint(4, 10))} code={rng.randint(100, 999)} t={rng.random():.4f}"
+        )
     return "\n".join(lines)
 
 

@@ -46,17 +46,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.llm import Completion, ModelSettings  # noqa: E402
-from agent.loop import Agent  # noqa: E402
-from gateway.runtime.agent_factory import AgentFactory, default_tools  # noqa: E402
-from gateway.service.app import tune_gc  # noqa: E402
-from gateway.config.load import parse_config  # noqa: E402
-from gateway.db import SessionDB, new_session_id  # noqa: E402
-from gateway.sessions.mirrors import Mirrors  # noqa: E402
-from gateway.runtime.runner import GatewayRunner  # noqa: E402
-from gateway.source import Platform, SessionSource  # noqa: E402
-from gateway.sessions.store import SessionStore  # noqa: E402
-from platforms.base import InboundMessage, PlatformAdapter  # noqa: E402
+from agent.llm import Completion, ModelSettings
+from agent.loop import Agent
+from gateway.config.load import parse_config
+from gateway.db import SessionDB, new_session_id
+from gateway.runtime.agent_factory import AgentFactory, default_tools
+from gateway.runtime.runner import GatewayRunner
+from gateway.service.app import tune_gc
+from gateway.sessions.mirrors import Mirrors
+from gateway.sessions.store import SessionStore
+from gateway.source import Platform, SessionSource
+from platforms.base import InboundMessage, PlatformAdapter
 
 MODEL_TIME: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("model_time", default=None)
 
@@ -186,12 +186,21 @@ def precreate(db: SessionDB, known: int) -> None:
     records = []
     for i in range(known):
         sid = new_session_id(now - known + i)
-        records.append({
-            "session": {"id": sid, "source": "telegram", "user_id": f"k{i}", "session_key":
-                        f"agent:main:telegram:dm:k{i}", "started_at": now - 3600, "title": None},
-            "messages": [{"role": "user", "content": f"old message {i} about topic {i % 97}",
-                          "timestamp": now - 3600}],
-        })
+        records.append(
+            {
+                "session": {
+                    "id": sid,
+                    "source": "telegram",
+                    "user_id": f"k{i}",
+                    "session_key": f"agent:main:telegram:dm:k{i}",
+                    "started_at": now - 3600,
+                    "title": None,
+                },
+                "messages": [
+                    {"role": "user", "content": f"old message {i} about topic {i % 97}", "timestamp": now - 3600}
+                ],
+            }
+        )
     db.import_records(records)
 
     def keys(conn, events) -> None:
@@ -223,8 +232,9 @@ async def raw_append_rate(db: SessionDB, chats: int, per_chat: int) -> tuple[flo
     return concurrent, sequential
 
 
-async def closed_loop(adapter: BenchAdapter, chats: int, messages: int, tag: str,
-                      first: int = 0) -> tuple[float, list[float], list[float], int]:
+async def closed_loop(
+    adapter: BenchAdapter, chats: int, messages: int, tag: str, first: int = 0
+) -> tuple[float, list[float], list[float], int]:
     """Every chat at once, each sending its next message when the previous reply arrived."""
     latencies: list[float] = []
     added: list[float] = []
@@ -251,8 +261,9 @@ async def closed_loop(adapter: BenchAdapter, chats: int, messages: int, tag: str
     return time.perf_counter() - started, latencies, added, errors
 
 
-async def open_loop(adapter: BenchAdapter, runner: GatewayRunner, chats: int, messages: int, rate: float,
-                    tag: str) -> float:
+async def open_loop(
+    adapter: BenchAdapter, runner: GatewayRunner, chats: int, messages: int, rate: float, tag: str
+) -> float:
     """Messages arrive at `rate` per second whatever the gateway does, round-robin over the chats
     (so at 1,000 msg/s each of 1,000 chats writes once a second). Latency = arrival to reply."""
     total = chats * messages
@@ -290,13 +301,20 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
         base_url = fake.base_url
     else:
         base_url = "http://127.0.0.1:9/v1"  # never contacted: InstantAgent answers itself
-    config = parse_config({
-        "model": {"base_url": base_url, "api_key": "k", "name": "fake-model"},
-        "session": {"reset": {"mode": "none"}},  # no reset notices in the middle of the count
-        "gateway": {"busy_ack": False, "max_pending": 1000,
-                    "agent_cache": {"max_agents": args.cache, "idle_ttl_minutes": 30}},
-        "platforms": {"telegram": {"token": "x", "allowed_users": ["*"]}},
-    }, env={}, home_override=home)
+    config = parse_config(
+        {
+            "model": {"base_url": base_url, "api_key": "k", "name": "fake-model"},
+            "session": {"reset": {"mode": "none"}},  # no reset notices in the middle of the count
+            "gateway": {
+                "busy_ack": False,
+                "max_pending": 1000,
+                "agent_cache": {"max_agents": args.cache, "idle_ttl_minutes": 30},
+            },
+            "platforms": {"telegram": {"token": "x", "allowed_users": ["*"]}},
+        },
+        env={},
+        home_override=home,
+    )
     db = SessionDB(home / "state.db")
     mirrors = Mirrors(home, db) if args.mirrors else None
     precreate(db, args.known)
@@ -330,27 +348,44 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
     wall = await open_loop(adapter, runner, args.chats, messages, rate, "open")
     total = args.chats * messages
     result["open"] = {
-        "messages": total, "wall": wall, "rate": total / wall, "bad": adapter.bad,
+        "messages": total,
+        "wall": wall,
+        "rate": total / wall,
+        "bad": adapter.bad,
         "answered": len(adapter.latencies),
-        "p50": pct(adapter.latencies, 0.5) * 1000, "p99": pct(adapter.latencies, 0.99) * 1000,
-        "added_p50": pct(adapter.added, 0.5) * 1000, "added_p99": pct(adapter.added, 0.99) * 1000,
-        "later_p50": pct(adapter.added_later, 0.5) * 1000, "later_p99": pct(adapter.added_later, 0.99) * 1000,
+        "p50": pct(adapter.latencies, 0.5) * 1000,
+        "p99": pct(adapter.latencies, 0.99) * 1000,
+        "added_p50": pct(adapter.added, 0.5) * 1000,
+        "added_p99": pct(adapter.added, 0.99) * 1000,
+        "later_p50": pct(adapter.added_later, 0.5) * 1000,
+        "later_p99": pct(adapter.added_later, 0.99) * 1000,
     }
     # 2. closed loop, every chat at once: the most the gateway can do
     # (other chats than the open loop's, so each phase is N fresh chats x M messages)
     wall, latencies, added, errors = await closed_loop(adapter, args.chats, messages, "closed", args.chats)
     await runner.drain()
-    result["closed"] = {"messages": total, "wall": wall, "rate": total / wall, "bad": errors,
-                        "p50": pct(latencies, 0.5) * 1000, "p99": pct(latencies, 0.99) * 1000}
+    result["closed"] = {
+        "messages": total,
+        "wall": wall,
+        "rate": total / wall,
+        "bad": errors,
+        "p50": pct(latencies, 0.5) * 1000,
+        "p99": pct(latencies, 0.99) * 1000,
+    }
     commits, writes = db.commit_stats
     cpu_after = thread_cpu()
     gc.callbacks.remove(pauses._callback)
     result["gc"] = pauses.summary()
     result["cpu"] = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if v - cpu_before.get(k, 0.0) > 0.05}
     result |= {
-        "cache": runner.cache_size(), "evictions": runner.cache.evictions, "agents_built": factory.built,
-        "sessions": db.count_sessions(), "db_messages": db.count_messages(), "commits": commits,
-        "writes": writes, "rss": rss_mb(),
+        "cache": runner.cache_size(),
+        "evictions": runner.cache.evictions,
+        "agents_built": factory.built,
+        "sessions": db.count_sessions(),
+        "db_messages": db.count_messages(),
+        "commits": commits,
+        "writes": writes,
+        "rss": rss_mb(),
     }
     await runner.stop()
     if forget is not None:
@@ -365,24 +400,40 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     what = "the model answers instantly" if r["mode"] == "instant" else "real client, FakeOpenAI over HTTP on 127.0.0.1"
-    print(f"\n== {r['mode']}: {what}; {args.chats:,} chats x {r['messages']} messages per phase; "
-          f"mirrors {'on' if args.mirrors else 'off'}")
+    print(
+        f"\n== {r['mode']}: {what}; {args.chats:,} chats x {r['messages']} messages per phase; "
+        f"mirrors {'on' if args.mirrors else 'off'}"
+    )
     o, c = r["open"], r["closed"]
-    print(f"   open loop at {r['rate_offered']:,.0f} msg/s offered: {o['answered']:,}/{o['messages']:,} answered in "
-          f"{o['wall']:.1f} s ({o['rate']:,.0f} msg/s), bad replies {o['bad']}")
-    print(f"      latency p50 {o['p50']:.1f} ms, p99 {o['p99']:.1f} ms; "
-          f"time added by the gateway p50 {o['added_p50']:.1f} ms, p99 {o['added_p99']:.1f} ms")
-    print(f"      leaving out each chat's first message (its session is created then): "
-          f"added p50 {o['later_p50']:.1f} ms, p99 {o['later_p99']:.1f} ms")
-    print(f"   closed loop (all chats at once): {c['messages']:,} messages in {c['wall']:.1f} s -> "
-          f"{c['rate']:,.0f} msg/s (latency p50 {c['p50']:.0f} ms, p99 {c['p99']:.0f} ms: "
-          f"{args.chats:,} messages always in flight), bad replies {c['bad']}")
-    print(f"   store raw append rate, same DB, same run: {r['raw_concurrent']:,.0f} msg/s concurrent "
-          f"(group commit), {r['raw_sequential']:,.0f} msg/s one at a time")
-    print(f"   DB: {r['sessions']:,} sessions ({args.known:,} pre-created), {r['db_messages']:,} messages, "
-          f"{r['writes']:,} writes in {r['commits']:,} commits ({r['writes'] / max(1, r['commits']):.1f} per commit)")
-    print(f"   agent cache: {r['cache']} held (bound {args.cache}), {r['evictions']:,} evictions, "
-          f"{r['agents_built']:,} agents built")
+    print(
+        f"   open loop at {r['rate_offered']:,.0f} msg/s offered: {o['answered']:,}/{o['messages']:,} answered in "
+        f"{o['wall']:.1f} s ({o['rate']:,.0f} msg/s), bad replies {o['bad']}"
+    )
+    print(
+        f"      latency p50 {o['p50']:.1f} ms, p99 {o['p99']:.1f} ms; "
+        f"time added by the gateway p50 {o['added_p50']:.1f} ms, p99 {o['added_p99']:.1f} ms"
+    )
+    print(
+        f"      leaving out each chat's first message (its session is created then): "
+        f"added p50 {o['later_p50']:.1f} ms, p99 {o['later_p99']:.1f} ms"
+    )
+    print(
+        f"   closed loop (all chats at once): {c['messages']:,} messages in {c['wall']:.1f} s -> "
+        f"{c['rate']:,.0f} msg/s (latency p50 {c['p50']:.0f} ms, p99 {c['p99']:.0f} ms: "
+        f"{args.chats:,} messages always in flight), bad replies {c['bad']}"
+    )
+    print(
+        f"   store raw append rate, same DB, same run: {r['raw_concurrent']:,.0f} msg/s concurrent "
+        f"(group commit), {r['raw_sequential']:,.0f} msg/s one at a time"
+    )
+    print(
+        f"   DB: {r['sessions']:,} sessions ({args.known:,} pre-created), {r['db_messages']:,} messages, "
+        f"{r['writes']:,} writes in {r['commits']:,} commits ({r['writes'] / max(1, r['commits']):.1f} per commit)"
+    )
+    print(
+        f"   agent cache: {r['cache']} held (bound {args.cache}), {r['evictions']:,} evictions, "
+        f"{r['agents_built']:,} agents built"
+    )
     print(f"   peak RSS of the process so far: {r['rss']:.0f} MB")
     cpu = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(r["cpu"].items(), key=lambda kv: -kv[1]))
     print(f"   garbage collector during the phases: {r['gc']}")
@@ -399,13 +450,19 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="offered load of the open-loop phase")
     parser.add_argument("--http-rate", type=float, default=100.0, help="offered load, http mode")
     parser.add_argument("--http-messages", type=int, default=3, help="messages per chat and phase, http mode")
-    parser.add_argument("--no-mirrors", dest="mirrors", action="store_false",
-                        help="leave out the JSONL/sessions.json mirrors (to see their share)")
+    parser.add_argument(
+        "--no-mirrors",
+        dest="mirrors",
+        action="store_false",
+        help="leave out the JSONL/sessions.json mirrors (to see their share)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"gateway bench: python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load} "
-          "(other processes share these CPUs); targets: >= 1,000 msg/s, p99 added <= 20 ms, RSS <= 300 MB")
+    print(
+        f"gateway bench: python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load} "
+        "(other processes share these CPUs); targets: >= 1,000 msg/s, p99 added <= 20 ms, RSS <= 300 MB"
+    )
     modes = ["instant", "http"] if args.mode == "both" else [args.mode]
     with tempfile.TemporaryDirectory(prefix="chinwag-bench-") as tmp:
         for mode in modes:

@@ -38,9 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.db import SessionDB  # noqa: E402
-from gateway.storage.fts import parse_query  # noqa: E402
-from gateway.recall.rank import find_sessions  # noqa: E402
+from gateway.db import SessionDB
+from gateway.recall.rank import find_sessions
+from gateway.storage.fts import parse_query
 
 REFERENCE = {
     "locomo content words": {"any@1": 0.53, "any@5": 0.79, "all@5": 0.68, "MRR": 0.63},
@@ -63,6 +63,7 @@ def content_words(question: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # loading
+
 
 def _locomo_time(text: str | None) -> float:
     try:
@@ -93,8 +94,12 @@ def load_locomo(db: SessionDB, conversations: list[dict]) -> dict[str, tuple[str
                 }
                 for i, turn in enumerate(c[key])
             ]
-            records.append({"session": {"id": sid, "source": "local", "started_at": started,
-                                        "user_id": c["speaker_a"]}, "messages": messages})
+            records.append(
+                {
+                    "session": {"id": sid, "source": "local", "started_at": started, "user_id": c["speaker_a"]},
+                    "messages": messages,
+                }
+            )
     db.import_records(records)
     return where
 
@@ -109,18 +114,25 @@ def load_memorybank(db: SessionDB, users: dict) -> dict[tuple[str, str], str]:
             ids[(name, day)] = sid
             messages = []
             for i, turn in enumerate(turns):
-                messages.append({"role": "user", "content": turn.get("query") or "", "timestamp": started + 2 * i,
-                                 "user_id": name})
-                messages.append({"role": "assistant", "content": turn.get("response") or "",
-                                 "timestamp": started + 2 * i + 1})
-            records.append({"session": {"id": sid, "source": "local", "started_at": started, "user_id": name},
-                            "messages": messages})
+                messages.append(
+                    {"role": "user", "content": turn.get("query") or "", "timestamp": started + 2 * i, "user_id": name}
+                )
+                messages.append(
+                    {"role": "assistant", "content": turn.get("response") or "", "timestamp": started + 2 * i + 1}
+                )
+            records.append(
+                {
+                    "session": {"id": sid, "source": "local", "started_at": started, "user_id": name},
+                    "messages": messages,
+                }
+            )
     db.import_records(records)
     return ids
 
 
 # ---------------------------------------------------------------------------------------------
 # scoring
+
 
 def message_search_sessions(db: SessionDB, text: str) -> list[str]:
     """The naive baseline: message search, then sessions in the order of their first hit."""
@@ -177,7 +189,10 @@ def bench_locomo(misses: int) -> dict[str, Tally]:
                     if not gold:
                         skipped += 1
                         continue
-                    for mode, text in (("raw question", qa["question"]), ("content words", content_words(qa["question"]))):
+                    for mode, text in (
+                        ("raw question", qa["question"]),
+                        ("content words", content_words(qa["question"])),
+                    ):
                         t = time.perf_counter()
                         ranked = [h.session_id for h in find_sessions(db, text, limit=5, see_all=True)]
                         latencies.append(time.perf_counter() - t)
@@ -190,10 +205,14 @@ def bench_locomo(misses: int) -> dict[str, Tally]:
         finally:
             db.close()
     latencies.sort()
-    print(f"\nLoCoMo: {len(where)} sessions pooled from {len(conversations)} conversations "
-          f"(loaded in {load_s:.1f} s); {skipped} questions without evidence skipped")
-    print(f"query latency: median {1000 * latencies[len(latencies) // 2]:.1f} ms, "
-          f"p95 {1000 * latencies[int(len(latencies) * 0.95)]:.1f} ms")
+    print(
+        f"\nLoCoMo: {len(where)} sessions pooled from {len(conversations)} conversations "
+        f"(loaded in {load_s:.1f} s); {skipped} questions without evidence skipped"
+    )
+    print(
+        f"query latency: median {1000 * latencies[len(latencies) // 2]:.1f} ms, "
+        f"p95 {1000 * latencies[int(len(latencies) * 0.95)]:.1f} ms"
+    )
     header = f"{'query':<15}{'subset':<7}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty"
     print(header)
     for mode in ("content words", "raw question"):
@@ -207,15 +226,19 @@ def bench_locomo(misses: int) -> dict[str, Tally]:
         print(f"{'  reference':<22}" + "  ".join(f"{ref[k]:.3f}" for k in keys))
     print("  * baseline: this store's message search (db.search_messages, 50 hits), sessions in order of first hit")
     content, raw = tallies["content words|all"], tallies["raw question|all"]
-    print(f"targets: content any@1 {content.get('any@1'):.3f} >= 0.70, MRR {content.get('MRR'):.3f} >= 0.78; "
-          f"raw MRR {raw.get('MRR'):.3f} >= {0.9 * content.get('MRR'):.3f} (0.9x), raw empty {raw.empty} == 0")
+    print(
+        f"targets: content any@1 {content.get('any@1'):.3f} >= 0.70, MRR {content.get('MRR'):.3f} >= 0.78; "
+        f"raw MRR {raw.get('MRR'):.3f} >= {0.9 * content.get('MRR'):.3f} (0.9x), raw empty {raw.empty} == 0"
+    )
     return tallies
 
 
 def bench_memorybank() -> None:
     base = data_dir()
     users = json.loads((base / "memory_bank_cn.json").read_text())
-    gold_rows = [json.loads(line) for line in (base / "memory_bank_cn_gold.dev.jsonl").read_text().splitlines() if line.strip()]
+    gold_rows = [
+        json.loads(line) for line in (base / "memory_bank_cn_gold.dev.jsonl").read_text().splitlines() if line.strip()
+    ]
     keys = ("any@1", "any@5", "MRR")
     with tempfile.TemporaryDirectory() as tmp:
         db = SessionDB(Path(tmp) / "mb.db")
@@ -243,8 +266,10 @@ def bench_memorybank() -> None:
         ref = REFERENCE[f"cn {mode}"]
         print(f"{'  reference':<25}" + "  ".join(f"{ref[k]:.3f}" for k in keys))
     print("  * baseline: db.search_messages (50 hits), sessions in order of first hit, pooled")
-    print(f"targets (pooled): keyword any@5 {tallies['keyword query|pooled'].get('any@5'):.3f} >= 0.85, "
-          f"raw any@5 {tallies['raw question|pooled'].get('any@5'):.3f} >= 0.85")
+    print(
+        f"targets (pooled): keyword any@5 {tallies['keyword query|pooled'].get('any@5'):.3f} >= 0.85, "
+        f"raw any@5 {tallies['raw question|pooled'].get('any@5'):.3f} >= 0.85"
+    )
 
 
 def bench_speed(n_messages: int) -> None:
@@ -252,9 +277,11 @@ def bench_speed(n_messages: int) -> None:
     import random
 
     rng = random.Random(7)
-    words = ("deploy service docker nginx timeout retry config build test cache queue worker database "
-             "index backup restore upgrade rollback metrics alert latency memory cpu disk network proxy "
-             "token secret cluster node pod container image registry branch merge release").split()
+    words = (
+        "deploy service docker nginx timeout retry config build test cache queue worker database "
+        "index backup restore upgrade rollback metrics alert latency memory cpu disk network proxy "
+        "token secret cluster node pod container image registry branch merge release"
+    ).split()
     words += [f"w{i}" for i in range(3000)]
     zh = "部署 网关 超时 服务 配置 数据库 缓存 重试 日志 监控 告警 钢琴 公园 机房 停电".split()
     weights = [1 / (i + 1) for i in range(len(words))]
@@ -270,24 +297,32 @@ def bench_speed(n_messages: int) -> None:
             if rng.random() < 0.05:
                 text += f" ERR_{rng.randint(0, 999999):06d} /etc/app/{rng.choice(words)}.conf"
             msgs.append({"role": "user" if m % 2 == 0 else "assistant", "content": text})
-        records.append({"session": {"id": sid, "source": "local", "started_at": 1.7e9 + s_i * 600},
-                        "messages": msgs})
-    queries = ["docker", "deploy service", "timeout OR retry", "部署", "钢琴 公园",
-               "When did we deploy the nginx proxy with the new timeout?", "上次部署网关超时是怎么解决的？",
-               "ERR_004211", "/etc/app/cache.conf"]
+        records.append({"session": {"id": sid, "source": "local", "started_at": 1.7e9 + s_i * 600}, "messages": msgs})
+    queries = [
+        "docker",
+        "deploy service",
+        "timeout OR retry",
+        "部署",
+        "钢琴 公园",
+        "When did we deploy the nginx proxy with the new timeout?",
+        "上次部署网关超时是怎么解决的？",
+        "ERR_004211",
+        "/etc/app/cache.conf",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         db = SessionDB(Path(tmp) / "speed.db")
         try:
             t0 = time.perf_counter()
             for i in range(0, len(records), 100):
                 db.import_records(records[i : i + 100])
-            print(f"\nspeed: {n_messages:,} synthetic messages in {len(records):,} sessions "
-                  f"(built in {time.perf_counter() - t0:.0f} s); median of 5 runs, warm cache")
+            print(
+                f"\nspeed: {n_messages:,} synthetic messages in {len(records):,} sessions "
+                f"(built in {time.perf_counter() - t0:.0f} s); median of 5 runs, warm cache"
+            )
             print(f"{'query':<58}{'find_sessions':>14}{'search_messages':>17}")
             for q in queries:
                 timings = []
-                for fn in (lambda: find_sessions(db, q, see_all=True),
-                           lambda: db.search_messages(q, limit=50)):
+                for fn in (lambda: find_sessions(db, q, see_all=True), lambda: db.search_messages(q, limit=50)):
                     runs = []
                     for _ in range(5):
                         t = time.perf_counter()
@@ -299,8 +334,12 @@ def bench_speed(n_messages: int) -> None:
             db.close()
 
 
-SPEED_QUERIES = ["How did we fix the docker network timeout last time?", "feature flag rollback",
-                 "上次部署网关超时是怎么解决的？", "松兰 机房"]
+SPEED_QUERIES = [
+    "How did we fix the docker network timeout last time?",
+    "feature flag rollback",
+    "上次部署网关超时是怎么解决的？",
+    "松兰 机房",
+]
 
 
 class ReadOnlyStore:
@@ -354,9 +393,11 @@ def bench_needles(n_messages: int, n_needles: int = 200) -> None:
     import random
 
     rng = random.Random(11)
-    common = ("deploy service docker nginx timeout retry config build test cache queue worker database "
-              "index backup restore upgrade rollback metrics alert latency memory cpu disk network proxy "
-              "token secret cluster node pod container image registry branch merge release feature flag fix").split()
+    common = (
+        "deploy service docker nginx timeout retry config build test cache queue worker database "
+        "index backup restore upgrade rollback metrics alert latency memory cpu disk network proxy "
+        "token secret cluster node pod container image registry branch merge release feature flag fix"
+    ).split()
     tail = [f"w{i}" for i in range(3000)]
     words, per = common + tail, 20
     weights = [1 / (i + 1) for i in range(len(words))]
@@ -372,12 +413,21 @@ def bench_needles(n_messages: int, n_needles: int = 200) -> None:
         try:
             t0, batch = time.perf_counter(), []
             for s_i in range(n_sessions):
-                msgs = [{"role": "user" if m % 2 == 0 else "assistant",
-                         "content": " ".join(rng.choices(words, weights, k=rng.randint(5, 30)))} for m in range(per)]
+                msgs = [
+                    {
+                        "role": "user" if m % 2 == 0 else "assistant",
+                        "content": " ".join(rng.choices(words, weights, k=rng.randint(5, 30))),
+                    }
+                    for m in range(per)
+                ]
                 for j, text in enumerate(planted.get(s_i, [])[: per // 2 - 2]):
                     msgs[2 * j + 3]["content"] = text
-                batch.append({"session": {"id": f"n{s_i:07d}", "source": "local", "started_at": 1.7e9 + s_i * 600},
-                              "messages": msgs})
+                batch.append(
+                    {
+                        "session": {"id": f"n{s_i:07d}", "source": "local", "started_at": 1.7e9 + s_i * 600},
+                        "messages": msgs,
+                    }
+                )
                 if len(batch) == 200:
                     db.import_records(batch)
                     batch = []
@@ -393,23 +443,37 @@ def bench_needles(n_messages: int, n_needles: int = 200) -> None:
         finally:
             db.close()
     latencies.sort()
-    print(f"\nneedles: {n_needles} answers planted at random ages in {n_messages:,} synthetic messages "
-          f"({n_sessions:,} sessions, built in {build_s:.0f} s)")
-    print(f"any@1 {tally.get('any@1'):.3f}  any@5 {tally.get('any@5'):.3f}  MRR {tally.get('MRR'):.3f}  "
-          f"latency median {1000 * latencies[len(latencies) // 2]:.1f} ms, p95 {1000 * latencies[int(len(latencies) * 0.95)]:.1f} ms")
+    print(
+        f"\nneedles: {n_needles} answers planted at random ages in {n_messages:,} synthetic messages "
+        f"({n_sessions:,} sessions, built in {build_s:.0f} s)"
+    )
+    print(
+        f"any@1 {tally.get('any@1'):.3f}  any@5 {tally.get('any@5'):.3f}  MRR {tally.get('MRR'):.3f}  "
+        f"latency median {1000 * latencies[len(latencies) // 2]:.1f} ms, p95 {1000 * latencies[int(len(latencies) * 0.95)]:.1f} ms"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("en", "cn"))
     parser.add_argument("--misses", type=int, default=0, help="print the first N LoCoMo content-word misses")
-    parser.add_argument("--speed", type=int, default=0, metavar="N",
-                        help="also time recall on a synthetic store of N messages (e.g. 100000)")
+    parser.add_argument(
+        "--speed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time recall on a synthetic store of N messages (e.g. 100000)",
+    )
     parser.add_argument("--speed-db", metavar="PATH", help="time recall on an existing store, opened read-only")
     parser.add_argument("--runs", type=int, default=30, help="runs per query for --speed-db")
     parser.add_argument("--query", action="append", help="a query for --speed-db (repeatable; default: four)")
-    parser.add_argument("--needles", type=int, default=0, metavar="N",
-                        help="also measure recall of answers planted in a synthetic store of N messages")
+    parser.add_argument(
+        "--needles",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure recall of answers planted in a synthetic store of N messages",
+    )
     args = parser.parse_args()
     if args.only in (None, "en"):
         bench_locomo(args.misses)

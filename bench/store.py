@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.corpus import PLANTED, generate  # noqa: E402
-from gateway.db import SessionDB  # noqa: E402
+from bench.corpus import PLANTED, generate
+from gateway.db import SessionDB
 
 QUERIES = {
     "word": ["docker", "timeout", "rollback", "webhook", "quokka"],
@@ -65,8 +65,10 @@ def naive_connect(path: str) -> sqlite3.Connection:
 
 def naive_append(conn: sqlite3.Connection, sid: str, role: str, content: str) -> None:
     conn.execute("BEGIN IMMEDIATE")
-    conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
-                 (sid, role, content, time.time()))
+    conn.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+        (sid, role, content, time.time()),
+    )
     conn.execute("COMMIT")
 
 
@@ -75,17 +77,21 @@ def naive_search(conn: sqlite3.Connection, query: str) -> list:
     if CJK.search(query):
         terms = query.split()
         where = " OR ".join("content LIKE ?" for _ in terms)
-        return conn.execute(f"SELECT id FROM messages WHERE {where} ORDER BY timestamp DESC LIMIT 20",
-                            [f"%{t}%" for t in terms]).fetchall()
+        return conn.execute(
+            f"SELECT id FROM messages WHERE {where} ORDER BY timestamp DESC LIMIT 20", [f"%{t}%" for t in terms]
+        ).fetchall()
     try:
-        rows = conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT 20",
-                            (query,)).fetchall()
+        rows = conn.execute(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT 20", (query,)
+        ).fetchall()
     except sqlite3.OperationalError:
         rows = []
     if not rows and re.search(r"[^\w\s]", query):
         try:
-            rows = conn.execute("SELECT rowid FROM messages_tri WHERE messages_tri MATCH ? ORDER BY rank LIMIT 20",
-                                ('"' + query.replace('"', '""') + '"',)).fetchall()
+            rows = conn.execute(
+                "SELECT rowid FROM messages_tri WHERE messages_tri MATCH ? ORDER BY rank LIMIT 20",
+                ('"' + query.replace('"', '""') + '"',),
+            ).fetchall()
         except sqlite3.OperationalError:
             rows = []
     return rows
@@ -109,8 +115,9 @@ def load_ours(path: str, messages: list) -> SessionDB:
     async def load() -> None:
         await asyncio.gather(*(db.acreate_session(f"s{s:07d}", "telegram", user_id=f"u{s % 500}") for s in sessions))
         for start in range(0, len(messages), 5000):
-            await asyncio.gather(*(db.aappend_message(f"s{m.session:07d}", m.role, m.content)
-                                   for m in messages[start:start + 5000]))
+            await asyncio.gather(
+                *(db.aappend_message(f"s{m.session:07d}", m.role, m.content) for m in messages[start : start + 5000])
+            )
 
     asyncio.run(load())
     db.optimize()
@@ -121,13 +128,17 @@ def load_naive(path: str, messages: list) -> sqlite3.Connection:
     conn = naive_connect(path)
     conn.executescript(NAIVE_SCHEMA)
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO sessions VALUES (?, 'telegram', ?, NULL)",
-                     [(f"s{s:07d}", time.time()) for s in sorted({m.session for m in messages})])
+    conn.executemany(
+        "INSERT INTO sessions VALUES (?, 'telegram', ?, NULL)",
+        [(f"s{s:07d}", time.time()) for s in sorted({m.session for m in messages})],
+    )
     conn.execute("COMMIT")
     for start in range(0, len(messages), 20000):
         conn.execute("BEGIN")
-        conn.executemany("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
-                         [(f"s{m.session:07d}", m.role, m.content, time.time()) for m in messages[start:start + 20000]])
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+            [(f"s{m.session:07d}", m.role, m.content, time.time()) for m in messages[start : start + 20000]],
+        )
         conn.execute("COMMIT")
     conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
     conn.execute("INSERT INTO messages_tri(messages_tri) VALUES ('optimize')")
@@ -214,7 +225,10 @@ def bench_size(n: int, workdir: str, rounds: int, naive_rounds: int) -> None:
         print(f"corpus: {text_bytes / n:.0f} bytes of text per message on average", flush=True)
         t = time.perf_counter()
         db = load_ours(ours_path, messages)
-        print(f"load ours: {time.perf_counter() - t:.1f}s ({rate(n, time.perf_counter() - t):,.0f} msg/s, group-committed)", flush=True)
+        print(
+            f"load ours: {time.perf_counter() - t:.1f}s ({rate(n, time.perf_counter() - t):,.0f} msg/s, group-committed)",
+            flush=True,
+        )
         t = time.perf_counter()
         naive = load_naive(naive_path, messages)
         print(f"load naive: {time.perf_counter() - t:.1f}s (bulk transactions)", flush=True)
@@ -223,8 +237,10 @@ def bench_size(n: int, workdir: str, rounds: int, naive_rounds: int) -> None:
     db.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
     naive.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     ours_b, naive_b = file_bytes(ours_path) / n, file_bytes(naive_path) / n
-    print(f"\nbytes per message: ours {ours_b:,.0f}  naive {naive_b:,.0f}  ratio {ours_b / naive_b:.2f}  "
-          f"(reference: ~3,000 at 100k)")
+    print(
+        f"\nbytes per message: ours {ours_b:,.0f}  naive {naive_b:,.0f}  ratio {ours_b / naive_b:.2f}  "
+        f"(reference: ~3,000 at 100k)"
+    )
     parts = db.stats().get("bytes_by_part")
     if parts:
         print("  ours by part: " + ", ".join(f"{k} {v / n:,.0f} B/msg" for k, v in sorted(parts.items())))
@@ -238,19 +254,29 @@ def bench_size(n: int, workdir: str, rounds: int, naive_rounds: int) -> None:
     print(f"  ours group commit: {writes:,} writes in {commits:,} commits")
 
     print(f"\nquery latency ms (ours: {rounds} runs/shape; naive: {naive_rounds})")
-    print(f"  {'shape':22} {'ours p50':>9} {'ours p99':>9} {'naive p50':>10} {'naive p99':>10} {'p99 ratio':>9}  empty ours/naive")
+    print(
+        f"  {'shape':22} {'ours p50':>9} {'ours p99':>9} {'naive p50':>10} {'naive p99':>10} {'p99 ratio':>9}  empty ours/naive"
+    )
     reader = naive_connect(naive_path)
     for shape, queries in QUERIES.items():
         op50, op99, oempty = latencies(lambda q: db.search_messages(q, limit=20), queries, rounds)
         np50, np99, nempty = latencies(lambda q: naive_search(reader, q), queries, naive_rounds)
-        print(f"  {shape:22} {op50:9.2f} {op99:9.2f} {np50:10.2f} {np99:10.2f} {np99 / op99 if op99 else 0:8.1f}x  "
-              f"{oempty}/{rounds} {nempty}/{naive_rounds}", flush=True)
+        print(
+            f"  {shape:22} {op50:9.2f} {op99:9.2f} {np50:10.2f} {np99:10.2f} {np99 / op99 if op99 else 0:8.1f}x  "
+            f"{oempty}/{rounds} {nempty}/{naive_rounds}",
+            flush=True,
+        )
 
     sessions = db.count_sessions()
-    for label, kwargs in (("list_sessions_rich, newest 20", {}), ("… of one user", {"user_id": "u7"}),
-                          ("… of one source, page 10", {"source": "telegram", "offset": 200})):
+    for label, kwargs in (
+        ("list_sessions_rich, newest 20", {}),
+        ("… of one user", {"user_id": "u7"}),
+        ("… of one source, page 10", {"source": "telegram", "offset": 200}),
+    ):
         p50, p99, _ = latencies(lambda q: db.list_sessions_rich(limit=20, **kwargs), ["-"], 50)
-        print(f"{label:32} over {sessions:,} sessions: p50 {p50:.2f} ms  p99 {p99:.2f} ms  (reference: ~48 ms at 2,000)")
+        print(
+            f"{label:32} over {sessions:,} sessions: p50 {p50:.2f} ms  p99 {p99:.2f} ms  (reference: ~48 ms at 2,000)"
+        )
 
     found_ours = found_naive = 0
     for needle, text in PLANTED.items():
@@ -273,18 +299,39 @@ def bench_sessions(n: int, workdir: str) -> None:
     async def load() -> None:
         for start in range(0, n, 2000):
             batch = range(start, min(n, start + 2000))
-            await asyncio.gather(*(db.acreate_session(f"l{i:07d}", "telegram" if i % 3 else "discord",
-                                                      user_id=f"p{i % 1000}", started_at=t0 + i * 60,
-                                                      title=f"topic {i}" if i % 4 == 0 else None) for i in batch))
-            await asyncio.gather(*(db.aappend_message(f"l{i:07d}", "user", f"question {i} about deploy",
-                                                      user_id=f"p{i % 1000}", timestamp=t0 + i * 60 + 1)
-                                   for i in batch))
+            await asyncio.gather(
+                *(
+                    db.acreate_session(
+                        f"l{i:07d}",
+                        "telegram" if i % 3 else "discord",
+                        user_id=f"p{i % 1000}",
+                        started_at=t0 + i * 60,
+                        title=f"topic {i}" if i % 4 == 0 else None,
+                    )
+                    for i in batch
+                )
+            )
+            await asyncio.gather(
+                *(
+                    db.aappend_message(
+                        f"l{i:07d}",
+                        "user",
+                        f"question {i} about deploy",
+                        user_id=f"p{i % 1000}",
+                        timestamp=t0 + i * 60 + 1,
+                    )
+                    for i in batch
+                )
+            )
 
     asyncio.run(load())
-    for label, kwargs in (("newest 20", {}), ("of one person", {"user_id": "p7"}),
-                          ("of a person with none", {"user_id": "nobody"}),
-                          ("of one source, page 10", {"source": "discord", "offset": 200}),
-                          ("titled, of one person", {"user_id": "p7", "titled_only": True})):
+    for label, kwargs in (
+        ("newest 20", {}),
+        ("of one person", {"user_id": "p7"}),
+        ("of a person with none", {"user_id": "nobody"}),
+        ("of one source, page 10", {"source": "discord", "offset": 200}),
+        ("titled, of one person", {"user_id": "p7", "titled_only": True}),
+    ):
         p50, p99, _ = latencies(lambda q: db.list_sessions_rich(limit=20, **kwargs), ["-"], 100)
         print(f"  {label:28} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms   (reference: ~48 ms for 2,000 sessions)")
     db.close()
@@ -295,7 +342,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[100_000])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--naive-rounds", type=int, default=40)
-    parser.add_argument("--list-sessions", type=int, default=100_000, help="sessions for the listing benchmark (0: skip)")
+    parser.add_argument(
+        "--list-sessions", type=int, default=100_000, help="sessions for the listing benchmark (0: skip)"
+    )
     parser.add_argument("--workdir", default=None, help="where the databases go (default: a temp dir, removed)")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="chinwag-bench-")

@@ -68,10 +68,13 @@ def _connect(path: str) -> sqlite3.Connection:
 
 def mark_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
     """Remember an inbound event id (in the caller's transaction); True if it was new."""
-    return conn.execute(
-        "INSERT OR IGNORE INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
-        (str(platform), str(event_id), time.time()),
-    ).rowcount == 1
+    return (
+        conn.execute(
+            "INSERT OR IGNORE INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
+            (str(platform), str(event_id), time.time()),
+        ).rowcount
+        == 1
+    )
 
 
 def _json_or_none(value: Any) -> str | None:
@@ -272,9 +275,7 @@ class SessionDB:
         if content is not None and not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
         if content is not None and len(content) > MAX_CONTENT_CHARS:
-            raise ValueError(
-                f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}"
-            )
+            raise ValueError(f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}")
         row = {k: fields.get(k) for k in MESSAGE_FIELDS}
         row["tool_calls"] = _json_or_none(row["tool_calls"])
         row["timestamp"] = float(row["timestamp"] or time.time())
@@ -306,10 +307,20 @@ class SessionDB:
                 )
             if seen_event is not None:
                 mark_seen(conn, *seen_event)
-            events.append(("message", {
-                "id": message_id, "session_id": session_id, "role": role, "content": content,
-                **row, "active": 1, "compacted": 0,
-            }))
+            events.append(
+                (
+                    "message",
+                    {
+                        "id": message_id,
+                        "session_id": session_id,
+                        "role": role,
+                        "content": content,
+                        **row,
+                        "active": 1,
+                        "compacted": 0,
+                    },
+                )
+            )
             return message_id
 
         return op
@@ -471,6 +482,7 @@ class SessionDB:
 
     def export_session(self, session_id: str) -> dict:
         """`{"session": {...}, "messages": [...]}` with every row (hidden ones and flags included)."""
+
         def snapshot(conn: sqlite3.Connection) -> dict:
             session = self.session_row(conn, session_id)
             if session is None:
@@ -550,9 +562,7 @@ class SessionDB:
         return self.read(lambda conn: search.search_messages(conn, query, role_filter, exclude_sources, limit, offset))
 
     def session_participants(self, session_id: str) -> set[str]:
-        rows = self._reader().execute(
-            "SELECT user_id FROM session_participants WHERE session_id = ?", (session_id,)
-        )
+        rows = self._reader().execute("SELECT user_id FROM session_participants WHERE session_id = ?", (session_id,))
         return {r[0] for r in rows}
 
     def children(self, session_id: str) -> list[str]:
@@ -570,7 +580,7 @@ class SessionDB:
         return queries.title_exists(self._reader(), title)
 
     def next_lineage_title(self, title: str) -> str:
-        """"x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
+        """ "x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
         return queries.next_lineage_title(self._reader(), title)
 
     def count_sessions(self) -> int:

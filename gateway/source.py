@@ -58,9 +58,7 @@ class SessionSource:
             if getattr(self, name) == "":
                 object.__setattr__(self, name, None)
         if self.chat_type not in CHAT_TYPES:
-            raise InvalidSessionSource(
-                f"chat_type must be one of {', '.join(CHAT_TYPES)}, got {self.chat_type!r}"
-            )
+            raise InvalidSessionSource(f"chat_type must be one of {', '.join(CHAT_TYPES)}, got {self.chat_type!r}")
 
     @property
     def person_id(self) -> str | None:

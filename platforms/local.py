@@ -57,8 +57,12 @@ class LocalAdapter(PlatformAdapter):
         self.interactive = _isatty(self.input) and _isatty(self.output)
         self.prompt = str(config.get("prompt") or "> ") if self.interactive else ""
         self.source = SessionSource(
-            platform=Platform.LOCAL, chat_id=self.user, chat_type="dm",
-            user_id=self.user, user_name=self.user, chat_name="terminal",
+            platform=Platform.LOCAL,
+            chat_id=self.user,
+            chat_type="dm",
+            user_id=self.user,
+            user_name=self.user,
+            chat_name="terminal",
         )
         self.input_closed = asyncio.Event()
         self._queue: asyncio.Queue[str | None] | None = None

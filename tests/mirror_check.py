@@ -11,8 +11,18 @@ from pathlib import Path
 
 from gateway.db import SessionDB
 
-FIELDS = ("id", "session_id", "role", "content", "tool_name", "tool_call_id", "timestamp", "user_id", "active",
-          "compacted")
+FIELDS = (
+    "id",
+    "session_id",
+    "role",
+    "content",
+    "tool_name",
+    "tool_call_id",
+    "timestamp",
+    "user_id",
+    "active",
+    "compacted",
+)
 
 
 def mirror_problems(home: Path, db: SessionDB) -> list[str]:

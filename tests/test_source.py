@@ -1,11 +1,12 @@
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.source import InvalidSessionSource, Platform, SessionSource, build_session_key, describe_session_key
 
 
 def src(**kw):
-    base = dict(platform="telegram", chat_id="100", chat_type="dm", user_id="7")
+    base = {"platform": "telegram", "chat_id": "100", "chat_type": "dm", "user_id": "7"}
     base.update(kw)
     return SessionSource(**base)
 
@@ -80,8 +81,12 @@ anything = st.one_of(st.none(), st.text(max_size=30))
 
 @given(
     chat_type=st.sampled_from(["dm", "group", "channel", "thread", "forum"]),
-    chat_id=ids, user_a=ids, user_b=ids, thread=st.one_of(st.none(), ids),
-    per_user=st.booleans(), thread_per_user=st.booleans(),
+    chat_id=ids,
+    user_a=ids,
+    user_b=ids,
+    thread=st.one_of(st.none(), ids),
+    per_user=st.booleans(),
+    thread_per_user=st.booleans(),
 )
 def test_key_properties(chat_type, chat_id, user_a, user_b, thread, per_user, thread_per_user):
     a = SessionSource(platform="discord", chat_id=chat_id, chat_type=chat_type, user_id=user_a, thread_id=thread)

@@ -170,7 +170,9 @@ class MemoryStore:
             raise MemoryRefused(f"no entry in {FILES[target]} contains {needle[:80]!r}")
         if len({entries[i] for i in hits}) > 1:
             shown = "; ".join(repr(entries[i][:60]) for i in hits[:5])
-            raise MemoryRefused(f"{len(hits)} entries contain {needle[:80]!r} ({shown}); quote more of the one you mean")
+            raise MemoryRefused(
+                f"{len(hits)} entries contain {needle[:80]!r} ({shown}); quote more of the one you mean"
+            )
         return hits[0]
 
     def _save(self, target: str, before: list[str], after: list[str]) -> None:

@@ -26,8 +26,8 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
-from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
 from agent.tools import Tool, ToolContext
+from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
 
 log = logging.getLogger(__name__)
 
@@ -197,9 +197,7 @@ async def _recap_once(client: Any, settings: ModelSettings, query: str, task: _T
     return text
 
 
-async def _recap(
-    client: Any, settings: ModelSettings, query: str, task: _Task, backoff: tuple[float, ...]
-) -> str:
+async def _recap(client: Any, settings: ModelSettings, query: str, task: _Task, backoff: tuple[float, ...]) -> str:
     """Up to TRIES attempts, sleeping backoff[i] between them. Raises the last error."""
     last: BaseException | None = None
     for attempt in range(TRIES):
@@ -211,8 +209,7 @@ async def _recap(
             raise
         except Exception as exc:  # any model failure: try again, then fall back to a preview
             last = exc
-            log.info("recap of %s failed (try %d/%d): %s", task.hit.session_id, attempt + 1, TRIES,
-                     describe_error(exc))
+            log.info("recap of %s failed (try %d/%d): %s", task.hit.session_id, attempt + 1, TRIES, describe_error(exc))
             if attempt + 1 < TRIES:
                 await asyncio.sleep(backoff[min(attempt, len(backoff) - 1)] if backoff else 0)
     assert last is not None
@@ -306,8 +303,13 @@ async def asession_search(
     text = query.decode("utf-8", errors="replace") if isinstance(query, (bytes, bytearray)) else (query or "")
     if not str(text).strip():
         rows = await asyncio.to_thread(
-            recent_sessions, db, limit=limit, exclude_session_ids=lineage, exclude_sources=HIDDEN_SOURCES,
-            person_id=person_id, see_all=see_all,
+            recent_sessions,
+            db,
+            limit=limit,
+            exclude_session_ids=lineage,
+            exclude_sources=HIDDEN_SOURCES,
+            person_id=person_id,
+            see_all=see_all,
         )
         results = [
             {
@@ -325,8 +327,15 @@ async def asession_search(
 
     plan = plan_query(text)
     hits = await asyncio.to_thread(
-        find_sessions, db, text, limit=limit, exclude_session_ids=lineage, exclude_sources=HIDDEN_SOURCES,
-        person_id=person_id, see_all=see_all, role_filter=_roles(role_filter),
+        find_sessions,
+        db,
+        text,
+        limit=limit,
+        exclude_session_ids=lineage,
+        exclude_sources=HIDDEN_SOURCES,
+        person_id=person_id,
+        see_all=see_all,
+        role_filter=_roles(role_filter),
     )
 
     def prepare() -> list[_Task]:
@@ -382,8 +391,9 @@ def session_search(
 ) -> str:
     """Synchronous form (DESIGN.md §10). Runs its own event loop; called from inside a running
     loop it does the work on a helper thread (blocking the caller until done)."""
-    coro_args = dict(query=query, role_filter=role_filter, limit=limit, db=db,
-                     current_session_id=current_session_id, **options)
+    coro_args = dict(
+        query=query, role_filter=role_filter, limit=limit, db=db, current_session_id=current_session_id, **options
+    )
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -431,7 +441,12 @@ PARAMETERS = {
             "type": "string",
             "description": "Words to look for (or a question). Empty: list recent conversations.",
         },
-        "limit": {"type": "integer", "minimum": 1, "maximum": 5, "description": "How many conversations (default 3, at most 5)."},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 5,
+            "description": "How many conversations (default 3, at most 5).",
+        },
         "role_filter": {
             "type": "string",
             "description": "Only match messages from these roles, comma separated: user, assistant, tool.",
@@ -463,8 +478,9 @@ def _settings_from(value: Any) -> ModelSettings | None:
 async def _handler(args: dict[str, Any], ctx: ToolContext) -> str:
     config = ctx.extra.get("config")
     recall_config = getattr(config, "recall", None)
-    deadline = float(ctx.extra.get("recall_deadline") or getattr(recall_config, "deadline_seconds", None)
-                      or DEFAULT_DEADLINE)
+    deadline = float(
+        ctx.extra.get("recall_deadline") or getattr(recall_config, "deadline_seconds", None) or DEFAULT_DEADLINE
+    )
     recaps = bool(getattr(recall_config, "recaps", True))
     settings = _settings_from(ctx.extra.get("recap_model") or ctx.extra.get("auxiliary"))
     person = ctx.source.person_id if ctx.source is not None else None

@@ -53,8 +53,14 @@ class Report:
         self._emit("FAIL", text)
 
 
-def run_doctor(config_path: str | None = None, home: str | None = None, *, timeout: float = 5.0,
-               out: IO[str] | None = None, env: dict[str, str] | None = None) -> int:
+def run_doctor(
+    config_path: str | None = None,
+    home: str | None = None,
+    *,
+    timeout: float = 5.0,
+    out: IO[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
     report = Report(out or sys.stdout)
     env = dict(os.environ) if env is None else env
     config: Config | None = None
@@ -83,8 +89,7 @@ def run_doctor(config_path: str | None = None, home: str | None = None, *, timeo
     if report.failures:
         print(f"\n{report.failures} problem(s) found.", file=report.out)
         return 1
-    print("\nEverything looks fine." + (f" ({report.warnings} warning(s))" if report.warnings else ""),
-          file=report.out)
+    print("\nEverything looks fine." + (f" ({report.warnings} warning(s))" if report.warnings else ""), file=report.out)
     return 0
 
 
@@ -112,13 +117,16 @@ def check_database(report: Report, path: Path) -> None:
     try:
         result = [row[0] for row in conn.execute("PRAGMA integrity_check").fetchall()]
         if result != ["ok"]:
-            report.fail(f"database {path} is damaged: {'; '.join(map(str, result[:5]))} "
-                        f"(restore a backup, or `chinwag sessions export` what can be read)")
+            report.fail(
+                f"database {path} is damaged: {'; '.join(map(str, result[:5]))} "
+                f"(restore a backup, or `chinwag sessions export` what can be read)"
+            )
             return
         version = current_version(conn)
         if version > SCHEMA_VERSION:
-            report.fail(f"database {path} has schema v{version}, newer than this chinwag (v{SCHEMA_VERSION}); "
-                        "upgrade chinwag")
+            report.fail(
+                f"database {path} has schema v{version}, newer than this chinwag (v{SCHEMA_VERSION}); upgrade chinwag"
+            )
             return
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0] if version else 0
         messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0] if version else 0
@@ -151,8 +159,9 @@ def check_http_port(report: Report, config: Config) -> None:
             sock.bind(address)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                report.warn(f"http: port {port} on {host} is in use (fine if chinwag is running; "
-                            "otherwise set http.port)")
+                report.warn(
+                    f"http: port {port} on {host} is in use (fine if chinwag is running; otherwise set http.port)"
+                )
             else:
                 report.fail(f"http: cannot listen on {host}:{port} ({exc.strerror or exc}); set http.host / http.port")
             return
@@ -169,8 +178,10 @@ def check_mirrors(report: Report, root: Path) -> None:
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
-        report.warn(f"mirror {index} is unreadable ({exc}); the database is intact and wins: "
-                    "`chinwag sessions repair` (or the next start) rewrites it")
+        report.warn(
+            f"mirror {index} is unreadable ({exc}); the database is intact and wins: "
+            "`chinwag sessions repair` (or the next start) rewrites it"
+        )
         return
     report.ok(f"mirror {index}: {len(data)} session key(s)")
 
@@ -178,8 +189,7 @@ def check_mirrors(report: Report, root: Path) -> None:
 async def check_endpoints(report: Report, config: Config, timeout: float) -> None:
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     async with aiohttp.ClientSession(timeout=client_timeout) as http:
-        checks = [check_model(report, http, "model", config.model.base_url, config.model.api_key,
-                              config.model.name)]
+        checks = [check_model(report, http, "model", config.model.base_url, config.model.api_key, config.model.name)]
         aux = config.auxiliary
         if (aux.base_url, aux.api_key) != (config.model.base_url, config.model.api_key):
             checks.append(check_model(report, http, "auxiliary model", aux.base_url, aux.api_key, aux.name))
@@ -217,11 +227,14 @@ def _why(exc: BaseException) -> str:
     return type(exc).__name__ + (f": {exc}" if str(exc) else "")
 
 
-async def check_model(report: Report, http: aiohttp.ClientSession, label: str, base_url: str,
-                      api_key: str, name: str) -> None:
+async def check_model(
+    report: Report, http: aiohttp.ClientSession, label: str, base_url: str, api_key: str, name: str
+) -> None:
     if not (base_url or api_key):
-        report.warn(f"{label}: not configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url); "
-                    "chat turns will answer \"no model configured\"")
+        report.warn(
+            f"{label}: not configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url); "
+            'chat turns will answer "no model configured"'
+        )
         return
     base = base_url or OPENAI_API
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -237,10 +250,14 @@ async def check_model(report: Report, http: aiohttp.ClientSession, label: str, b
     elif status >= 400:
         report.fail(f"{label}: {base}/models answered HTTP {status}")
     else:
-        ids = [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)] if isinstance(body, dict) else []
+        ids = (
+            [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)] if isinstance(body, dict) else []
+        )
         if name and ids and name not in ids:
-            report.warn(f"{label}: {base} is reachable but does not list model {name!r} "
-                        f"(it has: {', '.join(map(str, ids[:5]))})")
+            report.warn(
+                f"{label}: {base} is reachable but does not list model {name!r} "
+                f"(it has: {', '.join(map(str, ids[:5]))})"
+            )
         else:
             report.ok(f"{label}: {base} reachable" + (f", {len(ids)} model(s)" if ids else ""))
 
@@ -257,7 +274,9 @@ async def check_telegram(report: Report, http: aiohttp.ClientSession, raw: dict[
         user = (body.get("result") or {}).get("username") or "?"
         report.ok(f"telegram: token accepted, bot @{user}")
     elif status in (401, 404):
-        report.fail(f"telegram: the bot token was rejected (HTTP {status} from {shown}); check platforms.telegram.token")
+        report.fail(
+            f"telegram: the bot token was rejected (HTTP {status} from {shown}); check platforms.telegram.token"
+        )
     else:
         report.fail(f"telegram: {shown} answered HTTP {status}")
 
@@ -267,7 +286,9 @@ async def check_feishu(report: Report, http: aiohttp.ClientSession, raw: dict[st
     base = FEISHU_DOMAINS.get(domain.lower(), domain).rstrip("/")
     url = f"{base}/open-apis/auth/v3/tenant_access_token/internal"
     try:
-        status, body = await _request(http, "POST", url, json={"app_id": raw["app_id"], "app_secret": raw["app_secret"]})
+        status, body = await _request(
+            http, "POST", url, json={"app_id": raw["app_id"], "app_secret": raw["app_secret"]}
+        )
     except Exception as exc:
         report.fail(f"feishu: {url} is not reachable: {_why(exc)}")
         return
@@ -275,8 +296,10 @@ async def check_feishu(report: Report, http: aiohttp.ClientSession, raw: dict[st
     if status == 200 and code == 0:
         report.ok(f"feishu: app credentials accepted by {base}")
     elif code is not None:
-        report.fail(f"feishu: {base} refused the app credentials (code {code}: {body.get('msg', '')}); "
-                    "check platforms.feishu.app_id / app_secret and the domain")
+        report.fail(
+            f"feishu: {base} refused the app credentials (code {code}: {body.get('msg', '')}); "
+            "check platforms.feishu.app_id / app_secret and the domain"
+        )
     else:
         report.fail(f"feishu: {url} answered HTTP {status}")
 
@@ -284,7 +307,9 @@ async def check_feishu(report: Report, http: aiohttp.ClientSession, raw: dict[st
 async def check_discord(report: Report, http: aiohttp.ClientSession, raw: dict[str, Any]) -> None:
     base = str(raw.get("api_base") or DISCORD_API).rstrip("/")
     try:
-        status, body = await _request(http, "GET", f"{base}/users/@me", headers={"Authorization": f"Bot {raw['token']}"})
+        status, body = await _request(
+            http, "GET", f"{base}/users/@me", headers={"Authorization": f"Bot {raw['token']}"}
+        )
     except Exception as exc:
         report.fail(f"discord: {base} is not reachable: {_why(exc)}")
         return

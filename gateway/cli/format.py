@@ -12,10 +12,7 @@ from typing import IO, Iterable, Sequence
 
 def width(text: str) -> int:
     """Columns `text` takes in a terminal: CJK and other wide characters take two."""
-    return sum(
-        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
-        for ch in text
-    )
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def clip(text: str, limit: int) -> str:

@@ -72,8 +72,10 @@ def _serve(config: Config, *, local_only: bool, http: bool | None) -> int:
     for warning in config.warnings:
         log.warning("config: %s", warning)
     if not config.model.is_configured:
-        log.warning("no model configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url): "
-                    "commands and recall work, chat turns say so")
+        log.warning(
+            "no model configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url): "
+            "commands and recall work, chat turns say so"
+        )
 
     async def main() -> int:
         app = build_app(config, local_only=local_only, http=http)

@@ -20,8 +20,8 @@ from typing import IO, Any, Iterator
 
 from gateway.cli.format import Progress, ago, fmt_time, table
 from gateway.db import MAX_CONTENT_CHARS, ROLES, SchemaTooNew, SessionDB, TitleTaken, sanitize_title
-from gateway.storage.home import Home, home_from_args, is_safe_session_id
 from gateway.sessions.mirrors import Mirrors
+from gateway.storage.home import Home, home_from_args, is_safe_session_id
 
 EXIT_BAD_INPUT = 2
 
@@ -117,7 +117,7 @@ def _wrap(fn: Any) -> Any:
             return 1
         except BrokenPipeError:  # `chinwag sessions export | head`
             try:
-                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+                sys.stdout = open(os.devnull, "w")
             except OSError:
                 pass
             return 0
@@ -165,12 +165,24 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("no sessions" + (" match" if args.source or args.user else " yet"))
         return 0
     now = time.time()
-    print(table(
-        ["ID", "TITLE", "SOURCE", "USER", "MSGS", "LAST ACTIVE", "PREVIEW"],
-        [[r["id"], r["title"] or "", r["source"], r["user_id"] or "", r["message_count"],
-          ago(r["last_active_at"], now), r["preview"] or ""] for r in rows],
-        [24, 30, 8, 16, 5, 10, 60],
-    ))
+    print(
+        table(
+            ["ID", "TITLE", "SOURCE", "USER", "MSGS", "LAST ACTIVE", "PREVIEW"],
+            [
+                [
+                    r["id"],
+                    r["title"] or "",
+                    r["source"],
+                    r["user_id"] or "",
+                    r["message_count"],
+                    ago(r["last_active_at"], now),
+                    r["preview"] or "",
+                ]
+                for r in rows
+            ],
+            [24, 30, 8, 16, 5, 10, 60],
+        )
+    )
     if len(rows) == args.limit and total > len(rows) and not (args.source or args.user):
         print(f"({len(rows)} of {total} sessions; --limit N for more)")
     return 0
@@ -188,11 +200,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     s = record["session"]
     ended = f"{fmt_time(s['ended_at'])} ({s['end_reason']})" if s.get("ended_at") else "no (current or resumable)"
     facts = [
-        ("id", s["id"]), ("title", s.get("title") or "-"), ("source", s["source"]),
-        ("user", s.get("user_id") or "-"), ("chat", " ".join(filter(None, [s.get("chat_type"), s.get("chat_name")])) or "-"),
-        ("key", s.get("session_key") or "-"), ("started", fmt_time(s["started_at"])),
-        ("last active", f"{fmt_time(s['last_active_at'])} ({ago(s['last_active_at'])})"), ("ended", ended),
-        ("parent", s.get("parent_session_id") or "-"), ("messages", str(s["message_count"])),
+        ("id", s["id"]),
+        ("title", s.get("title") or "-"),
+        ("source", s["source"]),
+        ("user", s.get("user_id") or "-"),
+        ("chat", " ".join(filter(None, [s.get("chat_type"), s.get("chat_name")])) or "-"),
+        ("key", s.get("session_key") or "-"),
+        ("started", fmt_time(s["started_at"])),
+        ("last active", f"{fmt_time(s['last_active_at'])} ({ago(s['last_active_at'])})"),
+        ("ended", ended),
+        ("parent", s.get("parent_session_id") or "-"),
+        ("messages", str(s["message_count"])),
         ("tokens", f"{s.get('input_tokens') or 0} in / {s.get('output_tokens') or 0} out"),
     ]
     for label, value in facts:
@@ -207,8 +225,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         flag = "" if m.get("active", 1) else (" [compacted]" if m.get("compacted") else " [undone]")
         body = m.get("content") or ""
         if m.get("tool_calls"):
-            names = [((c or {}).get("function") or {}).get("name") or "?" for c in m["tool_calls"]
-                     if isinstance(c, dict)] if isinstance(m["tool_calls"], list) else ["?"]
+            names = (
+                [((c or {}).get("function") or {}).get("name") or "?" for c in m["tool_calls"] if isinstance(c, dict)]
+                if isinstance(m["tool_calls"], list)
+                else ["?"]
+            )
             body = (body + " " if body else "") + f"[calls {', '.join(names)}]"
         role = m["role"] + (f" ({m['tool_name']})" if m.get("tool_name") else "")
         print(f"[{fmt_time(m.get('timestamp'))}] {role}{flag}: {body}")
@@ -231,9 +252,15 @@ def _search_fallback(db: SessionDB, query: str, limit: int, user: str | None) ->
         if sid in out or (user and user not in db.session_participants(sid)):
             continue
         s = db.get_session(sid) or {}
-        out[sid] = {"session_id": sid, "title": s.get("title"), "source": hit["source"],
-                    "started_at": s.get("started_at"), "last_active_at": s.get("last_active_at"),
-                    "message_count": s.get("message_count"), "snippet": hit["snippet"]}
+        out[sid] = {
+            "session_id": sid,
+            "title": s.get("title"),
+            "source": hit["source"],
+            "started_at": s.get("started_at"),
+            "last_active_at": s.get("last_active_at"),
+            "message_count": s.get("message_count"),
+            "snippet": hit["snippet"],
+        }
         if len(out) >= limit:
             break
     return list(out.values())
@@ -249,12 +276,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         print(f"no session mentions {query!r}")
         return 0
-    print(table(
-        ["SESSION", "TITLE", "SOURCE", "LAST ACTIVE", "MATCH"],
-        [[h["session_id"], h.get("title") or "", h["source"], ago(h.get("last_active_at")), h.get("snippet") or ""]
-         for h in hits],
-        [24, 30, 8, 10, 80],
-    ))
+    print(
+        table(
+            ["SESSION", "TITLE", "SOURCE", "LAST ACTIVE", "MATCH"],
+            [
+                [
+                    h["session_id"],
+                    h.get("title") or "",
+                    h["source"],
+                    ago(h.get("last_active_at")),
+                    h.get("snippet") or "",
+                ]
+                for h in hits
+            ],
+            [24, 30, 8, 10, 80],
+        )
+    )
     return 0
 
 
@@ -264,8 +301,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         files = list(home.sessions_dir.glob("*.jsonl")) if home.sessions_dir.is_dir() else []
         stats["transcripts"] = len(files)
         stats["transcript_bytes"] = sum(f.stat().st_size for f in files)
-        stats["sources"] = dict(db.read(lambda c: c.execute(
-            "SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY 2 DESC").fetchall()))
+        stats["sources"] = dict(
+            db.read(
+                lambda c: c.execute("SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY 2 DESC").fetchall()
+            )
+        )
     if args.json:
         _print_json(stats)
         return 0
@@ -334,15 +374,29 @@ def _export_stream(target: Path | None) -> Iterator[IO[str]]:
 
 
 _SESSION_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,), "source": (str,), "title": (str, type(None)), "user_id": (str, type(None)),
-    "session_key": (str, type(None)), "parent_session_id": (str, type(None)), "model": (str, type(None)),
-    "started_at": (int, float, type(None)), "ended_at": (int, float, type(None)),
-    "end_reason": (str, type(None)), "input_tokens": (int, type(None)), "output_tokens": (int, type(None)),
+    "id": (str,),
+    "source": (str,),
+    "title": (str, type(None)),
+    "user_id": (str, type(None)),
+    "session_key": (str, type(None)),
+    "parent_session_id": (str, type(None)),
+    "model": (str, type(None)),
+    "started_at": (int, float, type(None)),
+    "ended_at": (int, float, type(None)),
+    "end_reason": (str, type(None)),
+    "input_tokens": (int, type(None)),
+    "output_tokens": (int, type(None)),
 }
 _MESSAGE_TYPES: dict[str, tuple[type, ...]] = {
-    "content": (str, type(None)), "timestamp": (int, float, type(None)), "tool_call_id": (str, type(None)),
-    "tool_name": (str, type(None)), "token_count": (int, type(None)), "active": (int, bool),
-    "compacted": (int, bool), "user_id": (str, type(None)), "platform_message_id": (str, int, type(None)),
+    "content": (str, type(None)),
+    "timestamp": (int, float, type(None)),
+    "tool_call_id": (str, type(None)),
+    "tool_name": (str, type(None)),
+    "token_count": (int, type(None)),
+    "active": (int, bool),
+    "compacted": (int, bool),
+    "user_id": (str, type(None)),
+    "platform_message_id": (str, int, type(None)),
     "tool_calls": (list, dict, str, type(None)),
 }
 
@@ -428,8 +482,7 @@ def parse_import(lines: list[str], db: SessionDB, skip_existing: bool) -> tuple[
                 if title.casefold() in titles:
                     raise CliError(f"line {lineno}: title {title!r} is also used on line {titles[title.casefold()]}")
                 titles[title.casefold()] = lineno
-                owner = db.read(lambda c: c.execute(
-                    "SELECT id FROM sessions WHERE title = ?", (title,)).fetchone())
+                owner = db.read(lambda c: c.execute("SELECT id FROM sessions WHERE title = ?", (title,)).fetchone())
                 if owner:
                     raise CliError(f"line {lineno}: title {title!r} is already used by session {owner[0]}")
             records.append(record)
@@ -451,14 +504,19 @@ def cmd_import(args: argparse.Namespace) -> int:
             text = re.sub(r"^record (\d+)", lambda m: f"line {line_of[int(m.group(1)) - 1]}", str(exc))
             raise CliError(text) from None
         assert mirrors is not None
-        flagged = [r["session"]["id"] for r in records
-                   if any(not m.get("active", 1) or m.get("compacted") for m in r.get("messages") or [])]
+        flagged = [
+            r["session"]["id"]
+            for r in records
+            if any(not m.get("active", 1) or m.get("compacted") for m in r.get("messages") or [])
+        ]
         for sid in flagged:  # appended as visible by the import; the file must carry the real flags
             mirrors.rewrite_session(sid)
     messages = sum(len(r.get("messages") or []) for r in fresh)
     skipped = len(records) - imported
-    print(f"imported {imported} session(s), {messages} message(s)"
-          + (f"; skipped {skipped} that already existed" if skipped else ""))
+    print(
+        f"imported {imported} session(s), {messages} message(s)"
+        + (f"; skipped {skipped} that already existed" if skipped else "")
+    )
     return 0
 
 
@@ -499,8 +557,14 @@ def cmd_prune(args: argparse.Namespace) -> int:
     with _open_db(args, mirrors=True) as (_, db, _m):
         keep = set() if args.include_current else {e["session_id"] for e in db.list_key_entries()}
         cutoff = time.time() - days * 86400
-        old = db.read(lambda c: [r[0] for r in c.execute(
-            "SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,))])
+        old = db.read(
+            lambda c: [
+                r[0]
+                for r in c.execute(
+                    "SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,)
+                )
+            ]
+        )
         victims = [sid for sid in old if sid not in keep]
         kept = len(old) - len(victims)
         deleted = len(victims) if args.dry_run else db.prune(days, keep=keep)
@@ -509,8 +573,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
         _print_json(result | ({"would_delete": victims} if args.dry_run else {}))
         return 0
     verb = "would delete" if args.dry_run else "deleted"
-    print(f"{verb} {deleted} session(s) idle for more than {days:g} day(s)"
-          + (f"; kept {kept} that a chat is still in (--include-current to delete them too)" if kept else ""))
+    print(
+        f"{verb} {deleted} session(s) idle for more than {days:g} day(s)"
+        + (f"; kept {kept} that a chat is still in (--include-current to delete them too)" if kept else "")
+    )
     return 0
 
 

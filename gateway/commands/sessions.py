@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from gateway.sessions.access import may_see_session
 from gateway.commands.table import label as _label
 from gateway.commands.table import title_taken
 from gateway.commands.table import when as _when
 from gateway.db import sanitize_title
 from gateway.recall.rank import find_sessions, recent_sessions
+from gateway.sessions.access import may_see_session
 
 if TYPE_CHECKING:
     from gateway.commands.table import CommandContext
@@ -86,12 +86,16 @@ async def cmd_resume(ctx: "CommandContext") -> str:
         rows = await _listing(ctx)
         runner.remember_listing(ctx.lane.key, [r["id"] for r in rows])
         if not rows:
-            return ("You have no titled conversations to resume yet. Give one a title with /title <name>, "
-                    "or find any conversation with /search <words>.")
+            return (
+                "You have no titled conversations to resume yet. Give one a title with /title <name>, "
+                "or find any conversation with /search <words>."
+            )
         lines = ["Your recent conversations:"]
         for i, r in enumerate(rows, 1):
-            lines.append(f"{i}. {r['title']} — {r['message_count']} messages, last active "
-                         f"{_when(r.get('last_active_at'))} ({r['id']})")
+            lines.append(
+                f"{i}. {r['title']} — {r['message_count']} messages, last active "
+                f"{_when(r.get('last_active_at'))} ({r['id']})"
+            )
         lines.append("Send /resume <number>, /resume <title> or /resume <id>.")
         return "\n".join(lines)
 
@@ -123,8 +127,10 @@ async def cmd_resume(ctx: "CommandContext") -> str:
     if current is not None:
         await runner.forget(current.session_id)
     await runner.forget(session["id"])
-    text = f"Resumed {_label(session)}: {session.get('message_count', 0)} messages, last active " \
-           f"{_when(session.get('last_active_at'))}."
+    text = (
+        f"Resumed {_label(session)}: {session.get('message_count', 0)} messages, last active "
+        f"{_when(session.get('last_active_at'))}."
+    )
     if session.get("preview"):
         text += f"\nIt began with: {_one_line(session['preview'])}"
     return text
@@ -158,8 +164,10 @@ async def cmd_search(ctx: "CommandContext") -> str:
             return "No earlier conversations yet. Usage: /search <words>"
         lines = ["Your recent conversations:"]
         for r in rows:
-            lines.append(f"• {r.get('title') or '(untitled)'} — {_when(r.get('last_active_at'))} — "
-                         f"/resume {r['session_id']}\n  {_one_line(r.get('preview'))}")
+            lines.append(
+                f"• {r.get('title') or '(untitled)'} — {_when(r.get('last_active_at'))} — "
+                f"/resume {r['session_id']}\n  {_one_line(r.get('preview'))}"
+            )
         return "\n".join(lines)
     started = runner.clock()
     hits = await asyncio.to_thread(
@@ -171,8 +179,10 @@ async def cmd_search(ctx: "CommandContext") -> str:
     answers = await asyncio.to_thread(_answers, db, [h.matched_message_ids[:1] for h in hits])
     lines = [f"Conversations matching “{_one_line(query, 60)}”:"]
     for hit, answer in zip(hits, answers):
-        lines.append(f"• {hit.title or '(untitled)'} — {_when(hit.last_active_at or hit.started_at)} — "
-                     f"/resume {hit.session_id}\n  {_one_line(hit.snippet)}")
+        lines.append(
+            f"• {hit.title or '(untitled)'} — {_when(hit.last_active_at or hit.started_at)} — "
+            f"/resume {hit.session_id}\n  {_one_line(hit.snippet)}"
+        )
         if answer:
             lines.append(f"  ↳ {_one_line(answer)}")
     return "\n".join(lines)
@@ -185,7 +195,9 @@ def _answers(db, best: list[list[int]]) -> list[str | None]:
     def read(conn) -> list[str | None]:
         out: list[str | None] = []
         for ids in best:
-            row = conn.execute("SELECT session_id, role FROM messages WHERE id = ?", ids[:1]).fetchone() if ids else None
+            row = (
+                conn.execute("SELECT session_id, role FROM messages WHERE id = ?", ids[:1]).fetchone() if ids else None
+            )
             if row is None or row[1] != "user":
                 out.append(None)
                 continue

@@ -21,9 +21,9 @@ from gateway.source import SessionSource, describe_session_key
 from platforms.base import InboundMessage
 
 if TYPE_CHECKING:  # the runner imports this module; the type is only for annotations
+    from gateway.runtime.lanes import ChatLane
     from gateway.runtime.runner import GatewayRunner
     from gateway.sessions.store import SessionEntry
-    from gateway.runtime.lanes import ChatLane
 
 _COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
 
@@ -45,7 +45,7 @@ def parse_command(text: str) -> ParsedCommand | None:
         return None
     name = match.group(1).lower()
     name = ALIASES.get(name, name)
-    return ParsedCommand(name, stripped[match.end():].strip(), match.group(2))
+    return ParsedCommand(name, stripped[match.end() :].strip(), match.group(2))
 
 
 @dataclass
@@ -96,9 +96,11 @@ class Command:
 def title_taken(db, title: str, except_id: str | None = None) -> bool:
     """Another session has this title in any letter case. (`/resume <title>` matches case-insensitively,
     so "Trip" and "trip" on two sessions would make one of them unreachable by title.)"""
-    row = db.read(lambda conn: conn.execute(
-        "SELECT 1 FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
-    ).fetchone())
+    row = db.read(
+        lambda conn: conn.execute(
+            "SELECT 1 FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
+        ).fetchone()
+    )
     return row is not None
 
 
@@ -114,6 +116,7 @@ def label(session: dict) -> str:
 
 
 # --- handlers ------------------------------------------------------------------------------
+
 
 async def cmd_help(ctx: CommandContext) -> str:
     lines = ["Commands:"]
@@ -134,9 +137,14 @@ async def cmd_title(ctx: CommandContext) -> str:
     if not ctx.args:
         session = await db.aread("get_session", entry.session_id)
         title = session.get("title") if session else None
-        return f"This conversation is titled “{title}”." if title else (
-            "This conversation has no title yet. Set one with /title <name>; titled conversations are "
-            "easy to /resume.")
+        return (
+            f"This conversation is titled “{title}”."
+            if title
+            else (
+                "This conversation has no title yet. Set one with /title <name>; titled conversations are "
+                "easy to /resume."
+            )
+        )
     wanted = sanitize_title(ctx.args)
     taken = f"Another conversation is already titled “{wanted}”. Pick a different title."
     if wanted and await asyncio.to_thread(title_taken, db, wanted, entry.session_id):
@@ -164,8 +172,7 @@ async def cmd_undo(ctx: CommandContext) -> str:
     if not hidden:
         return "Nothing to undo in this conversation."
     what = "exchange" if n == 1 else f"{n} exchanges"
-    return (f"Undid the last {what} ({hidden} messages). They are hidden from this conversation "
-            "but stay in the history.")
+    return f"Undid the last {what} ({hidden} messages). They are hidden from this conversation but stay in the history."
 
 
 async def cmd_retry(ctx: CommandContext) -> str | None:
@@ -231,8 +238,11 @@ async def cmd_whoami(ctx: CommandContext) -> str:
         due = policy.next_reset_why(float(session["last_active_at"]))
         if due is not None:
             when = datetime.fromtimestamp(due[0], policy.tz).strftime("%Y-%m-%d %H:%M %Z")
-            lines.append(f"Next reset: {when}, if the conversation is idle until then" if due[1] == "idle"
-                         else f"Next reset: {when} (the daily reset)")
+            lines.append(
+                f"Next reset: {when}, if the conversation is idle until then"
+                if due[1] == "idle"
+                else f"Next reset: {when} (the daily reset)"
+            )
     else:
         lines.append("Current session: none yet.")
     return "\n".join(lines)
@@ -255,8 +265,7 @@ def _table() -> dict[str, Command]:
         Command("undo", "/undo [n]", "hide the last n exchanges (kept in history)", cmd_undo),
         Command("compress", "/compress", "summarise this conversation into a fresh one", cmd_compress),
         Command("status", "/status", "session id, title, messages, tokens", cmd_status, immediate=True),
-        Command("whoami", "/whoami", "who you are here, the session key and reset policy", cmd_whoami,
-                immediate=True),
+        Command("whoami", "/whoami", "who you are here, the session key and reset policy", cmd_whoami, immediate=True),
         Command("help", "/help", "this list", cmd_help, immediate=True),
     ]
     return {c.name: c for c in commands}

@@ -38,19 +38,18 @@ from gateway.config.schema import (  # noqa: F401  (re-exported: the schema is p
     _substitute,
     _suggest,
 )
-
 from gateway.config.views import (  # noqa: F401  (re-exported)
-    ModelConfig,
     AgentCacheConfig,
+    Config,
     GatewayConfig,
-    SessionConfig,
-    RecallConfig,
-    MemoryConfig,
-    StorageConfig,
     HttpConfig,
     LoggingConfig,
+    MemoryConfig,
+    ModelConfig,
     PlatformSettings,
-    Config,
+    RecallConfig,
+    SessionConfig,
+    StorageConfig,
 )
 
 
@@ -111,7 +110,7 @@ def load_config(
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{path}: cannot read: {exc}"]) from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -152,8 +151,12 @@ def parse_config(
     for name in raw_platforms:
         if name not in ALL_PLATFORMS:
             hint = _ALIASES.get(str(name)) or _suggest(str(name), ALL_PLATFORMS)
-            err(f"platforms.{name}", "unknown platform" + (f"; did you mean {hint}?" if hint else "")
-                + f" (known: {', '.join(ALL_PLATFORMS)})")
+            err(
+                f"platforms.{name}",
+                "unknown platform"
+                + (f"; did you mean {hint}?" if hint else "")
+                + f" (known: {', '.join(ALL_PLATFORMS)})",
+            )
     platforms: dict[str, dict[str, Any]] = {}
     for name in ALL_PLATFORMS:
         section = raw_platforms.get(name)
@@ -196,9 +199,13 @@ def parse_config(
     a = out["auxiliary"]
     model = ModelConfig(**m)
     auxiliary = ModelConfig(
-        base_url=(a["base_url"] or model.base_url).rstrip("/"), api_key=a["api_key"] or model.api_key,
-        name=a["name"] or model.name, timeout_seconds=model.timeout_seconds,
-        context_window=model.context_window, max_iterations=model.max_iterations, max_tokens=model.max_tokens,
+        base_url=(a["base_url"] or model.base_url).rstrip("/"),
+        api_key=a["api_key"] or model.api_key,
+        name=a["name"] or model.name,
+        timeout_seconds=model.timeout_seconds,
+        context_window=model.context_window,
+        max_iterations=model.max_iterations,
+        max_tokens=model.max_tokens,
     )
     g = out["gateway"]
     return Config(
@@ -207,8 +214,11 @@ def parse_config(
         auxiliary=auxiliary,
         session=SessionConfig(**out["session"]),
         gateway=GatewayConfig(
-            busy_mode=g["busy_mode"], max_pending=g["max_pending"], busy_ack=g["busy_ack"],
-            agent_cache=AgentCacheConfig(**g["agent_cache"]), single_owner=g["single_owner"],
+            busy_mode=g["busy_mode"],
+            max_pending=g["max_pending"],
+            busy_ack=g["busy_ack"],
+            agent_cache=AgentCacheConfig(**g["agent_cache"]),
+            single_owner=g["single_owner"],
             shutdown_timeout_seconds=g["shutdown_timeout_seconds"],
         ),
         recall=RecallConfig(**out["recall"]),
@@ -226,6 +236,7 @@ def parse_config(
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
+
 
 def _check_reset(reset: dict[str, Any], err: Callable[[str, str], None]) -> None:
     from gateway.sessions.reset import ResetPolicies
@@ -246,11 +257,23 @@ def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[s
         if not tg["secret_token"]:
             err("platforms.telegram.secret_token", "is required in webhook mode (Telegram sends it with every update)")
     fs = platforms["feishu"]
-    if fs["_present"] and fs["mode"] == "webhook" and fs["app_id"] and not (fs["verification_token"] or fs["encrypt_key"]):
-        err("platforms.feishu.verification_token", "webhook mode needs verification_token and/or encrypt_key "
-            "(an unauthenticated webhook would let anyone talk as any user)")
-    for name, key in (("telegram", "base_url"), ("telegram", "base_file_url"), ("discord", "api_base"),
-                      ("feishu", "domain")):
+    if (
+        fs["_present"]
+        and fs["mode"] == "webhook"
+        and fs["app_id"]
+        and not (fs["verification_token"] or fs["encrypt_key"])
+    ):
+        err(
+            "platforms.feishu.verification_token",
+            "webhook mode needs verification_token and/or encrypt_key "
+            "(an unauthenticated webhook would let anyone talk as any user)",
+        )
+    for name, key in (
+        ("telegram", "base_url"),
+        ("telegram", "base_file_url"),
+        ("discord", "api_base"),
+        ("feishu", "domain"),
+    ):
         value = str(platforms[name].get(key) or "")
         if name == "feishu" and value.lower() in ("feishu", "lark"):
             continue
@@ -263,7 +286,10 @@ def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[s
     for name in CHAT_PLATFORMS:
         raw = platforms[name]
         if raw["group_policy"] == "allowlist" and raw["_present"] and not raw["group_allowlist"]:
-            err(f"platforms.{name}.group_allowlist", "is empty but group_policy is allowlist (no group would be answered)")
+            err(
+                f"platforms.{name}.group_allowlist",
+                "is empty but group_policy is allowlist (no group would be answered)",
+            )
 
 
 def _platform_warnings(platforms: dict[str, dict[str, Any]]) -> list[str]:
@@ -278,6 +304,6 @@ def _platform_warnings(platforms: dict[str, dict[str, Any]]) -> list[str]:
         elif not raw["allowed_users"] and not raw["admins"]:
             warnings.append(
                 f"platforms.{name}: allowed_users and admins are empty, so nobody can talk to the bot "
-                f"(add user ids, or \"*\" for everyone)"
+                f'(add user ids, or "*" for everyone)'
             )
     return warnings

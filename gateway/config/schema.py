@@ -208,8 +208,12 @@ def _section(data: Any, schema: dict[str, Any], prefix: str, err: Callable[[str,
         if key not in schema:
             hint = _suggest(str(key), schema)
             where = f"{prefix}.{key}" if prefix else str(key)
-            err(where, "unknown key" + (f"; did you mean {hint!r}?" if hint else "")
-                + f" (allowed here: {', '.join(k for k in schema)})")
+            err(
+                where,
+                "unknown key"
+                + (f"; did you mean {hint!r}?" if hint else "")
+                + f" (allowed here: {', '.join(k for k in schema)})",
+            )
     out: dict[str, Any] = {}
     for key, spec in schema.items():
         where = f"{prefix}.{key}" if prefix else key
@@ -266,8 +270,11 @@ def _coerce(value: Any, spec: Field, where: str, err: Callable[[str, str], None]
             if lowered in spec.choices:
                 return lowered
             hint = _suggest(text, spec.choices)
-            err(where, f"must be one of {', '.join(spec.choices)} (got {value!r})"
-                + (f"; did you mean {hint!r}?" if hint else ""))
+            err(
+                where,
+                f"must be one of {', '.join(spec.choices)} (got {value!r})"
+                + (f"; did you mean {hint!r}?" if hint else ""),
+            )
             return spec.default
         return text
     if kind == "list":
@@ -312,5 +319,11 @@ def _suggest(word: str, options: Any) -> str | None:
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)

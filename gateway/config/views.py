@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.config.schema import ALL_PLATFORMS, COMMON_PLATFORM_KEYS, CREDENTIALS, CHAT_PLATFORMS
+from gateway.config.schema import ALL_PLATFORMS, CHAT_PLATFORMS, COMMON_PLATFORM_KEYS, CREDENTIALS
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -127,8 +128,16 @@ class Config:
         if name == "local":
             # The terminal is the operator's own: everyone at it is allowed; no groups.
             return PlatformSettings(
-                name, self.local_enabled(), ("*",), tuple(raw.get("admins") or ()), "disabled", (), (),
-                False, self.gateway.busy_mode, raw,
+                name,
+                self.local_enabled(),
+                ("*",),
+                tuple(raw.get("admins") or ()),
+                "disabled",
+                (),
+                (),
+                False,
+                self.gateway.busy_mode,
+                raw,
             )
         return PlatformSettings(
             name=name,
@@ -169,7 +178,8 @@ class Config:
         raw = self.platforms[name]
         given = raw["_given"]
         return {
-            k: v for k, v in raw.items()
+            k: v
+            for k, v in raw.items()
             if not k.startswith("_") and (k in given or k in COMMON_PLATFORM_KEYS) and v is not None
         }
 

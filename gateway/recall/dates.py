@@ -15,9 +15,20 @@ from datetime import date, datetime, timedelta, timezone
 MONTHS = {
     name: n
     for n, names in enumerate(
-        [("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",),
-         ("june", "jun"), ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"),
-         ("october", "oct"), ("november", "nov"), ("december", "dec")],
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ],
         start=1,
     )
     for name in names
@@ -44,8 +55,11 @@ class DateSpec:
 
     @property
     def label(self) -> str:
-        parts = [str(self.year) if self.year else "", f"{self.month:02d}" if self.month else "",
-                 f"{self.day:02d}" if self.day else ""]
+        parts = [
+            str(self.year) if self.year else "",
+            f"{self.month:02d}" if self.month else "",
+            f"{self.day:02d}" if self.day else "",
+        ]
         return "-".join(p for p in parts if p) or "?"
 
     def bounds(self, slack_days: int = 0) -> tuple[float, float] | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Callable
 
+from gateway.recall.dates import DateSpec, extract_dates
 from gateway.storage.fts import (
     CHINESE_STOP_CHARS,
     CHINESE_STOP_WORDS,
@@ -32,7 +33,6 @@ from gateway.storage.fts import (
     clean,
     parse_query,
 )
-from gateway.recall.dates import DateSpec, extract_dates
 
 MAX_UNITS = 48
 MAX_PREFIX_TERMS = 24  # a prefix matching more index terms than this is left to FTS5 as a prefix
@@ -164,8 +164,7 @@ def _units_of(term: Term, fallback: bool = False) -> list[Unit]:
     if term.identifier and len(tokens) > 1 or any(c.isdigit() for c in term.text):
         ident = term.text.lower().strip("-./:@#~+=%_")
         ident_expr = _quote(ident) if term.identifier and len(ident) >= 3 else ""
-        return [Unit(label=term.text, word_expr=term.phrase(), ident_expr=ident_expr,
-                     highlight=[term.text, *tokens])]
+        return [Unit(label=term.text, word_expr=term.phrase(), ident_expr=ident_expr, highlight=[term.text, *tokens])]
     if len(tokens) == 1 and not term.prefix:
         return [_word_unit(tokens[0])]
     return [Unit(label=term.text, word_expr=term.phrase(), highlight=[term.text, *tokens])]
@@ -173,12 +172,14 @@ def _units_of(term: Term, fallback: bool = False) -> list[Unit]:
 
 def _pair_unit(a: Unit, b: Unit) -> Unit:
     """Two query words that stand next to each other, found close together in one message."""
+
     def side(u: Unit) -> str:
         stem = u.highlight[0] if u.highlight else u.label
         return _quote(stem.lower()) + "*"
 
-    return Unit(label=f"{a.label} {b.label}", word_expr=f"NEAR({side(a)} {side(b)}, {PAIR_WINDOW})",
-                highlight=[], pair=True)
+    return Unit(
+        label=f"{a.label} {b.label}", word_expr=f"NEAR({side(a)} {side(b)}, {PAIR_WINDOW})", highlight=[], pair=True
+    )
 
 
 def plan_query(query: str | bytes | None) -> Plan:

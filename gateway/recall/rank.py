@@ -46,12 +46,19 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gateway.recall import read as recall_read
-from gateway.storage.fts import make_snippet
 from gateway.recall.dates import NEAR_DAYS
 from gateway.recall.query import Plan, Unit, cjk_pieces, plan_query
+from gateway.storage.fts import make_snippet
 
 __all__ = [
-    "SessionHit", "Plan", "Unit", "find_sessions", "recent_sessions", "plan_query", "cjk_pieces", "MAX_SESSIONS",
+    "SessionHit",
+    "Plan",
+    "Unit",
+    "find_sessions",
+    "recent_sessions",
+    "plan_query",
+    "cjk_pieces",
+    "MAX_SESSIONS",
 ]
 
 MAX_SESSIONS = 5
@@ -143,9 +150,7 @@ class _Sessions:
         frontier = {r["parent_session_id"] for i in ids if (r := self.rows.get(i)) and r["parent_session_id"]}
         while frontier - self.rows.keys():
             self.load(frontier)
-            frontier = {
-                r["parent_session_id"] for i in frontier if (r := self.rows.get(i)) and r["parent_session_id"]
-            }
+            frontier = {r["parent_session_id"] for i in frontier if (r := self.rows.get(i)) and r["parent_session_id"]}
         out: dict[str, str] = {}
         for i in ids:
             row = self.rows.get(i)
@@ -208,10 +213,13 @@ def _rank(
 
     n_sessions = max(1, conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
     # the typical length, from the most recently active sessions (a full scan costs ms on a large store)
-    avg_len = conn.execute(
-        "SELECT avg(message_count) FROM (SELECT message_count FROM sessions ORDER BY last_active_at DESC LIMIT ?)",
-        (LENGTH_SAMPLE,),
-    ).fetchone()[0] or 1.0
+    avg_len = (
+        conn.execute(
+            "SELECT avg(message_count) FROM (SELECT message_count FROM sessions ORDER BY last_active_at DESC LIMIT ?)",
+            (LENGTH_SAMPLE,),
+        ).fetchone()[0]
+        or 1.0
+    )
     newest_id = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
 
     # unit -> root -> [message ids]; df over roots before any exclusion (idf describes the corpus)
@@ -242,13 +250,18 @@ def _rank(
         for slack in (0, NEAR_DAYS) if spec.day else (0,):
             window = spec.bounds(slack)
             if window is not None:  # sessions whose active span meets the window
-                on_date = [r[0] for r in conn.execute(
-                    "SELECT id FROM sessions WHERE last_active_at >= ? AND started_at < ?", window)]
+                on_date = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT id FROM sessions WHERE last_active_at >= ? AND started_at < ?", window
+                    )
+                ]
             else:  # no year given: any year; check each session's ends
                 if spans is None:
                     spans = conn.execute("SELECT id, started_at, last_active_at FROM sessions").fetchall()
-                on_date = [sid for sid, started, last in spans
-                           if spec.covers(started, slack) or spec.covers(last, slack)]
+                on_date = [
+                    sid for sid, started, last in spans if spec.covers(started, slack) or spec.covers(last, slack)
+                ]
             roots = meta.roots(on_date)
             by_root = {roots[sid]: [] for sid in on_date}
             df = len(by_root)
@@ -311,16 +324,26 @@ def _rank(
         scores[root] += CO_WEIGHT * best.get(root, 0.0)
     if PASSAGE > 1 and scores:
         leaders = heapq.nsmallest(max(RERANK, limit), scores, key=lambda r: -scores[r])
-        _passage_rerank(conn, scores, {r: _root_mids(r, per_unit) for r in leaders},
-                        _message_units(leaders, per_unit, idf, short), session_of, best)
+        _passage_rerank(
+            conn,
+            scores,
+            {r: _root_mids(r, per_unit) for r in leaders},
+            _message_units(leaders, per_unit, idf, short),
+            session_of,
+            best,
+        )
 
     # the best `limit` by score, ties to the most recently active (the sort is over the few tied)
     top = heapq.nlargest(limit, scores.values())
     tied = [r for r in scores if top and scores[r] >= top[-1]]
     ranked = sorted(tied, key=lambda r: (-scores[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
-    details = {r["id"]: dict(r) for r in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)}
-    evidence = {root: sorted(((mass[mid], mid) for mid in _root_mids(root, per_unit)), key=lambda e: (-e[0], -e[1]))
-                for root in ranked}
+    details = {
+        r["id"]: dict(r) for r in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)
+    }
+    evidence = {
+        root: sorted(((mass[mid], mid) for mid in _root_mids(root, per_unit)), key=lambda e: (-e[0], -e[1]))
+        for root in ranked
+    }
     firsts = [ev[0][1] for ev in evidence.values() if ev]
     contents = dict(_chunked(conn, "SELECT id, content FROM messages WHERE id IN ({})", firsts))
     out: list[SessionHit] = []
@@ -328,7 +351,11 @@ def _rank(
     for root in ranked:
         row = details.get(root) or {}
         ids = [mid for _, mid in evidence[root]]
-        snippet = make_snippet(contents.get(ids[0]) or "", words) if ids and ids[0] in contents else (row.get("preview") or "")
+        snippet = (
+            make_snippet(contents.get(ids[0]) or "", words)
+            if ids and ids[0] in contents
+            else (row.get("preview") or "")
+        )
         out.append(
             SessionHit(
                 session_id=root,
@@ -379,7 +406,8 @@ def _passage_rerank(
     visible: dict[str, list[int]] = defaultdict(list)  # session -> its visible messages, in one query
     visible_sql = recall_read.VISIBLE_SQL.replace("m.", "")
     for mid, sid in _chunked(
-        conn, f"SELECT id, session_id FROM messages WHERE {visible_sql} AND session_id IN ({{}})",
+        conn,
+        f"SELECT id, session_id FROM messages WHERE {visible_sql} AND session_id IN ({{}})",
         sorted(set().union(*sessions.values())),
     ):
         visible[sid].append(mid)

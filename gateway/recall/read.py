@@ -105,15 +105,22 @@ def read_units(
 
 
 def _read_beside_anchor(
-    conn: sqlite3.Connection, units: list[Unit], readers: list[list[Matches]], roles: list[str], cap: int,
+    conn: sqlite3.Connection,
+    units: list[Unit],
+    readers: list[list[Matches]],
+    roles: list[str],
+    cap: int,
     weights: dict[int, float],
 ) -> None:
     """Where the units not read to their end occur together with the anchor, the weightiest unit
     that was read in full: an old message holding the rare word and the common ones of a question
     is the answer, though the common ones' newest matches never reach back to it. FTS5 answers
     "anchor AND unit" by walking the anchor's few matches, however common the unit."""
-    anchors = [i for i, sources in enumerate(readers)
-               if sources and sources[0].table == "messages_fts" and sources[0].done and sources[0].rows]
+    anchors = [
+        i
+        for i, sources in enumerate(readers)
+        if sources and sources[0].table == "messages_fts" and sources[0].done and sources[0].rows
+    ]
     if not anchors:
         return
     anchor = max(anchors, key=lambda i: weights.get(i, 0.0))

@@ -25,9 +25,9 @@ import openai
 from agent.llm import ModelNotConfigured, ModelSettings, make_client
 from agent.loop import Agent
 from agent.prompts import build_system_prompt
+from agent.tools import Tool, ToolRegistry
 from gateway.source import SessionSource
 from tools.memory import make_memory_tool, read_snapshot
-from agent.tools import Tool, ToolRegistry
 
 log = logging.getLogger(__name__)
 

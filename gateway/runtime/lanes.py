@@ -210,4 +210,3 @@ class ChatLane:
             return
         self.last_ack = now
         await self.host.notify(self, msg, ACK_TEXT[mode])
-

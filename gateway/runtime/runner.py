@@ -20,17 +20,17 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from agent.llm import ModelSettings
+from gateway.commands.table import CommandContext, command_menu, commands, parse_command, run_command
+from gateway.db import SessionDB
 from gateway.runtime import turn as agent_turns
-from gateway.sessions.access import AccessControl
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, default_tools
-from gateway.commands.table import CommandContext, command_menu, commands, parse_command, run_command
 from gateway.runtime.conversations import ConversationCache
-from gateway.db import SessionDB
-from gateway.sessions.dedup import Dedup
-from gateway.source import InvalidSessionSource, Platform
-from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.runtime.lanes import ChatLane, Job
+from gateway.sessions.access import AccessControl
+from gateway.sessions.dedup import Dedup
+from gateway.sessions.store import SessionEntry, SessionStore
+from gateway.source import InvalidSessionSource, Platform
 from platforms.base import AdapterHealth, InboundMessage, PlatformAdapter
 from tools.memory import limits_from_config
 
@@ -213,10 +213,13 @@ class GatewayRunner:
         self._refused[who] = now
         while len(self._refused) > 10_000:
             self._refused.popitem(last=False)
-        await self.send(msg, (
-            f"Sorry, this assistant is private. Your user id is {msg.source.person_id}; the owner can "
-            f"allow it under platforms.{msg.source.platform.value}.allowed_users."
-        ))
+        await self.send(
+            msg,
+            (
+                f"Sorry, this assistant is private. Your user id is {msg.source.person_id}; the owner can "
+                f"allow it under platforms.{msg.source.platform.value}.allowed_users."
+            ),
+        )
 
     # -- LaneHost: called by the lanes -----------------------------------------------------------
     async def accept(self, lane: ChatLane, msg: InboundMessage) -> Job | None:

@@ -21,9 +21,9 @@ from agent.loop import db_fields
 from agent.tools import ToolContext
 
 if TYPE_CHECKING:
+    from gateway.runtime.lanes import ChatLane
     from gateway.runtime.runner import GatewayRunner
     from gateway.sessions.store import SessionEntry
-    from gateway.runtime.lanes import ChatLane
     from platforms.base import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -207,5 +207,6 @@ async def compress(runner: "GatewayRunner", msg: "InboundMessage", session_id: s
     title = session.get("title") if session else None
     name = f"“{title}” ({child})" if title else child
     lead = "This conversation was getting long, so I" if auto else "I"
-    return (f"{lead} summarised it into a new session {name} and we continue there. "
-            "The earlier messages stay searchable.")
+    return (
+        f"{lead} summarised it into a new session {name} and we continue there. The earlier messages stay searchable."
+    )

@@ -23,12 +23,12 @@ from typing import IO, Any, Callable
 
 from gateway.config.load import Config
 from gateway.db import SchemaTooNew, SessionDB
-from gateway.storage.home import Home
+from gateway.service.http import OpsServer
 from gateway.service.maintenance import Maintenance
 from gateway.service.metrics import Metrics
 from gateway.sessions.mirrors import Mirrors
-from gateway.service.http import OpsServer
 from gateway.sessions.store import SessionStore
+from gateway.storage.home import Home
 from platforms.base import PlatformAdapter
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,9 @@ class AppError(RuntimeError):
     """The gateway cannot start; the message says why in a sentence."""
 
 
-def create_adapter(config: Config, name: str, *, stdin: IO[str] | None = None,
-                   stdout: IO[str] | None = None) -> PlatformAdapter:
+def create_adapter(
+    config: Config, name: str, *, stdin: IO[str] | None = None, stdout: IO[str] | None = None
+) -> PlatformAdapter:
     module_name, class_name = ADAPTERS[name]
     try:
         module = importlib.import_module(module_name)
@@ -180,9 +181,11 @@ class App:
         return 0
 
     def _on_signal(self, sig: int) -> None:
-        log.info("%s received: shutting down gracefully (running turns get up to %gs; "
-                 "signal again to stop at once)", signal.Signals(sig).name,
-                 self.config.gateway.shutdown_timeout_seconds)
+        log.info(
+            "%s received: shutting down gracefully (running turns get up to %gs; signal again to stop at once)",
+            signal.Signals(sig).name,
+            self.config.gateway.shutdown_timeout_seconds,
+        )
         self._stop.set()
 
     def _local_only(self) -> Any:
@@ -209,9 +212,7 @@ def build_app(
         raise AppError(f"cannot create the data directory {config.home}: {exc.strerror or exc}") from None
     names = ["local"] if local_only else config.configured_platforms()
     if not names:
-        raise AppError(
-            "nothing to serve: no chat platform is configured and platforms.local.enabled is false"
-        )
+        raise AppError("nothing to serve: no chat platform is configured and platforms.local.enabled is false")
     adapters = [create_adapter(config, name, stdin=stdin, stdout=stdout) for name in names]
     try:
         db = SessionDB(home.db_path)
@@ -250,6 +251,7 @@ def build_app(
                 if path in webhooks:
                     raise AppError(f"two adapters want the webhook path {path}")
                 webhooks[path] = handler
-        ops = OpsServer(config.http.host, config.http.port, metrics=metrics,
-                        readiness=runner.readiness, webhooks=webhooks)
+        ops = OpsServer(
+            config.http.host, config.http.port, metrics=metrics, readiness=runner.readiness, webhooks=webhooks
+        )
     return App(config, home, db, mirrors, store, adapters, runner, metrics, ops)

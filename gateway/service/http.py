@@ -54,7 +54,7 @@ class OpsServer:
         self.requested_port = port
         self.port: int | None = None  # the bound port (differs from requested when that is 0)
         self.metrics = metrics or Metrics()
-        self.readiness: Readiness = readiness or (lambda: {})
+        self.readiness: Readiness = readiness or (dict)
         self.webhooks = dict(webhooks or {})
         self.started_at = time.monotonic()
         self._runner: web.AppRunner | None = None
@@ -86,8 +86,12 @@ class OpsServer:
         server = getattr(site, "_server", None)
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
-        log.info("ops http on http://%s:%s (healthz, readyz, metrics%s)", self.host, self.port,
-                 ", " + ", ".join(sorted(self.webhooks)) if self.webhooks else "")
+        log.info(
+            "ops http on http://%s:%s (healthz, readyz, metrics%s)",
+            self.host,
+            self.port,
+            ", " + ", ".join(sorted(self.webhooks)) if self.webhooks else "",
+        )
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -26,19 +26,24 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # OpenAI-style keys: sk-..., sk-proj-...
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), REDACTED),
     # Authorization header values in any rendering: "Authorization: Bearer x", {'authorization': 'Bot x'}
-    (re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(?:(?:bearer|bot|basic|token)\s+)?[^\s'\",}]+"),
-     r"\1" + REDACTED),
+    (
+        re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(?:(?:bearer|bot|basic|token)\s+)?[^\s'\",}]+"),
+        r"\1" + REDACTED,
+    ),
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + REDACTED),
     # Discord bot tokens and JWTs: three dot-separated base64url parts.
     (re.compile(r"\b[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{20,}\b"), REDACTED),
     # Feishu/Lark tenant/app/user access tokens.
     (re.compile(r"\b[tu]-[A-Za-z0-9_-]{20,}"), REDACTED),
     # key=value / "key": "value" pairs whose name says secret.
-    (re.compile(
-        r"(?i)((?:api[_-]?key|app[_-]?secret|client[_-]?secret|secret[_-]?token|access[_-]?token|"
-        r"verification[_-]?token|encrypt[_-]?key|password|secret|token)['\"]?\s*[:=]\s*['\"]?)"
-        r"(?!\[redacted\])[^\s'\",&}]{4,}"),
-     r"\1" + REDACTED),
+    (
+        re.compile(
+            r"(?i)((?:api[_-]?key|app[_-]?secret|client[_-]?secret|secret[_-]?token|access[_-]?token|"
+            r"verification[_-]?token|encrypt[_-]?key|password|secret|token)['\"]?\s*[:=]\s*['\"]?)"
+            r"(?!\[redacted\])[^\s'\",&}]{4,}"
+        ),
+        r"\1" + REDACTED,
+    ),
 ]
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
@@ -150,6 +155,15 @@ def setup_logging(
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
     # Per-request access lines and SDK chatter drown the gateway's own lines at INFO.
-    for noisy in ("aiohttp.access", "httpx", "httpcore", "httpx2", "httpcore2", "telegram.ext", "discord.gateway", "openai"):
+    for noisy in (
+        "aiohttp.access",
+        "httpx",
+        "httpcore",
+        "httpx2",
+        "httpcore2",
+        "telegram.ext",
+        "discord.gateway",
+        "openai",
+    ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     return handler

@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from gateway.storage import retention
 from gateway.db import SessionDB
+from gateway.storage import retention
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +69,14 @@ class Maintenance:
                 report = await asyncio.shield(self._job)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a failed round (disk full …) is retried next time
+            except Exception:
                 log.exception("maintenance failed")
             else:
                 self.rounds += 1
                 if report.sessions_deleted:
-                    log.info("maintenance: deleted %d conversation(s) idle for over %g days",
-                             report.sessions_deleted, self.retention_days)
+                    log.info(
+                        "maintenance: deleted %d conversation(s) idle for over %g days",
+                        report.sessions_deleted,
+                        self.retention_days,
+                    )
             await asyncio.sleep(self.interval)

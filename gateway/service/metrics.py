@@ -136,7 +136,9 @@ class Metrics:
             counters = {n: dict(s) for n, s in self._counters.items()}
             gauges = {n: dict(s) for n, s in self._gauges.items()}
             fns = dict(self._gauge_fns)
-            hists = {n: {k: (list(h.counts), h.total, h.sum) for k, h in s.items()} for n, s in self._histograms.items()}
+            hists = {
+                n: {k: (list(h.counts), h.total, h.sum) for k, h in s.items()} for n, s in self._histograms.items()
+            }
         lines: list[str] = []
         for name in names:
             kind = self._kinds.get(name) or KNOWN[name][0]

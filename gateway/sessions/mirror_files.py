@@ -12,14 +12,35 @@ from pathlib import Path
 from typing import Mapping
 
 __all__ = [
-    "MESSAGE_KEYS", "ENTRY_KEYS", "message_line", "index_line", "index_file", "atomic_write",
-    "file_stamp", "fsync_dir", "is_temp_name", "RepairReport",
+    "MESSAGE_KEYS",
+    "ENTRY_KEYS",
+    "message_line",
+    "index_line",
+    "index_file",
+    "atomic_write",
+    "file_stamp",
+    "fsync_dir",
+    "is_temp_name",
+    "RepairReport",
 ]
 
 
 MESSAGE_KEYS = (
-    "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp",
-    "token_count", "finish_reason", "reasoning", "platform_message_id", "user_id", "active", "compacted",
+    "id",
+    "session_id",
+    "role",
+    "content",
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "timestamp",
+    "token_count",
+    "finish_reason",
+    "reasoning",
+    "platform_message_id",
+    "user_id",
+    "active",
+    "compacted",
 )
 ENTRY_KEYS = ("session_id", "origin", "created_at", "updated_at", "reason")
 
@@ -77,7 +98,7 @@ def atomic_write(path: Path, data: bytes, sync_dir: bool = True) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -129,7 +150,10 @@ class RepairReport:
     @property
     def clean(self) -> bool:
         return not (
-            self.files_created or self.files_rewritten or self.files_removed or self.temp_removed
+            self.files_created
+            or self.files_rewritten
+            or self.files_removed
+            or self.temp_removed
             or self.index_rewritten
         )
 

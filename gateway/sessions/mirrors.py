@@ -28,10 +28,17 @@ from pathlib import Path
 from typing import Callable
 
 from gateway.db import SessionDB
-from gateway.storage.home import Home, is_safe_session_id
 from gateway.sessions.mirror_files import (
-    RepairReport, atomic_write, file_stamp, fsync_dir, index_file, index_line, is_temp_name, message_line,
+    RepairReport,
+    atomic_write,
+    file_stamp,
+    fsync_dir,
+    index_file,
+    index_line,
+    is_temp_name,
+    message_line,
 )
+from gateway.storage.home import Home, is_safe_session_id
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +149,10 @@ class Mirrors:
             return
         with self._overflow_lock:
             if not self._overflow and not self._overflow_keys:
-                log.warning("mirrors are %d commits behind; the sessions written meanwhile will be "
-                            "rewritten from the database", self.max_backlog)
+                log.warning(
+                    "mirrors are %d commits behind; the sessions written meanwhile will be rewritten from the database",
+                    self.max_backlog,
+                )
             self.overflows += 1
             for kind, data in events:
                 if kind in ("message", "rewrite"):
@@ -159,13 +168,13 @@ class Mirrors:
             if item is not _STOP and not isinstance(item, threading.Event):
                 try:
                     self._apply(item)
-                except Exception:  # noqa: BLE001 - a mirror must never stop; repair fixes it
+                except Exception:
                     log.exception("applying commit events to the mirrors failed")
                 if not self._events.empty():
                     continue
             try:
                 self._catch_up()  # queue empty, drained or stopping: redo what overflowed
-            except Exception:  # noqa: BLE001 - e.g. the DB closed under us; the start-up repair fixes it
+            except Exception:
                 log.exception("rewriting transcripts from the database failed")
             if item is _STOP:
                 return
@@ -185,6 +194,7 @@ class Mirrors:
             with self._cond:
                 self._index_reload = True  # key changes were dropped: read every key again
             self._mark_index_dirty({})
+
     def backlog(self) -> int:
         """Commits queued for the transcript files (the `mirror_backlog` metric)."""
         return self._events.qsize()
@@ -242,8 +252,12 @@ class Mirrors:
                 if not quiet:
                     self._retry_at = now + self.retry_interval
             if not quiet:
-                log.error("mirror write failed (%s %s): %s; will rewrite from the database",
-                          getattr(fn, "__name__", fn), sid, exc)
+                log.error(
+                    "mirror write failed (%s %s): %s; will rewrite from the database",
+                    getattr(fn, "__name__", fn),
+                    sid,
+                    exc,
+                )
 
     # -- transcripts -----------------------------------------------------------------------------
     def _state(self, sid: str) -> _Transcript:
@@ -278,7 +292,7 @@ class Mirrors:
             state.fd = self._open(sid)
         data = memoryview(b"".join(line for _, line in items))
         while data:
-            data = data[os.write(state.fd, data):]
+            data = data[os.write(state.fd, data) :]
         top = max(mid for mid, _ in items)
         state.last_id = top if state.last_id is None else max(state.last_id, top)
         self.lines_appended += len(items)
@@ -333,7 +347,7 @@ class Mirrors:
                 self._index_dirty, self._index_writing = False, True
             try:
                 self.write_index()
-            except Exception:  # noqa: BLE001 - logged; the next change or repair retries
+            except Exception:
                 log.exception("writing sessions.json failed")
             finally:
                 with self._cond:

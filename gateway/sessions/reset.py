@@ -14,7 +14,8 @@ clock reads at or after that date's reset time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, time as dtime, timedelta
+from datetime import date, datetime, timedelta
+from datetime import time as dtime
 from typing import Any, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -102,7 +103,7 @@ class ResetPolicy:
         return sorted(due)
 
     def should_reset(self, last_active: float, now: float) -> str | None:
-        """"idle" or "daily" when the session last active at `last_active` is over at `now`.
+        """ "idle" or "daily" when the session last active at `last_active` is over at `now`.
 
         When both have passed, the reason is the one that came first.
         """
@@ -243,6 +244,8 @@ class ResetPolicies:
                 raise ValueError(f"{pw}.by_chat_type: must be a mapping")
             for ct, sub in nested.items():
                 if ct not in CHAT_TYPES:
-                    raise ValueError(f"{pw}.by_chat_type.{ct}: unknown chat type (expected one of {', '.join(CHAT_TYPES)})")
+                    raise ValueError(
+                        f"{pw}.by_chat_type.{ct}: unknown chat type (expected one of {', '.join(CHAT_TYPES)})"
+                    )
                 by_platform[f"{name}:{ct}"] = _policy_from(sub, policy, f"{pw}.by_chat_type.{ct}")
         return cls(default, by_platform, by_chat_type)

@@ -45,7 +45,9 @@ class SessionEntry:
                 origin = SessionSource.from_dict(row["origin"])
             except (TypeError, ValueError):  # an entry written by another version: keep the key usable
                 origin = None
-        return cls(row["session_key"], row["session_id"], origin, row["created_at"], row["updated_at"], row.get("reason"))
+        return cls(
+            row["session_key"], row["session_id"], origin, row["created_at"], row["updated_at"], row.get("reason")
+        )
 
 
 @dataclass(frozen=True)
@@ -195,8 +197,9 @@ class SessionStore:
             fields["model"] = model
         if title:
             fields["title"] = title
-        row = await self.db.amove_key(key, session_id, source.to_dict(), reason,
-                                      create=(source.platform.value, fields), end_previous=previous)
+        row = await self.db.amove_key(
+            key, session_id, source.to_dict(), reason, create=(source.platform.value, fields), end_previous=previous
+        )
         return SessionEntry.from_row(row)
 
     async def _end(self, session_id: str, reason: str) -> None:
@@ -222,8 +225,9 @@ class SessionStore:
             raise UnknownSession(session_id)
         entry, _ = self._current(key)
         previous = entry["session_id"] if entry else None
-        row = await self.db.amove_key(key, session_id, source.to_dict(), reason,
-                                      reopen=target.get("ended_at") is not None, end_previous=previous)
+        row = await self.db.amove_key(
+            key, session_id, source.to_dict(), reason, reopen=target.get("ended_at") is not None, end_previous=previous
+        )
         return SessionEntry.from_row(row)
 
     async def suspend(self, source: SessionSource, reason: str = "suspended") -> None:

@@ -103,7 +103,9 @@ ENGLISH_STOP_WORDS = frozenset(
     many much long often recently something anything things thing way ways someone anyone one""".split()
 )
 # Chinese function words and question words; a query made only of these keeps them.
-CHINESE_STOP_CHARS = frozenset("的了吗呢吧啊是在和与及或也都就还又很把被给对从向我你他她它们这那哪么什怎样个些有没不一过曾")
+CHINESE_STOP_CHARS = frozenset(
+    "的了吗呢吧啊是在和与及或也都就还又很把被给对从向我你他她它们这那哪么什怎样个些有没不一过曾"
+)
 CHINESE_STOP_WORDS = frozenset(
     """什么 怎么 怎样 为什么 哪里 哪个 哪些 如何 是否 是不是 有没有 上次 之前 以前 那次 那个 这个
     一下 一个 我们 你们 他们 她们 我的 你的 时候 知道 记得 还记得 请问 告诉 问题 可以 能不能 是什么

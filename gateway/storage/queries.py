@@ -49,9 +49,12 @@ def key_row_with_session(conn: sqlite3.Connection, session_key: str) -> tuple[di
 
 
 def event_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
-    return conn.execute(
-        "SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?", (platform, event_id)
-    ).fetchone() is not None
+    return (
+        conn.execute(
+            "SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?", (platform, event_id)
+        ).fetchone()
+        is not None
+    )
 
 
 def key_rows(conn: sqlite3.Connection) -> list[dict]:
@@ -68,9 +71,7 @@ def find_session(conn: sqlite3.Connection, ref: str) -> dict | None:
     if row:
         return row
     if len(ref) >= 6 and re.fullmatch(r"[0-9a-f_]+", ref):
-        ids = conn.execute(
-            "SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")
-        ).fetchall()
+        ids = conn.execute("SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")).fetchall()
         if len(ids) == 1:
             return session_row(conn, ids[0][0])
     hit = conn.execute("SELECT id FROM sessions WHERE title = ? COLLATE NOCASE LIMIT 1", (ref,)).fetchone()
@@ -150,7 +151,7 @@ def title_exists(conn: sqlite3.Connection, title: str) -> bool:
 
 
 def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
-    """"x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
+    """ "x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
     m = re.fullmatch(r"(.*?) #(\d+)", title.strip())
     base, n = (m.group(1), int(m.group(2)) + 1) if m else (title.strip(), 2)
     base = base[: TITLE_MAX - 8]
@@ -160,7 +161,7 @@ def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
 
 
 def stats(conn: sqlite3.Connection) -> dict[str, Any]:
-    count = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    count = lambda sql: conn.execute(sql).fetchone()[0]
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "sessions": count("SELECT COUNT(*) FROM sessions"),

@@ -64,9 +64,15 @@ def prune(
     cutoff = time.time() - float(older_than_days) * 86400
     keep_set = set(keep)
     victims = [
-        sid for sid in db.read(lambda c: [r[0] for r in c.execute(
-            "SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,)
-        )])
+        sid
+        for sid in db.read(
+            lambda c: [
+                r[0]
+                for r in c.execute(
+                    "SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,)
+                )
+            ]
+        )
         if sid not in keep_set
     ]
 

@@ -13,12 +13,28 @@ ROLES = ("user", "assistant", "tool", "system")
 TITLE_MAX = 100  # characters of a session title
 # columns callers may set (the rest are kept by the database itself)
 SESSION_FIELDS = (
-    "user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name",
-    "model", "title", "parent_session_id", "started_at",
+    "user_id",
+    "session_key",
+    "chat_id",
+    "chat_type",
+    "chat_name",
+    "thread_id",
+    "user_name",
+    "model",
+    "title",
+    "parent_session_id",
+    "started_at",
 )
 MESSAGE_FIELDS = (
-    "tool_call_id", "tool_calls", "tool_name", "timestamp", "token_count", "finish_reason",
-    "reasoning", "platform_message_id", "user_id",
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "timestamp",
+    "token_count",
+    "finish_reason",
+    "reasoning",
+    "platform_message_id",
+    "user_id",
 )
 
 MIGRATIONS: list[str] = [
@@ -119,9 +135,7 @@ class SchemaTooNew(RuntimeError):
 
 
 def current_version(conn: sqlite3.Connection) -> int:
-    has_table = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-    ).fetchone()
+    has_table = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
     if not has_table:
         return 0
     row = conn.execute("SELECT version FROM schema_version").fetchone()

@@ -21,9 +21,7 @@ MIN_SESSIONS_BEFORE_RELAXING = 3
 VISIBLE = "(m.active = 1 OR m.compacted = 1)"
 
 
-def build_filters(
-    role_filter: Iterable[str] | None, exclude_sources: Iterable[str] | None
-) -> tuple[str, list]:
+def build_filters(role_filter: Iterable[str] | None, exclude_sources: Iterable[str] | None) -> tuple[str, list]:
     sql, params = "", []
     roles = [r for r in (role_filter or []) if r]
     if roles:
@@ -74,7 +72,8 @@ def word_hits(
             return rows
         candidates = conn.execute(
             "SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-            "ORDER BY rowid DESC LIMIT ?)", (expression, shortlist)
+            "ORDER BY rowid DESC LIMIT ?)",
+            (expression, shortlist),
         ).fetchone()[0]
         if candidates < shortlist:  # the shortlist already held every match: nothing more to find
             return rows
@@ -146,12 +145,9 @@ def search_messages(
     if page:
         ids = [hit["id"] for hit in page]
         contents = dict(
-            conn.execute(
-                f"SELECT id, content FROM messages WHERE id IN ({','.join('?' * len(ids))})", ids
-            ).fetchall()
+            conn.execute(f"SELECT id, content FROM messages WHERE id IN ({','.join('?' * len(ids))})", ids).fetchall()
         )
         words = parsed.highlight_words()
         for hit in page:
             hit["snippet"] = make_snippet(contents.get(hit["id"]) or "", words)
     return page
-

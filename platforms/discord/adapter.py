@@ -172,8 +172,7 @@ class DiscordAdapter(PlatformAdapter):
                 guild_ready_timeout=self.guild_ready_timeout,
                 chunk_guilds_at_startup=False,
                 max_messages=None,  # referenced messages arrive inline; no cache needed
-                allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=False,
-                                                         replied_user=True),
+                allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True),
             )
             _guard_parsers(client)
             self.client = client
@@ -188,8 +187,7 @@ class DiscordAdapter(PlatformAdapter):
             except discord.LoginFailure:
                 detail = "login failed: Discord rejected the bot token"
             except discord.PrivilegedIntentsRequired:
-                detail = ("Discord refused the MESSAGE CONTENT intent: enable it for the bot in the "
-                          "developer portal")
+                detail = "Discord refused the MESSAGE CONTENT intent: enable it for the bot in the developer portal"
             except discord.ConnectionClosed as exc:
                 detail = f"gateway closed the connection (code {exc.code})"
             except Exception as exc:  # never let one bad frame end the adapter
@@ -268,9 +266,7 @@ class DiscordAdapter(PlatformAdapter):
         if not text:
             return None  # nothing to answer (e.g. only a mention, or an embed)
 
-        mentioned = any(u.id == me.id for u in message.mentions) or bool(
-            re.search(rf"<@!?{me.id}>", message.content)
-        )
+        mentioned = any(u.id == me.id for u in message.mentions) or bool(re.search(rf"<@!?{me.id}>", message.content))
         guild_me = message.guild.me if message.guild is not None else None
         if not mentioned and guild_me is not None and message.role_mentions:
             # a ping of a role the bot holds (its managed role, say) addresses it; @everyone does not
@@ -303,9 +299,12 @@ class DiscordAdapter(PlatformAdapter):
             reply_to_bot=reply_to_bot,
             reply_to_message_id=reply_to_id,
             timestamp=message.created_at.timestamp(),
-            raw={"guild_id": str(message.guild.id) if message.guild else None,
-                 "channel_id": str(message.channel.id), "author_bot": author.bot,
-                 "content": message.content},
+            raw={
+                "guild_id": str(message.guild.id) if message.guild else None,
+                "channel_id": str(message.channel.id),
+                "author_bot": author.bot,
+                "content": message.content,
+            },
         )
 
     async def _place(self, message: discord.Message) -> tuple[str, int, int | None, str | None]:
@@ -374,9 +373,7 @@ class DiscordAdapter(PlatformAdapter):
             try:
                 sent = await channel.send(content=chunk, reference=reference)
             except discord.HTTPException as exc:
-                raise RuntimeError(
-                    f"discord send to {channel.id} failed: {exc.status} {exc.text}"
-                ) from exc
+                raise RuntimeError(f"discord send to {channel.id} failed: {exc.status} {exc.text}") from exc
             self._sent_ids.put(sent.id, True)
             ids.append(str(sent.id))
         return ids

@@ -192,8 +192,11 @@ class FeishuAdapter(PlatformAdapter):
             ended = asyncio.Event()
             self._restart = ended
             session = WsSession(
-                self._make_ws_client, loop, on_connected=self._on_connected,
-                on_alive=self.mark_alive, on_ended=ended.set,
+                self._make_ws_client,
+                loop,
+                on_connected=self._on_connected,
+                on_alive=self.mark_alive,
+                on_ended=ended.set,
             )
             self._session = session
             session.start()

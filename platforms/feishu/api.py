@@ -244,12 +244,7 @@ class FeishuApi:
 
     async def delete_reaction(self, message_id: str, reaction_id: str) -> None:
         def do() -> Any:
-            req = (
-                DeleteMessageReactionRequest.builder()
-                .message_id(message_id)
-                .reaction_id(reaction_id)
-                .build()
-            )
+            req = DeleteMessageReactionRequest.builder().message_id(message_id).reaction_id(reaction_id).build()
             return self.client.im.v1.message_reaction.delete(req)
 
         await self.call("remove reaction", do)

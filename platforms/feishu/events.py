@@ -15,7 +15,6 @@ from typing import Any, Callable
 from gateway.source import Platform, SessionSource
 from platforms.base import InboundMessage
 
-
 MESSAGE_EVENT = "im.message.receive_v1"
 
 # Chat types Feishu reports for a message; "p2p" is a direct chat, everything else is a group
@@ -172,9 +171,7 @@ def _render_post(content: dict[str, Any]) -> str:
     return "\n".join(lines).strip()
 
 
-def resolve_mentions(
-    text: str, mentions: list[dict[str, Any]], bot_open_id: str | None
-) -> tuple[str, bool]:
+def resolve_mentions(text: str, mentions: list[dict[str, Any]], bot_open_id: str | None) -> tuple[str, bool]:
     """Replace ``@_user_N`` placeholders with ``@Name``; tell whether the bot was mentioned.
 
     A mention of the bot at the start of the text (or of a line) is addressing, not content, so

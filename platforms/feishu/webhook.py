@@ -91,16 +91,12 @@ def decode_request(body: bytes, headers: Mapping[str, str], keys: WebhookKeys) -
     if keys.verification_token:
         header = payload.get("header") if isinstance(payload.get("header"), dict) else {}
         token = header.get("token") if header else payload.get("token")
-        if not isinstance(token, str) or not hmac.compare_digest(
-            token.encode(), keys.verification_token.encode()
-        ):
+        if not isinstance(token, str) or not hmac.compare_digest(token.encode(), keys.verification_token.encode()):
             raise WebhookRejected(403, "bad verification token")
     return payload
 
 
-def make_handler(
-    keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], None]
-) -> Callable[[web.Request], Any]:
+def make_handler(keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], None]) -> Callable[[web.Request], Any]:
     """An aiohttp handler for POST /webhooks/feishu.
 
     `on_payload` receives each authenticated event and must not block: Feishu expects an answer

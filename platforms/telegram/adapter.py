@@ -95,9 +95,7 @@ class TelegramAdapter(PlatformAdapter):
             self.send_attempts = int(cfg.get("send_attempts", 4))
             self.max_retry_after = float(cfg.get("max_retry_after", 60))
             self.request_timeout = float(cfg.get("request_timeout", 10))
-            self.webhook_check_seconds = float(
-                cfg.get("webhook_check_seconds", max(1.0, self.watchdog_seconds / 4))
-            )
+            self.webhook_check_seconds = float(cfg.get("webhook_check_seconds", max(1.0, self.watchdog_seconds / 4)))
         except (TypeError, ValueError) as exc:
             raise TelegramConfigError(f"platforms.telegram: a numeric option is not a number ({exc})") from None
         self._validate()
@@ -121,8 +119,7 @@ class TelegramAdapter(PlatformAdapter):
                 raise TelegramConfigError("platforms.telegram.webhook_url is required in webhook mode")
             if not self.secret_token or not _SECRET_OK.match(str(self.secret_token)):
                 raise TelegramConfigError(
-                    "platforms.telegram.secret_token is required in webhook mode "
-                    "(1-256 characters: A-Z a-z 0-9 _ -)"
+                    "platforms.telegram.secret_token is required in webhook mode (1-256 characters: A-Z a-z 0-9 _ -)"
                 )
         if self.poll_timeout < 0:
             raise TelegramConfigError("platforms.telegram.poll_timeout must be >= 0")
@@ -334,9 +331,7 @@ class TelegramAdapter(PlatformAdapter):
                     connected = False
                     continue
                 if info.last_error_message and info.last_error_message != self._webhook_error:
-                    log.warning(
-                        "telegram: Telegram reports webhook delivery errors: %s", info.last_error_message
-                    )
+                    log.warning("telegram: Telegram reports webhook delivery errors: %s", info.last_error_message)
                 self._webhook_error = info.last_error_message
             except asyncio.CancelledError:
                 raise
@@ -359,9 +354,7 @@ class TelegramAdapter(PlatformAdapter):
             update = Update.de_json(raw, self.bot)
             inbound = update_to_inbound(update, raw, self._bot_id, self._bot_username)
         except Exception as exc:
-            log.warning(
-                "telegram: skipping malformed update %s (%s)", raw.get("update_id"), brief(exc)
-            )
+            log.warning("telegram: skipping malformed update %s (%s)", raw.get("update_id"), brief(exc))
             return
         if inbound is None:
             log.debug("telegram: update %s carries no user text; skipped", raw.get("update_id"))
@@ -429,7 +422,9 @@ class TelegramAdapter(PlatformAdapter):
             try:
                 await self._call(
                     lambda: self.bot.edit_message_text(
-                        to_markdown_v2(chunks[0]), chat_id=chat_id, message_id=mid,
+                        to_markdown_v2(chunks[0]),
+                        chat_id=chat_id,
+                        message_id=mid,
                         parse_mode=ParseMode.MARKDOWN_V2,
                     )
                 )
@@ -438,9 +433,7 @@ class TelegramAdapter(PlatformAdapter):
                     return
                 if not is_markup_error(exc):
                     raise
-                await self._call(
-                    lambda: self.bot.edit_message_text(chunks[0], chat_id=chat_id, message_id=mid)
-                )
+                await self._call(lambda: self.bot.edit_message_text(chunks[0], chat_id=chat_id, message_id=mid))
         except Forbidden as exc:
             log.warning("telegram: cannot edit in chat %s: %s", source.chat_id, brief(exc))
             return

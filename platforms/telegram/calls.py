@@ -72,5 +72,3 @@ def brief(exc: BaseException) -> str:
     if isinstance(exc, InvalidToken):
         return "InvalidToken"
     return f"{type(exc).__name__}: {str(exc)[:300]}"
-
-

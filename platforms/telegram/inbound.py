@@ -53,9 +53,7 @@ def update_to_inbound(
         # A message in a topic (a reply inside one included) is flagged is_topic_message and
         # carries the topic's id. In the General topic message_thread_id, when present, only
         # names a reply chain, like in an ordinary supergroup.
-        thread_id = (
-            str(msg.message_thread_id) if msg.is_topic_message and msg.message_thread_id else None
-        )
+        thread_id = str(msg.message_thread_id) if msg.is_topic_message and msg.message_thread_id else None
     elif chat.type in _CHAT_TYPES:
         chat_type = _CHAT_TYPES[chat.type]
         # In ordinary supergroups message_thread_id names a reply chain, not a topic: ignored.
@@ -101,20 +99,14 @@ def update_to_inbound(
     )
 
 
-def _mentions(
-    msg: Message, text: str, bot_id: int | None, bot_username: str | None
-) -> tuple[bool, str]:
+def _mentions(msg: Message, text: str, bot_id: int | None, bot_username: str | None) -> tuple[bool, str]:
     """Return (mentioned, text) where a leading ``/cmd@thisbot`` is normalised to ``/cmd`` so the
     gateway's command parser sees the bare command."""
     handle = f"@{bot_username}".lower() if bot_username else None
     entities = (
-        msg.parse_entities(
-            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND]
-        )
+        msg.parse_entities([MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND])
         if msg.text is not None
-        else msg.parse_caption_entities(
-            [MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND]
-        )
+        else msg.parse_caption_entities([MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND])
     )
     mentioned = False
     for entity, value in entities.items():

@@ -15,9 +15,9 @@ from agent.compress import (
 )
 from agent.llm import ModelSettings, make_client
 from agent.loop import Agent
+from agent.tools import ToolContext, ToolRegistry
 from gateway.db import SessionDB, UnknownSession
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from agent.tools import ToolContext, ToolRegistry
 
 KEY = "agent:main:telegram:dm:7"
 
@@ -40,12 +40,21 @@ def settings_for(fake: FakeOpenAI, **kw) -> ModelSettings:
 
 
 def seed(db: SessionDB, session_id: str = "20260101_000000_aaaaaaaa", title: str | None = "my project") -> str:
-    db.create_session(session_id, "telegram", user_id="7", session_key=KEY, chat_id="7", chat_type="dm",
-                      user_name="Ana", title=title)
+    db.create_session(
+        session_id, "telegram", user_id="7", session_key=KEY, chat_id="7", chat_type="dm", user_name="Ana", title=title
+    )
     db.append_message(session_id, "user", "deploy the billing service with kubectl rollout", user_id="7")
-    db.append_message(session_id, "assistant", None, tool_calls=[
-        {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": '{"cmd": "kubectl rollout"}'}}])
-    db.append_message(session_id, "tool", "ok " + "x" * 2000 + " rollout complete", tool_call_id="c1", tool_name="shell")
+    db.append_message(
+        session_id,
+        "assistant",
+        None,
+        tool_calls=[
+            {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": '{"cmd": "kubectl rollout"}'}}
+        ],
+    )
+    db.append_message(
+        session_id, "tool", "ok " + "x" * 2000 + " rollout complete", tool_call_id="c1", tool_name="shell"
+    )
     db.append_message(session_id, "assistant", "Deployed; rollout complete.")
     db.set_key_entry(KEY, session_id, {"platform": "telegram"}, "new")
     return session_id
@@ -56,8 +65,13 @@ def test_estimate_tokens_latin_and_cjk():
     chinese = [{"role": "user", "content": "部署" * 50}]  # 100 characters
     assert estimate_tokens(english) == 4 + 100
     assert estimate_tokens(chinese) == 4 + 100  # one per character, not 25
-    with_calls = [{"role": "assistant", "content": None,
-                   "tool_calls": [{"id": "c", "function": {"name": "n", "arguments": "{}" * 100}}]}]
+    with_calls = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "function": {"name": "n", "arguments": "{}" * 100}}],
+        }
+    ]
     assert estimate_tokens(with_calls) > 50
     assert estimate_tokens([]) == 0
 
@@ -70,12 +84,14 @@ def test_needs_compression_threshold():
 
 
 def test_transcript_cuts_tool_output_and_shows_calls():
-    text = render_transcript([
-        {"role": "system", "content": "older summary"},
-        {"role": "user", "content": "q"},
-        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "grep", "arguments": "{}"}}]},
-        {"role": "tool", "name": "grep", "content": "A" * 300 + "MIDDLE" + "B" * 300},
-    ])
+    text = render_transcript(
+        [
+            {"role": "system", "content": "older summary"},
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "grep", "arguments": "{}"}}]},
+            {"role": "tool", "name": "grep", "content": "A" * 300 + "MIDDLE" + "B" * 300},
+        ]
+    )
     assert "[EARLIER SUMMARY]\nolder summary" in text and "[ASSISTANT CALLS grep] {}" in text
     assert "A" * 250 in text and "B" * 250 in text and "MIDDLE" not in text and "characters cut" in text
 
@@ -169,8 +185,9 @@ async def test_child_session_continues_in_the_agent_loop(fake, db):
     async def persist(message):
         await db.aappend_message(child, message["role"], message.get("content"))
 
-    result = await agent.run_turn(db.get_messages_as_conversation(child), "what did we deploy?",
-                                  ToolContext(session_id=child), persist)
+    result = await agent.run_turn(
+        db.get_messages_as_conversation(child), "what did we deploy?", ToolContext(session_id=child), persist
+    )
     await agent.close()
     assert result.error is None
     sent = fake.requests[1]["messages"]

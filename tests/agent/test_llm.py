@@ -29,6 +29,7 @@ def settings_for(fake: FakeOpenAI, **kw) -> ModelSettings:
 
 # --- settings --------------------------------------------------------------------------------
 
+
 def test_model_settings_from_config_and_env_fallbacks():
     env = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1/", "OPENAI_API_KEY": "envkey", "CHINWAG_MODEL": "envmodel"}
     s = ModelSettings.from_config({}, env=env)
@@ -38,12 +39,19 @@ def test_model_settings_from_config_and_env_fallbacks():
         env=env,
     )
     assert (s.base_url, s.api_key, s.name, s.timeout, s.context_window) == (
-        "http://127.0.0.1:1/v1", "envkey", "m", 5.0, 8000)
+        "http://127.0.0.1:1/v1",
+        "envkey",
+        "m",
+        5.0,
+        8000,
+    )
 
 
 def test_auxiliary_falls_back_to_model_field_by_field():
-    config = {"model": {"base_url": "http://127.0.0.1:1/v1", "api_key": "mk", "name": "big"},
-              "auxiliary": {"name": "small", "api_key": ""}}
+    config = {
+        "model": {"base_url": "http://127.0.0.1:1/v1", "api_key": "mk", "name": "big"},
+        "auxiliary": {"name": "small", "api_key": ""},
+    }
     aux = ModelSettings.from_config(config, role="auxiliary", env={})
     assert (aux.base_url, aux.api_key, aux.name) == ("http://127.0.0.1:1/v1", "mk", "small")
     main = ModelSettings.from_config(config, env={})
@@ -80,6 +88,7 @@ def test_make_client_has_no_hidden_retries_and_our_timeout():
 
 # --- completions against the fake -----------------------------------------------------------
 
+
 async def test_complete_text_usage_and_request_shape(caplog):
     caplog.set_level(logging.DEBUG)
     async with FakeOpenAI() as fake:
@@ -98,26 +107,34 @@ async def test_complete_text_usage_and_request_shape(caplog):
 
 
 async def test_complete_tool_calls_and_reasoning():
-    tools = [{"type": "function", "function": {"name": "memory", "description": "d",
-                                               "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "memory", "description": "d", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
     async with FakeOpenAI() as fake:
-        fake.push(Reply(tool_calls=[ToolCall("memory", {"action": "add"}, id="c1")], reasoning="thinking",
-                        usage=(11, 3)))
+        fake.push(
+            Reply(tool_calls=[ToolCall("memory", {"action": "add"}, id="c1")], reasoning="thinking", usage=(11, 3))
+        )
         s = settings_for(fake)
         client = make_client(s)
         result = await complete(client, s, [{"role": "user", "content": "x"}], tools=tools)
         await client.close()
     assert fake.requests[0]["tools"] == tools
-    assert result.tool_calls == [{"id": "c1", "type": "function",
-                                  "function": {"name": "memory", "arguments": '{"action": "add"}'}}]
+    assert result.tool_calls == [
+        {"id": "c1", "type": "function", "function": {"name": "memory", "arguments": '{"action": "add"}'}}
+    ]
     assert result.message["reasoning"] == "thinking"
     assert (result.prompt_tokens, result.completion_tokens, result.finish_reason) == (11, 3, "tool_calls")
 
 
 async def test_streaming_assembles_text_tool_calls_and_usage():
     async with FakeOpenAI() as fake:
-        fake.push(Reply(text="hello streaming world", usage=(5, 4)),
-                  Reply(tool_calls=[ToolCall("a", {"x": 1}), ToolCall("b", {"y": "two"})]))
+        fake.push(
+            Reply(text="hello streaming world", usage=(5, 4)),
+            Reply(tool_calls=[ToolCall("a", {"x": 1}), ToolCall("b", {"y": "two"})]),
+        )
         s = settings_for(fake)
         client = make_client(s)
         pieces: list[str] = []
@@ -137,11 +154,14 @@ async def test_streaming_assembles_text_tool_calls_and_usage():
     assert second.finish_reason == "tool_calls" and second.text == ""
 
 
-@pytest.mark.parametrize("status,kind,words", [
-    (429, openai.RateLimitError, "rate-limiting"),
-    (500, openai.InternalServerError, "(500): boom inside"),
-    (401, openai.AuthenticationError, "refused the API key"),
-])
+@pytest.mark.parametrize(
+    "status,kind,words",
+    [
+        (429, openai.RateLimitError, "rate-limiting"),
+        (500, openai.InternalServerError, "(500): boom inside"),
+        (401, openai.AuthenticationError, "refused the API key"),
+    ],
+)
 async def test_errors_raise_once_without_hidden_retries(status, kind, words):
     async with FakeOpenAI() as fake:
         fake.push(Reply(status=status, error="boom inside", headers={"Retry-After": "3"}))

@@ -18,8 +18,8 @@ import pytest
 from aiohttp import web
 
 from agent.llm import NOT_CONFIGURED_TEXT
-from gateway.db import SessionDB
 from gateway.cli.doctor import run_doctor
+from gateway.db import SessionDB
 from tests.fakes.openai_server import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +35,15 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 async def chinwag(args: list[str], env: dict[str, str], stdin: str | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", *args, cwd=ROOT, env=env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate((stdin or "").encode()), TIMEOUT)
     return proc.returncode, out.decode(), err.decode()
@@ -55,8 +62,15 @@ async def read_until(stream: asyncio.StreamReader, pattern: str, sink: list[str]
 
 async def start_run(env: dict[str, str]) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "run", cwd=ROOT, env=env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "run",
+        cwd=ROOT,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
 
 
@@ -83,8 +97,9 @@ async def test_run_with_no_config_and_no_model(tmp_path: Path) -> None:
 
 async def test_run_chats_with_a_model_and_recalls_across_runs(tmp_path: Path) -> None:
     async with FakeOpenAI() as fake:
-        env = clean_env(tmp_path, OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-test-key-123456",
-                        CHINWAG_MODEL="fake-model")
+        env = clean_env(
+            tmp_path, OPENAI_BASE_URL=fake.base_url, OPENAI_API_KEY="sk-test-key-123456", CHINWAG_MODEL="fake-model"
+        )
         fake.push("The capital of Mongolia is Ulaanbaatar.")
         code, out, err = await chinwag(["run", "--verbose"], env, "what is the capital of Mongolia?\n")
         assert code == 0, err
@@ -114,7 +129,9 @@ async def test_run_serves_ops_http_and_stops_gracefully_on_sigterm(tmp_path: Pat
         proc = await start_run(env)
         try:
             err_lines: list[str] = []
-            match = await asyncio.wait_for(read_until(proc.stderr, r"ops http on (http://127\.0\.0\.1:\d+)", err_lines), TIMEOUT)
+            match = await asyncio.wait_for(
+                read_until(proc.stderr, r"ops http on (http://127\.0\.0\.1:\d+)", err_lines), TIMEOUT
+            )
             base = match.group(1)
             await asyncio.wait_for(read_until(proc.stderr, r"chinwag running: local", err_lines), TIMEOUT)
             async with aiohttp.ClientSession() as http:
@@ -155,14 +172,16 @@ async def test_run_serves_ops_http_and_stops_gracefully_on_sigterm(tmp_path: Pat
         db.close()
 
 
-async def shutdown_during_a_turn(tmp_path: Path, timeout: float, release: bool,
-                                 sig: signal.Signals = signal.SIGTERM) -> tuple[int, str, str, Path]:
+async def shutdown_during_a_turn(
+    tmp_path: Path, timeout: float, release: bool, sig: signal.Signals = signal.SIGTERM
+) -> tuple[int, str, str, Path]:
     """Start `chinwag run`, hold the model's reply, SIGTERM mid-turn; maybe release the reply."""
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.yaml").write_text(
         f"http: {{enabled: false}}\ngateway: {{shutdown_timeout_seconds: {timeout}}}\n"
-        "platforms: {local: {user: tester}}\n", encoding="utf-8",
+        "platforms: {local: {user: tester}}\n",
+        encoding="utf-8",
     )
     async with FakeOpenAI() as fake:
         fake.gate = asyncio.Event()
@@ -230,7 +249,8 @@ async def test_run_logs_json_lines_without_secrets(tmp_path: Path) -> None:
     async with FakeOpenAI() as fake:
         (home / "config.yaml").write_text(
             "logging: {format: json, level: DEBUG}\nhttp: {enabled: false}\n"
-            f"model: {{base_url: '{fake.base_url}', api_key: '${{MY_KEY}}'}}\n", encoding="utf-8",
+            f"model: {{base_url: '{fake.base_url}', api_key: '${{MY_KEY}}'}}\n",
+            encoding="utf-8",
         )
         env = clean_env(tmp_path, MY_KEY="plainsecretvalue42")
         code, out, err = await chinwag(["run"], env, "hello\n")
@@ -390,19 +410,25 @@ async def test_doctor_checks_platform_credentials(tmp_path: Path) -> None:
 
 
 async def test_app_mounts_adapter_webhooks_and_reports_readiness(tmp_path: Path) -> None:
-    from gateway.service.app import build_app
     from gateway.config.load import parse_config
+    from gateway.service.app import build_app
 
     config = parse_config(
         {
             "http": {"port": 0},
             "platforms": {
                 "local": {"enabled": True, "user": "op"},
-                "telegram": {"token": "123:abc", "mode": "webhook", "secret_token": "s3cret_value",
-                             "webhook_url": "https://bot.example/webhooks/telegram", "allowed_users": [1]},
+                "telegram": {
+                    "token": "123:abc",
+                    "mode": "webhook",
+                    "secret_token": "s3cret_value",
+                    "webhook_url": "https://bot.example/webhooks/telegram",
+                    "allowed_users": [1],
+                },
             },
         },
-        env={}, home_override=tmp_path / "home",
+        env={},
+        home_override=tmp_path / "home",
     )
     read_fd, write_fd = os.pipe()
     app = build_app(config, stdin=os.fdopen(read_fd, "r"), stdout=io.StringIO())
@@ -412,8 +438,11 @@ async def test_app_mounts_adapter_webhooks_and_reports_readiness(tmp_path: Path)
         async with aiohttp.ClientSession() as http:
             async with http.post(app.ops.url + "/webhooks/telegram", json={"update_id": 1}) as resp:
                 assert resp.status == 403  # the real adapter's handler: no secret header
-            async with http.post(app.ops.url + "/webhooks/telegram", json={"update_id": 1},
-                                 headers={"X-Telegram-Bot-Api-Secret-Token": "s3cret_value"}) as resp:
+            async with http.post(
+                app.ops.url + "/webhooks/telegram",
+                json={"update_id": 1},
+                headers={"X-Telegram-Bot-Api-Secret-Token": "s3cret_value"},
+            ) as resp:
                 assert resp.status == 503  # right secret, adapter not started yet
             async with http.get(app.ops.url + "/readyz") as resp:
                 assert resp.status == 503
@@ -437,8 +466,13 @@ async def test_sdks_are_imported_only_for_configured_platforms(tmp_path: Path) -
         "app.close_storage()\n"
     )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", script, cwd=ROOT, env=clean_env(tmp_path),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-c",
+        script,
+        cwd=ROOT,
+        env=clean_env(tmp_path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
     assert proc.returncode == 0, err.decode()

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.main import main
 from gateway.cli.format import Progress, clip, width
+from gateway.cli.main import main
 from gateway.cli.sessions import _search_fallback
-from gateway.sessions.mirrors import Mirrors
 from gateway.db import MAX_CONTENT_CHARS, SessionDB, TitleTaken, new_session_id
+from gateway.sessions.mirrors import Mirrors
 from gateway.storage.home import resolve_home
 from tests.mirror_check import mirror_problems
 
@@ -41,8 +41,12 @@ def seeded(home) -> dict[str, str]:
         ids["deploy"] = sid = new_session_id()
         db.create_session(sid, "telegram", user_id="u1", title="deploy notes", chat_type="dm", session_key="k1")
         db.append_message(sid, "user", "how do I deploy the gateway to staging?", user_id="u1")
-        db.append_message(sid, "assistant", None, tool_calls=[{"id": "c1", "type": "function",
-                                                               "function": {"name": "shell", "arguments": "{}"}}])
+        db.append_message(
+            sid,
+            "assistant",
+            None,
+            tool_calls=[{"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}],
+        )
         db.append_message(sid, "tool", "ok: deployed", tool_call_id="c1", tool_name="shell")
         db.append_message(sid, "assistant", "Deployed with make ship.")
         db.append_message(sid, "user", "oops, wrong chat", user_id="u1")
@@ -92,7 +96,12 @@ def test_show_by_title_prefix_and_hidden_messages(capsys, home, seeded):
 
 
 def test_unknown_id_is_a_one_line_error_with_exit_2(capsys, home, seeded):
-    for argv in (["show", "nope"], ["delete", "nope", "--yes"], ["rename", "nope", "x"], ["export", "--session", "nope"]):
+    for argv in (
+        ["show", "nope"],
+        ["delete", "nope", "--yes"],
+        ["rename", "nope", "x"],
+        ["export", "--session", "nope"],
+    ):
         rc, out, err = run(capsys, home, *argv)
         assert rc == 2, argv
         assert err.count("\n") == 1 and err.startswith(f"{argv[0]}: no session matches 'nope'"), err
@@ -150,31 +159,51 @@ def bad_import(tmp_path: Path, *lines: str) -> Path:
     return path
 
 
-GOOD = json.dumps({"session": {"id": "20250101_000000_aaaaaaaa", "source": "local"},
-                   "messages": [{"role": "user", "content": "hi"}]})
-GOOD2 = json.dumps({"session": {"id": "20250101_000000_bbbbbbbb", "source": "local", "title": "two"},
-                    "messages": []})
+GOOD = json.dumps(
+    {"session": {"id": "20250101_000000_aaaaaaaa", "source": "local"}, "messages": [{"role": "user", "content": "hi"}]}
+)
+GOOD2 = json.dumps({"session": {"id": "20250101_000000_bbbbbbbb", "source": "local", "title": "two"}, "messages": []})
 
 
 @pytest.mark.parametrize(
     "third, message",
     [
-        ('{"session": {"id": "x1", "source": "local"} "messages": []}', "line 3: invalid JSON (Expecting ',' delimiter)"),
-        ('[1, 2]', 'line 3: expected an object like {"session": {...}, "messages": [...]}'),
+        (
+            '{"session": {"id": "x1", "source": "local"} "messages": []}',
+            "line 3: invalid JSON (Expecting ',' delimiter)",
+        ),
+        ("[1, 2]", 'line 3: expected an object like {"session": {...}, "messages": [...]}'),
         ('{"session": {"source": "local"}}', "line 3: session.id is missing"),
         ('{"session": {"id": "../../etc/x", "source": "local"}}', "line 3: session.id '../../etc/x' may only hold"),
-        ('{"session": {"id": "x3", "source": "local"}, "messages": [{"role": "robot"}]}',
-         'line 3: message 1: role must be one of user, assistant, tool, system, got "robot"'),
-        ('{"session": {"id": "x4", "source": "local", "started_at": "yesterday"}}',
-         'line 3: session.started_at must be int or float or null, got "yesterday"'),
-        ('{"session": {"id": "20250101_000000_aaaaaaaa", "source": "local"}}',
-         "line 3: session 20250101_000000_aaaaaaaa appears twice (also on line 1)"),
+        (
+            '{"session": {"id": "x3", "source": "local"}, "messages": [{"role": "robot"}]}',
+            'line 3: message 1: role must be one of user, assistant, tool, system, got "robot"',
+        ),
+        (
+            '{"session": {"id": "x4", "source": "local", "started_at": "yesterday"}}',
+            'line 3: session.started_at must be int or float or null, got "yesterday"',
+        ),
+        (
+            '{"session": {"id": "20250101_000000_aaaaaaaa", "source": "local"}}',
+            "line 3: session 20250101_000000_aaaaaaaa appears twice (also on line 1)",
+        ),
         ('{"session": {"id": "x5", "source": "local", "title": "TWO"}}', "line 3: title 'TWO' is also used on line 2"),
-        ('{"session": {"id": "x6", "source": "local"}, "messages": [{"role": "user", "active": "no"}]}',
-         "line 3: message 1: active must be int or bool"),
-        (json.dumps({"session": {"id": "x7", "source": "local"}, "messages": [
-            {"role": "user", "content": "ok"}, {"role": "user", "content": "x" * (MAX_CONTENT_CHARS + 1)}]}),
-         f"line 3: message 2: content is {MAX_CONTENT_CHARS + 1:,} characters; the limit is {MAX_CONTENT_CHARS:,}"),
+        (
+            '{"session": {"id": "x6", "source": "local"}, "messages": [{"role": "user", "active": "no"}]}',
+            "line 3: message 1: active must be int or bool",
+        ),
+        (
+            json.dumps(
+                {
+                    "session": {"id": "x7", "source": "local"},
+                    "messages": [
+                        {"role": "user", "content": "ok"},
+                        {"role": "user", "content": "x" * (MAX_CONTENT_CHARS + 1)},
+                    ],
+                }
+            ),
+            f"line 3: message 2: content is {MAX_CONTENT_CHARS + 1:,} characters; the limit is {MAX_CONTENT_CHARS:,}",
+        ),
     ],
 )
 def test_bad_import_names_the_line_and_changes_nothing(capsys, home, tmp_path, third, message):
@@ -191,7 +220,9 @@ def test_bad_import_names_the_line_and_changes_nothing(capsys, home, tmp_path, t
 def test_import_title_clash_with_the_db_and_missing_file(capsys, home, seeded, tmp_path):
     path = bad_import(tmp_path, GOOD, json.dumps({"session": {"id": "y1", "source": "local", "title": "deploy notes"}}))
     rc, _, err = run(capsys, home, "import", str(path))
-    assert rc == 2 and err.startswith(f"import: line 2: title 'deploy notes' is already used by session {seeded['deploy']}")
+    assert rc == 2 and err.startswith(
+        f"import: line 2: title 'deploy notes' is already used by session {seeded['deploy']}"
+    )
     rc, _, err = run(capsys, home, "import", str(tmp_path / "missing.jsonl"))
     assert rc == 2 and err.strip().endswith("missing.jsonl: no such file")
     (tmp_path / "empty.jsonl").write_text("\n")
@@ -220,8 +251,11 @@ def test_prune(capsys, home, seeded):
     rc, _, err = run(capsys, home, "prune", "--older-than", "0")
     assert rc == 2 and err == "prune: --older-than must be a positive number of days, got 0\n"
     with SessionDB(home / "state.db") as db:  # the deploy session is current for a chat; make it old too
-        db.write(lambda c, e: c.execute("UPDATE sessions SET last_active_at = last_active_at - 60 * 86400 "
-                                        "WHERE id = ?", (seeded["deploy"],)))
+        db.write(
+            lambda c, e: c.execute(
+                "UPDATE sessions SET last_active_at = last_active_at - 60 * 86400 WHERE id = ?", (seeded["deploy"],)
+            )
+        )
     rc, out, _ = run(capsys, home, "prune", "--older-than", "30", "--dry-run", "--json")
     assert json.loads(out)["would_delete"] == [seeded["old"]] and json.loads(out)["kept_current"] == 1
     rc, out, _ = run(capsys, home, "prune", "--older-than", "30")
@@ -276,7 +310,11 @@ def test_home_resolution(tmp_path, monkeypatch):
     h = resolve_home()
     assert h.root == tmp_path / "user" / ".chinwag"
     assert (h.sessions_index.name, h.config_path.name, h.memory_path.name, h.user_path.name) == (
-        "sessions.json", "config.yaml", "MEMORY.md", "USER.md")
+        "sessions.json",
+        "config.yaml",
+        "MEMORY.md",
+        "USER.md",
+    )
     with pytest.raises(ValueError):
         h.transcript_path("../escape")
 
@@ -313,10 +351,14 @@ def test_db_import_is_all_or_nothing_and_leaves_mirrors_alone(home):
     with SessionDB(home / "state.db") as db:
         mirrors = Mirrors(home, db)
         records = [
-            {"session": {"id": "20250101_000000_00000001", "source": "local", "title": "same"},
-             "messages": [{"role": "user", "content": "first"}]},
-            {"session": {"id": "20250101_000000_00000002", "source": "local", "title": "same"},
-             "messages": [{"role": "user", "content": "second"}]},
+            {
+                "session": {"id": "20250101_000000_00000001", "source": "local", "title": "same"},
+                "messages": [{"role": "user", "content": "first"}],
+            },
+            {
+                "session": {"id": "20250101_000000_00000002", "source": "local", "title": "same"},
+                "messages": [{"role": "user", "content": "second"}],
+            },
         ]
         with pytest.raises(TitleTaken):
             db.import_records(records)

@@ -7,7 +7,7 @@ from tests.fakes.gateway_harness import Gateway
 
 
 def test_parse_command():
-    assert parse_command("/help") .name == "help"
+    assert parse_command("/help").name == "help"
     c = parse_command("  /Resume@chinwag_bot  my trip ")
     assert (c.name, c.args, c.bot) == ("resume", "my trip", "chinwag_bot")
     assert parse_command("/reset").name == "new"
@@ -20,16 +20,26 @@ def test_parse_command():
 async def test_help_lists_every_command(tmp_path):
     async with Gateway(tmp_path) as gw:
         text = (await gw.say("/help"))[0]
-        for name in ("new", "resume", "title", "stop", "retry", "undo", "compress", "search", "status",
-                     "whoami", "help"):
+        for name in (
+            "new",
+            "resume",
+            "title",
+            "stop",
+            "retry",
+            "undo",
+            "compress",
+            "search",
+            "status",
+            "whoami",
+            "help",
+        ):
             assert f"/{name}" in text
         assert gw.fake.requests == []
 
 
 async def test_unknown_command_hints_without_model_call(tmp_path):
     async with Gateway(tmp_path) as gw:
-        assert await gw.say("/frobnicate now") == [
-            "Unknown command /frobnicate. Send /help for the list of commands."]
+        assert await gw.say("/frobnicate now") == ["Unknown command /frobnicate. Send /help for the list of commands."]
         assert gw.fake.requests == []
         # a path is not a command: it goes to the model
         assert await gw.say("/usr/bin/env is broken") == ["echo: /usr/bin/env is broken"]
@@ -74,7 +84,8 @@ async def test_title(tmp_path):
     async with Gateway(tmp_path) as gw:
         assert (await gw.say("/title"))[0].startswith("This conversation has no title yet")
         assert await gw.say("/title  Garden\tproject ") == [
-            "Titled this conversation “Garden project”. Later, /resume Garden project brings it back."]
+            "Titled this conversation “Garden project”. Later, /resume Garden project brings it back."
+        ]
         assert gw.db.get_session(gw.session_id())["title"] == "Garden project"
         assert await gw.say("/title") == ["This conversation is titled “Garden project”."]
         await gw.say("hi", chat_id="200", user_id="200")
@@ -89,7 +100,8 @@ async def test_undo_hides_exchanges_but_keeps_them(tmp_path):
         sid = gw.session_id()
         assert sid in gw.runner.cache
         assert await gw.say("/undo") == [
-            "Undid the last exchange (2 messages). They are hidden from this conversation but stay in the history."]
+            "Undid the last exchange (2 messages). They are hidden from this conversation but stay in the history."
+        ]
         assert sid not in gw.runner.cache
         assert [m["content"] for m in gw.messages(sid)] == ["one", "echo: one", "two", "echo: two"]
         assert len(gw.messages(sid, include_inactive=True)) == 6
@@ -113,7 +125,8 @@ async def test_retry_reruns_last_message_and_keeps_old_reply_searchable(tmp_path
         hits = gw.db.search_messages("zebra")
         assert [h["session_id"] for h in hits] == [sid]
         assert await gw.say("/retry", chat_id="300", user_id="300") == [
-            "Nothing to retry: this conversation has no message of yours yet."]
+            "Nothing to retry: this conversation has no message of yours yet."
+        ]
 
 
 async def test_status(tmp_path):

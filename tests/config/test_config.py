@@ -154,13 +154,21 @@ def test_type_and_range_errors(tmp_path: Path) -> None:
 
 def test_reset_section_uses_the_store_rules(tmp_path: Path) -> None:
     problems = problems_of(tmp_path, "session: {reset: {daily_hour: 25}}\n")
-    assert problems == [f"{tmp_path / 'config.yaml'}: session.reset.daily_hour: must be a whole hour from 0 to 23, got 25"]
+    assert problems == [
+        f"{tmp_path / 'config.yaml'}: session.reset.daily_hour: must be a whole hour from 0 to 23, got 25"
+    ]
     problems = problems_of(tmp_path, "session: {reset: {timezone: Mars/Base}}\n")
     assert "session.reset.timezone: unknown time zone 'Mars/Base'" in problems[0]
-    config = load_config(write(tmp_path, (
-        "session:\n  reset:\n    mode: daily\n    timezone: Europe/Berlin\n"
-        "    by_platform: {telegram: {mode: idle, idle_minutes: 60}}\n"
-    )), env={})
+    config = load_config(
+        write(
+            tmp_path,
+            (
+                "session:\n  reset:\n    mode: daily\n    timezone: Europe/Berlin\n"
+                "    by_platform: {telegram: {mode: idle, idle_minutes: 60}}\n"
+            ),
+        ),
+        env={},
+    )
     policies = config.session.reset_policies()
     assert policies.default.mode == "daily"
     assert policies.by_platform["telegram"].mode == "idle"
@@ -177,7 +185,9 @@ def test_invalid_yaml_and_wrong_top_level(tmp_path: Path) -> None:
 
 
 def test_a_key_written_twice_is_an_error(tmp_path: Path) -> None:
-    problems = problems_of(tmp_path, "platforms:\n  telegram: {token: a}\nhttp: {}\nplatforms:\n  discord: {token: b}\n")
+    problems = problems_of(
+        tmp_path, "platforms:\n  telegram: {token: a}\nhttp: {}\nplatforms:\n  discord: {token: b}\n"
+    )
     assert len(problems) == 1
     assert "not valid YAML (line 4, column 1): key 'platforms' appears twice (first on line 1)" in problems[0]
 
@@ -214,22 +224,31 @@ def test_platform_settings_and_busy_override(tmp_path: Path) -> None:
 
 
 def test_webhook_mode_implied_by_webhook_url(tmp_path: Path) -> None:
-    text = "\n".join(problems_of(tmp_path, "platforms: {telegram: {token: t, webhook_url: 'https://x/webhooks/telegram'}}\n"))
+    text = "\n".join(
+        problems_of(tmp_path, "platforms: {telegram: {token: t, webhook_url: 'https://x/webhooks/telegram'}}\n")
+    )
     assert "platforms.telegram.secret_token: is required in webhook mode" in text
-    ok = parse_config({"platforms": {"telegram": {"token": "t", "webhook_url": "https://x/y", "secret_token": "s_1"}},
-                       "gateway": {"shutdown_timeout_seconds": 2.5}}, env={})
+    ok = parse_config(
+        {
+            "platforms": {"telegram": {"token": "t", "webhook_url": "https://x/y", "secret_token": "s_1"}},
+            "gateway": {"shutdown_timeout_seconds": 2.5},
+        },
+        env={},
+    )
     assert ok.adapter_config("telegram")["webhook_url"] == "https://x/y"
     assert ok.gateway.shutdown_timeout_seconds == 2.5
 
 
 def test_urls_are_checked(tmp_path: Path) -> None:
-    text = "\n".join(problems_of(
-        tmp_path,
-        "model: {base_url: 'localhost:8000/v1'}\n"
-        "platforms:\n"
-        "  feishu: {app_id: a, app_secret: b, domain: 'ftp://x'}\n"
-        "  discord: {token: d, gateway_url: 'http://127.0.0.1:1'}\n",
-    ))
+    text = "\n".join(
+        problems_of(
+            tmp_path,
+            "model: {base_url: 'localhost:8000/v1'}\n"
+            "platforms:\n"
+            "  feishu: {app_id: a, app_secret: b, domain: 'ftp://x'}\n"
+            "  discord: {token: d, gateway_url: 'http://127.0.0.1:1'}\n",
+        )
+    )
     assert_all_in(
         text,
         "model.base_url: must be an http:// or https:// URL (got 'localhost:8000/v1')",
@@ -245,21 +264,24 @@ def test_single_owner_resolution(tmp_path: Path) -> None:
     assert one.single_owner is True
     two = parse_config({"platforms": {"telegram": {"token": "t", "allowed_users": [7, 8]}}}, env={})
     assert two.single_owner is False
-    forced = parse_config({"gateway": {"single_owner": True},
-                           "platforms": {"telegram": {"token": "t", "allowed_users": [7, 8]}}}, env={})
+    forced = parse_config(
+        {"gateway": {"single_owner": True}, "platforms": {"telegram": {"token": "t", "allowed_users": [7, 8]}}}, env={}
+    )
     assert forced.single_owner is True
     local_forced = parse_config({"platforms": {"local": {"enabled": True}, "discord": {"token": "d"}}}, env={})
     assert local_forced.configured_platforms() == ["local", "discord"]
 
 
 def test_cross_field_rules(tmp_path: Path) -> None:
-    text = "\n".join(problems_of(
-        tmp_path,
-        "platforms:\n"
-        "  telegram: {token: t, mode: webhook}\n"
-        "  feishu: {app_id: a, app_secret: b, mode: webhook}\n"
-        "  discord: {token: d, group_policy: allowlist}\n",
-    ))
+    text = "\n".join(
+        problems_of(
+            tmp_path,
+            "platforms:\n"
+            "  telegram: {token: t, mode: webhook}\n"
+            "  feishu: {app_id: a, app_secret: b, mode: webhook}\n"
+            "  discord: {token: d, group_policy: allowlist}\n",
+        )
+    )
     assert_all_in(
         text,
         "platforms.telegram.webhook_url: is required when mode is webhook",
@@ -283,8 +305,13 @@ def _schema_paths(schema: dict, prefix: str = "") -> set[str]:
 def test_example_config_is_valid_and_documents_every_key() -> None:
     example = ROOT / "config.example.yaml"
     text = example.read_text(encoding="utf-8")
-    env = {"TELEGRAM_BOT_TOKEN": "1:x", "FEISHU_APP_ID": "cli_a", "FEISHU_APP_SECRET": "s",
-           "DISCORD_BOT_TOKEN": "d", "OPENAI_API_KEY": "sk-x"}
+    env = {
+        "TELEGRAM_BOT_TOKEN": "1:x",
+        "FEISHU_APP_ID": "cli_a",
+        "FEISHU_APP_SECRET": "s",
+        "DISCORD_BOT_TOKEN": "d",
+        "OPENAI_API_KEY": "sk-x",
+    }
     config = load_config(example, env=env)
     assert config.path == example
     assert config.configured_platforms() == ["telegram", "feishu", "discord"]

@@ -113,8 +113,9 @@ class ChatAdapter(PlatformAdapter):
             reply_to_bot=reply_to_bot,
         )
 
-    async def inject(self, text: str, chat_id: str = "100", user_id: str | None = "100",
-                     chat_type: str = "dm", **kw: Any) -> InboundMessage:
+    async def inject(
+        self, text: str, chat_id: str = "100", user_id: str | None = "100", chat_type: str = "dm", **kw: Any
+    ) -> InboundMessage:
         """Deliver one inbound message to the gateway, as the platform would."""
         if self.on_message is None:
             raise RuntimeError("adapter not started")

@@ -147,8 +147,7 @@ class FakeDiscord:
         return ((int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22) + next(self._ids)
 
     def user(self, user_id: int, name: str, *, bot: bool = False, global_name: str | None = None) -> dict:
-        data = {"id": str(user_id), "username": name, "discriminator": "0", "avatar": None,
-                "global_name": global_name}
+        data = {"id": str(user_id), "username": name, "discriminator": "0", "avatar": None, "global_name": global_name}
         if bot:
             data["bot"] = True
         return data
@@ -159,12 +158,29 @@ class FakeDiscord:
 
     def add_guild(self, guild_id: int, name: str = "guild") -> dict:
         # the bot's member record carries its managed role, as Discord gives a bot on joining
-        roles = [self._role(guild_id, "@everyone", position=0),
-                 self._role(self.bot_role_id(guild_id), self.bot_name, position=1, managed=True)]
-        me = {"user": self.bot_user, "roles": [str(self.bot_role_id(guild_id))], "joined_at": _iso(),
-              "deaf": False, "mute": False, "flags": 0}
-        guild = {"id": str(guild_id), "name": name, "channels": [], "threads": [], "roles": roles,
-                 "members": [me], "member_count": 3, "unavailable": False, "features": []}
+        roles = [
+            self._role(guild_id, "@everyone", position=0),
+            self._role(self.bot_role_id(guild_id), self.bot_name, position=1, managed=True),
+        ]
+        me = {
+            "user": self.bot_user,
+            "roles": [str(self.bot_role_id(guild_id))],
+            "joined_at": _iso(),
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+        }
+        guild = {
+            "id": str(guild_id),
+            "name": name,
+            "channels": [],
+            "threads": [],
+            "roles": roles,
+            "members": [me],
+            "member_count": 3,
+            "unavailable": False,
+            "features": [],
+        }
         self.guilds[guild_id] = guild
         return guild
 
@@ -174,13 +190,29 @@ class FakeDiscord:
 
     @staticmethod
     def _role(role_id: int, name: str, *, position: int, managed: bool = False) -> dict:
-        return {"id": str(role_id), "name": name, "permissions": "0", "position": position,
-                "color": 0, "hoist": False, "managed": managed, "mentionable": True, "flags": 0}
+        return {
+            "id": str(role_id),
+            "name": name,
+            "permissions": "0",
+            "position": position,
+            "color": 0,
+            "hoist": False,
+            "managed": managed,
+            "mentionable": True,
+            "flags": 0,
+        }
 
     def add_text_channel(self, guild_id: int, channel_id: int, name: str = "general") -> dict:
-        channel = {"id": str(channel_id), "type": TEXT, "guild_id": str(guild_id), "name": name,
-                   "position": len(self.guilds[guild_id]["channels"]), "permission_overwrites": [],
-                   "nsfw": False, "parent_id": None}
+        channel = {
+            "id": str(channel_id),
+            "type": TEXT,
+            "guild_id": str(guild_id),
+            "name": name,
+            "position": len(self.guilds[guild_id]["channels"]),
+            "permission_overwrites": [],
+            "nsfw": False,
+            "parent_id": None,
+        }
         self.guilds[guild_id]["channels"].append(channel)
         self.channels[channel_id] = channel
         return channel
@@ -191,15 +223,33 @@ class FakeDiscord:
         return channel
 
     def thread_payload(self, guild_id: int, parent_id: int, thread_id: int, name: str, owner_id: int) -> dict:
-        return {"id": str(thread_id), "type": PUBLIC_THREAD, "guild_id": str(guild_id),
-                "parent_id": str(parent_id), "owner_id": str(owner_id), "name": name,
-                "message_count": 0, "member_count": 1, "rate_limit_per_user": 0,
-                "thread_metadata": {"archived": False, "auto_archive_duration": 1440,
-                                    "archive_timestamp": _iso(), "locked": False}}
+        return {
+            "id": str(thread_id),
+            "type": PUBLIC_THREAD,
+            "guild_id": str(guild_id),
+            "parent_id": str(parent_id),
+            "owner_id": str(owner_id),
+            "name": name,
+            "message_count": 0,
+            "member_count": 1,
+            "rate_limit_per_user": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": 1440,
+                "archive_timestamp": _iso(),
+                "locked": False,
+            },
+        }
 
     async def create_thread(
-        self, guild_id: int, parent_id: int, thread_id: int, name: str = "thread", *,
-        owner_id: int = 1, announce: bool = True,
+        self,
+        guild_id: int,
+        parent_id: int,
+        thread_id: int,
+        name: str = "thread",
+        *,
+        owner_id: int = 1,
+        announce: bool = True,
     ) -> dict:
         """A thread appears; with `announce`, the bot hears THREAD_CREATE (else it must look it up)."""
         thread = self.thread_payload(guild_id, parent_id, thread_id, name, owner_id)
@@ -210,26 +260,45 @@ class FakeDiscord:
         return thread
 
     def message_payload(
-        self, channel_id: int, author: dict, content: str, *, mentions: list[dict] | None = None,
-        reply_to: dict | None = None, attachments: list[dict] | None = None, msg_type: int | None = None,
+        self,
+        channel_id: int,
+        author: dict,
+        content: str,
+        *,
+        mentions: list[dict] | None = None,
+        reply_to: dict | None = None,
+        attachments: list[dict] | None = None,
+        msg_type: int | None = None,
         mention_roles: list[int] | None = None,
     ) -> dict:
         channel = self.channels.get(channel_id, {})
         data: dict[str, Any] = {
-            "id": str(self.snowflake()), "channel_id": str(channel_id), "author": author,
-            "content": content, "timestamp": _iso(), "edited_timestamp": None, "tts": False,
-            "mention_everyone": False, "mentions": mentions or [],
+            "id": str(self.snowflake()),
+            "channel_id": str(channel_id),
+            "author": author,
+            "content": content,
+            "timestamp": _iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": mentions or [],
             "mention_roles": [str(r) for r in mention_roles or []],
-            "attachments": attachments or [], "embeds": [], "pinned": False, "flags": 0,
+            "attachments": attachments or [],
+            "embeds": [],
+            "pinned": False,
+            "flags": 0,
             "type": 0 if msg_type is None else msg_type,
         }
         if channel.get("guild_id"):
             data["guild_id"] = channel["guild_id"]
         if reply_to is not None:
             data["type"] = 19 if msg_type is None else msg_type
-            data["message_reference"] = {"type": 0, "message_id": reply_to["id"],
-                                         "channel_id": reply_to["channel_id"],
-                                         "guild_id": reply_to.get("guild_id")}
+            data["message_reference"] = {
+                "type": 0,
+                "message_id": reply_to["id"],
+                "channel_id": reply_to["channel_id"],
+                "guild_id": reply_to.get("guild_id"),
+            }
             data["referenced_message"] = reply_to
         return data
 
@@ -281,12 +350,17 @@ class FakeDiscord:
         self.token = new_token
 
     def fail_next(
-        self, method: str, path_regex: str, status: int, *, count: int = 1,
-        retry_after: float | None = None, body: Any = None,
+        self,
+        method: str,
+        path_regex: str,
+        status: int,
+        *,
+        count: int = 1,
+        retry_after: float | None = None,
+        body: Any = None,
     ) -> None:
         """The next `count` matching REST calls answer `status` (429s carry `retry_after`)."""
-        self._failures.append(_Failure(method.upper(), re.compile(path_regex), status, count,
-                                       retry_after, body))
+        self._failures.append(_Failure(method.upper(), re.compile(path_regex), status, count, retry_after, body))
 
     @property
     def live(self) -> bool:
@@ -353,12 +427,18 @@ class FakeDiscord:
         self.session_id = uuid.uuid4().hex
         self._seq, self._events = 0, []
         self._live, conn.identified = conn, True
-        await self.dispatch("READY", {
-            "v": 10, "user": self.bot_user, "session_id": self.session_id,
-            "resume_gateway_url": self.gateway_url, "shard": [0, 1],
-            "guilds": [{"id": str(gid), "unavailable": True} for gid in self.guilds],
-            "application": {"id": str(self.application_id), "flags": 0},
-        })
+        await self.dispatch(
+            "READY",
+            {
+                "v": 10,
+                "user": self.bot_user,
+                "session_id": self.session_id,
+                "resume_gateway_url": self.gateway_url,
+                "shard": [0, 1],
+                "guilds": [{"id": str(gid), "unavailable": True} for gid in self.guilds],
+                "application": {"id": str(self.application_id), "flags": 0},
+            },
+        )
         for guild in self.guilds.values():
             await self.dispatch("GUILD_CREATE", guild)
 
@@ -384,12 +464,19 @@ class FakeDiscord:
                 failure.count -= 1
                 if failure.status == 429:
                     retry = failure.retry_after if failure.retry_after is not None else 0.05
-                    return _json({"message": "You are being rate limited.", "retry_after": retry,
-                                  "global": False}, 429,
-                                 {"Via": "1.1 google", "Retry-After": str(max(1, round(retry))),
-                                  "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
-                                  "X-RateLimit-Reset-After": str(retry), "X-RateLimit-Bucket": "fakebucket",
-                                  "X-RateLimit-Scope": "user"})
+                    return _json(
+                        {"message": "You are being rate limited.", "retry_after": retry, "global": False},
+                        429,
+                        {
+                            "Via": "1.1 google",
+                            "Retry-After": str(max(1, round(retry))),
+                            "X-RateLimit-Limit": "5",
+                            "X-RateLimit-Remaining": "0",
+                            "X-RateLimit-Reset-After": str(retry),
+                            "X-RateLimit-Bucket": "fakebucket",
+                            "X-RateLimit-Scope": "user",
+                        },
+                    )
                 return _json(failure.body or {"message": "scripted failure", "code": 0}, failure.status)
         return None
 
@@ -400,13 +487,27 @@ class FakeDiscord:
         if method == "GET" and path == "/users/@me":
             return _json(self.bot_user)
         if method == "GET" and path == "/oauth2/applications/@me":
-            return _json({"id": str(self.application_id), "name": self.bot_name, "description": "",
-                          "icon": None, "bot_public": True, "bot_require_code_grant": False,
-                          "owner": self.user(1, "owner"), "verify_key": "00", "flags": 0})
+            return _json(
+                {
+                    "id": str(self.application_id),
+                    "name": self.bot_name,
+                    "description": "",
+                    "icon": None,
+                    "bot_public": True,
+                    "bot_require_code_grant": False,
+                    "owner": self.user(1, "owner"),
+                    "verify_key": "00",
+                    "flags": 0,
+                }
+            )
         if method == "GET" and path in ("/gateway", "/gateway/bot"):
-            return _json({"url": self.gateway_url, "shards": 1,
-                          "session_start_limit": {"total": 1000, "remaining": 999,
-                                                  "reset_after": 0, "max_concurrency": 1}})
+            return _json(
+                {
+                    "url": self.gateway_url,
+                    "shards": 1,
+                    "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1},
+                }
+            )
         m = re.fullmatch(r"/channels/(\d+)(/.*)?", path)
         if not m:
             return _json({"message": "404: Not Found", "code": 0}, 404)
@@ -429,9 +530,18 @@ class FakeDiscord:
     async def _create_message(self, channel_id: int, body: Any) -> web.Response:
         content = (body or {}).get("content") or ""
         if len(content) > 2000:
-            return _json({"message": "Invalid Form Body", "code": 50035,
-                          "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH",
-                                                              "message": "Must be 2000 or fewer in length."}]}}}, 400)
+            return _json(
+                {
+                    "message": "Invalid Form Body",
+                    "code": 50035,
+                    "errors": {
+                        "content": {
+                            "_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}]
+                        }
+                    },
+                },
+                400,
+            )
         if not content:
             return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
         reply_to = None

@@ -169,11 +169,16 @@ class FakeFeishu:
         for seq in range(parts):
             frame = Frame()
             frame.SeqID, frame.LogID, frame.service, frame.method = next(self._ids), 0, 1, 1
-            for key, value in (("type", "event"), ("message_id", frame_id), ("trace_id", "t"),
-                               ("sum", str(parts)), ("seq", str(seq))):
+            for key, value in (
+                ("type", "event"),
+                ("message_id", frame_id),
+                ("trace_id", "t"),
+                ("sum", str(parts)),
+                ("seq", str(seq)),
+            ):
                 h = frame.headers.add()
                 h.key, h.value = key, value
-            frame.payload = data[seq * size:(seq + 1) * size]
+            frame.payload = data[seq * size : (seq + 1) * size]
             await conns[-1].ws.send_bytes(frame.SerializeToString())
         return frame_id
 
@@ -225,8 +230,7 @@ class FakeFeishu:
             "content": json.dumps(content if content is not None else {"text": text}),
             "create_time": str(int(time.time() * 1000)),
             "mentions": [
-                {"key": k, "id": {"open_id": oid, "union_id": "on_" + oid[3:]}, "name": n,
-                 "tenant_key": "tk"}
+                {"key": k, "id": {"open_id": oid, "union_id": "on_" + oid[3:]}, "name": n, "tenant_key": "tk"}
                 for k, oid, n in (mentions or [])
             ],
         }
@@ -310,11 +314,18 @@ class FakeFeishu:
         mid = f"om_bot_{next(self._ids)}"
         if body.get("uuid"):
             self._uuids[body["uuid"]] = mid
-        self.sent.append({
-            "kind": kind, "message_id": mid, "chat_id": chat_id, "reply_to": parent,
-            "reply_in_thread": bool(body.get("reply_in_thread")), "msg_type": body.get("msg_type"),
-            "content": content, "text": _text_of(body.get("msg_type"), content),
-        })
+        self.sent.append(
+            {
+                "kind": kind,
+                "message_id": mid,
+                "chat_id": chat_id,
+                "reply_to": parent,
+                "reply_in_thread": bool(body.get("reply_in_thread")),
+                "msg_type": body.get("msg_type"),
+                "content": content,
+                "text": _text_of(body.get("msg_type"), content),
+            }
+        )
         return web.json_response({"code": 0, "msg": "success", "data": {"message_id": mid, "chat_id": chat_id}})
 
     async def _create(self, request: web.Request) -> web.Response:
@@ -384,8 +395,7 @@ class FakeFeishu:
         if body.get("AppID") != self.app_id or body.get("AppSecret") != self.app_secret:
             return web.json_response({"code": 1000040345, "msg": "app secret invalid"})
         host = self.base_url.replace("http://", "ws://")
-        config = {"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0,
-                  "PingInterval": self.ping_interval}
+        config = {"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0, "PingInterval": self.ping_interval}
         # like Feishu's, the URL carries a per-connection secret ticket
         self.ticket = f"tk-{uuid.uuid4().hex}"
         url = f"{host}/ws?device_id=d{next(self._ids)}&service_id=1&access_key=ak&ticket={self.ticket}"
@@ -423,9 +433,7 @@ def _text_of(msg_type: str | None, content: dict[str, Any]) -> str:
         return str(content.get("text", ""))
     if msg_type == "post":
         for locale in content.values():
-            return "".join(
-                el.get("text", "") for para in locale.get("content", []) for el in para
-            )
+            return "".join(el.get("text", "") for para in locale.get("content", []) for el in para)
     return json.dumps(content)
 
 

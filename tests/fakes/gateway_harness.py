@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 from gateway.config.load import Config, parse_config
 from gateway.db import SessionDB
-from gateway.sessions.reset import ResetPolicies, ResetPolicy
 from gateway.runtime.runner import GatewayRunner
+from gateway.sessions.reset import ResetPolicies, ResetPolicy
 from gateway.sessions.store import SessionStore
 from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.openai_server import FakeOpenAI
@@ -46,26 +46,40 @@ class Clock:
         self._base += seconds
 
 
-def make_config(home: Path, fake: FakeOpenAI | None, platforms: dict | None = None,
-                model_options: dict | None = None, **sections: Any) -> Config:
+def make_config(
+    home: Path,
+    fake: FakeOpenAI | None,
+    platforms: dict | None = None,
+    model_options: dict | None = None,
+    **sections: Any,
+) -> Config:
     data: dict[str, Any] = {
-        "platforms": platforms if platforms is not None else {
+        "platforms": platforms
+        if platforms is not None
+        else {
             "telegram": {"token": "t", "allowed_users": ["*"], "require_mention": True},
         },
     }
     if fake is not None:
-        data["model"] = {"base_url": fake.base_url, "api_key": "k", "name": "fake-model", "timeout_seconds": 5,
-                         **(model_options or {})}
+        data["model"] = {
+            "base_url": fake.base_url,
+            "api_key": "k",
+            "name": "fake-model",
+            "timeout_seconds": 5,
+            **(model_options or {}),
+        }
     for name, section in sections.items():
         data[name] = section
     return parse_config(data, env={}, home_override=home)
 
 
-def build_store(config: Config, db: SessionDB, policies: ResetPolicies | None = None,
-                clock: Callable[[], float] = time.time) -> SessionStore:
+def build_store(
+    config: Config, db: SessionDB, policies: ResetPolicies | None = None, clock: Callable[[], float] = time.time
+) -> SessionStore:
     """A SessionStore with the config's session options; `policies` default to the config's."""
     return SessionStore(
-        db, policies if policies is not None else config.session.reset_policies(),
+        db,
+        policies if policies is not None else config.session.reset_policies(),
         group_sessions_per_user=config.session.group_sessions_per_user,
         thread_sessions_per_user=config.session.thread_sessions_per_user,
         clock=clock,
@@ -104,12 +118,18 @@ class Gateway:
     async def __aenter__(self) -> "Gateway":
         if self._own_fake:
             self.fake = await FakeOpenAI().__aenter__()
-        self.config = make_config(self.tmp_path / "home", self.fake if self.use_model else None,
-                                  self.platforms, self.model_options, **self.sections)
+        self.config = make_config(
+            self.tmp_path / "home",
+            self.fake if self.use_model else None,
+            self.platforms,
+            self.model_options,
+            **self.sections,
+        )
         self.db = SessionDB(self.db_path)
         self.store = build_store(self.config, self.db, self.policies, self.clock)
-        self.runner = GatewayRunner(self.config, self.db, self.store, [self.adapter], clock=self.clock,
-                                    agent_factory=self.agent_factory)
+        self.runner = GatewayRunner(
+            self.config, self.db, self.store, [self.adapter], clock=self.clock, agent_factory=self.agent_factory
+        )
         await self.runner.start()
         return self
 
@@ -128,7 +148,9 @@ class Gateway:
         await self.runner.drain()
         return [s.text for s in self.adapter.sent[before:]]
 
-    def session_id(self, chat_id: str = "100", user_id: str | None = "100", chat_type: str = "dm", **kw: Any) -> str | None:
+    def session_id(
+        self, chat_id: str = "100", user_id: str | None = "100", chat_type: str = "dm", **kw: Any
+    ) -> str | None:
         entry = self.store.get(self.store.key_for(self.adapter.source(chat_id, user_id, chat_type, **kw)))
         return entry.session_id if entry else None
 

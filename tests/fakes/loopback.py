@@ -37,7 +37,9 @@ async def serve(app: web.Application, port: int = 0, **runner_options: Any) -> S
     return Served(runner, site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 
 
-async def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, error: type[Exception] = AssertionError) -> Any:
+async def wait_until(
+    predicate: Callable[[], Any], timeout: float = 5.0, error: type[Exception] = AssertionError
+) -> Any:
     """Poll `predicate` until truthy (returns its value); raise `error` after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:

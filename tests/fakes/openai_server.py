@@ -154,11 +154,15 @@ class FakeOpenAI:
         if reply.raw is not None:
             return web.Response(text=reply.raw, status=reply.status, content_type="application/json")
         if reply.status >= 400:
-            error = reply.error if isinstance(reply.error, dict) else {
-                "message": reply.error or f"error {reply.status}",
-                "type": "server_error" if reply.status >= 500 else "invalid_request_error",
-                "code": None,
-            }
+            error = (
+                reply.error
+                if isinstance(reply.error, dict)
+                else {
+                    "message": reply.error or f"error {reply.status}",
+                    "type": "server_error" if reply.status >= 500 else "invalid_request_error",
+                    "code": None,
+                }
+            )
             return web.json_response({"error": error}, status=reply.status, headers=reply.headers)
         if body.get("stream"):
             return await self._stream(request, body, reply)
@@ -229,8 +233,18 @@ class FakeOpenAI:
         for index, (cid, call) in enumerate(zip(self._ids(reply), reply.tool_calls)):
             args = self._args(call)
             half = len(args) // 2  # arguments arrive in pieces, as they do from real servers
-            await send({"tool_calls": [{"index": index, "id": cid, "type": "function",
-                                        "function": {"name": call.name, "arguments": args[:half]}}]})
+            await send(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": args[:half]},
+                        }
+                    ]
+                }
+            )
             await send({"tool_calls": [{"index": index, "function": {"arguments": args[half:]}}]})
         await send({}, self._finish(reply))
         if (body.get("stream_options") or {}).get("include_usage"):

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from gateway.db import SessionDB
-from gateway.service.http import OpsServer
 from gateway.runtime.runner import GatewayRunner
+from gateway.service.http import OpsServer
 from platforms.base import PlatformAdapter
 from tests.fakes.gateway_harness import build_store, make_config
 from tests.fakes.loopback import wait_until
@@ -98,9 +98,7 @@ class PlatformStack:
 
 
 @asynccontextmanager
-async def running(
-    fake: Any, make_stack: Callable[[FakeOpenAI], PlatformStack]
-) -> AsyncIterator[PlatformStack]:
+async def running(fake: Any, make_stack: Callable[[FakeOpenAI], PlatformStack]) -> AsyncIterator[PlatformStack]:
     """A started stack on a fresh fake model, around the (started) platform fake `fake`; at the end
     the stack, the model and `fake` are stopped."""
     try:

@@ -54,9 +54,7 @@ def parse_markdown_v2(text: str) -> str:
     def toggle(kind: str) -> None:
         if kind in stack:
             if stack[-1] != kind:
-                raise MarkdownV2Error(
-                    f"Can't find end of {stack[-1]} entity at byte offset {byte_offset(i)}"
-                )
+                raise MarkdownV2Error(f"Can't find end of {stack[-1]} entity at byte offset {byte_offset(i)}")
             stack.pop()
         else:
             stack.append(kind)
@@ -70,9 +68,7 @@ def parse_markdown_v2(text: str) -> str:
                     out.append(text[j + 1])
                     j += 2
                     continue
-                raise MarkdownV2Error(
-                    f"Character '\\' is reserved and must be escaped with the preceding '\\'"
-                )
+                raise MarkdownV2Error("Character '\\' is reserved and must be escaped with the preceding '\\'")
             if text.startswith(closing, j):
                 return j + len(closing)
             if text[j] == "`":
@@ -134,9 +130,7 @@ def parse_markdown_v2(text: str) -> str:
         elif c == ">" and line_start:
             pass  # block quote marker
         elif c in RESERVED_V2:
-            raise MarkdownV2Error(
-                f"Character '{c}' is reserved and must be escaped with the preceding '\\'"
-            )
+            raise MarkdownV2Error(f"Character '{c}' is reserved and must be escaped with the preceding '\\'")
         else:
             out.append(c)
         i += 1
@@ -242,7 +236,8 @@ class FakeTelegram:
     def sent(self, chat_id: int | None = None) -> list[dict[str, Any]]:
         """Messages the bot sent (as stored: message dict plus `_parse_mode`/`_raw_text`)."""
         return [
-            m for (cid, _), m in sorted(self.messages.items(), key=lambda kv: kv[1]["_seq"])
+            m
+            for (cid, _), m in sorted(self.messages.items(), key=lambda kv: kv[1]["_seq"])
             if m.get("from", {}).get("id") == self.bot_user["id"] and (chat_id is None or cid == chat_id)
         ]
 
@@ -372,12 +367,15 @@ class FakeTelegram:
         if f.kind == "server_error":
             return _error(f.status, "Internal Server Error" if f.status == 500 else "Bad Gateway")
         if f.kind == "parse_entities":
-            return _error(400, "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 0")
+            return _error(
+                400, "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 0"
+            )
         if f.kind == "blocked":
             return _error(403, "Forbidden: bot was blocked by the user")
         if f.kind == "migrated":  # a group upgraded to a supergroup has a new id
-            return _error(400, "Bad Request: group chat was upgraded to a supergroup chat",
-                          {"migrate_to_chat_id": f.status})
+            return _error(
+                400, "Bad Request: group chat was upgraded to a supergroup chat", {"migrate_to_chat_id": f.status}
+            )
         if f.kind == "unauthorized":
             return _error(401, "Unauthorized")
         if f.kind == "drop":
@@ -396,7 +394,10 @@ class FakeTelegram:
 
     async def _api_getupdates(self, p: dict) -> list:
         if self.webhook:
-            raise ApiError(409, "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first")
+            raise ApiError(
+                409,
+                "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first",
+            )
         offset = int(p.get("offset") or 0)
         limit = int(p.get("limit") or 100)
         timeout = float(p.get("timeout") or 0)
@@ -421,7 +422,10 @@ class FakeTelegram:
                 except asyncio.TimeoutError:
                     pass
             if self._poll_generation != mine:
-                raise ApiError(409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
+                raise ApiError(
+                    409,
+                    "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
+                )
 
     async def _api_sendmessage(self, p: dict) -> dict:
         chat_id = _chat_id(p)
@@ -449,7 +453,10 @@ class FakeTelegram:
             if target is not None:
                 msg["reply_to_message"] = {k: v for k, v in target.items() if not k.startswith("_")}
         self.messages[(chat_id, msg["message_id"])] = {
-            **msg, "_seq": len(self.messages), "_raw_text": text, "_parse_mode": p.get("parse_mode"),
+            **msg,
+            "_seq": len(self.messages),
+            "_raw_text": text,
+            "_parse_mode": p.get("parse_mode"),
         }
         return msg
 
@@ -461,8 +468,13 @@ class FakeTelegram:
         rendered = self._render(str(p.get("text") or ""), p.get("parse_mode"))
         stored = self.messages[key]
         if stored.get("text") == rendered:
-            raise ApiError(400, "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message")
-        stored.update(text=rendered, edit_date=int(time.time()), _raw_text=p.get("text"), _parse_mode=p.get("parse_mode"))
+            raise ApiError(
+                400,
+                "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message",
+            )
+        stored.update(
+            text=rendered, edit_date=int(time.time()), _raw_text=p.get("text"), _parse_mode=p.get("parse_mode")
+        )
         return {k: v for k, v in stored.items() if not k.startswith("_")}
 
     async def _api_sendchataction(self, p: dict) -> bool:
@@ -495,7 +507,11 @@ class FakeTelegram:
             return True
         if not str(url).startswith(("https://", "http://127.0.0.1")):
             raise ApiError(400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook")
-        self.webhook = {"url": url, "secret_token": p.get("secret_token"), "allowed_updates": _json(p.get("allowed_updates"))}
+        self.webhook = {
+            "url": url,
+            "secret_token": p.get("secret_token"),
+            "allowed_updates": _json(p.get("allowed_updates")),
+        }
         return True
 
     async def _api_getwebhookinfo(self, p: dict) -> dict:

@@ -39,8 +39,14 @@ async def fake():
 
 
 def make_adapter(fake: FakeDiscord, **extra) -> DiscordAdapter:
-    config = {"token": fake.token, "api_base": fake.api_base, "gateway_url": fake.gateway_url,
-              "guild_ready_timeout": 0.05, "reconnect_base": 0.05, "reconnect_cap": 0.2}
+    config = {
+        "token": fake.token,
+        "api_base": fake.api_base,
+        "gateway_url": fake.gateway_url,
+        "guild_ready_timeout": 0.05,
+        "reconnect_base": 0.05,
+        "reconnect_cap": 0.2,
+    }
     config.update(extra)
     return DiscordAdapter(config)
 
@@ -82,7 +88,11 @@ async def test_dm_message_delivered(fake, running):
     assert msg.message_id == payload["id"]
     src = msg.source
     assert (src.platform, src.chat_type, src.chat_id, src.user_id) == (
-        Platform.DISCORD, "dm", str(DM_CHANNEL), str(ALICE_ID))
+        Platform.DISCORD,
+        "dm",
+        str(DM_CHANNEL),
+        str(ALICE_ID),
+    )
     assert src.user_name == "Alice A."
     assert src.thread_id is None
     assert not msg.mentioned and not msg.reply_to_bot
@@ -109,8 +119,9 @@ async def test_guild_channel_without_mention(fake, running):
 
 async def test_guild_channel_with_mention_strips_it_and_names_others(fake, running):
     _, inbox = running
-    await fake.user_says(GENERAL, alice(fake), f"<@{fake.bot_id}> /help ask <@!{BOB_ID}>",
-                         mentions=[fake.bot_user, bob(fake)])
+    await fake.user_says(
+        GENERAL, alice(fake), f"<@{fake.bot_id}> /help ask <@!{BOB_ID}>", mentions=[fake.bot_user, bob(fake)]
+    )
     msg = await inbox.next()
     assert msg.mentioned
     assert msg.text == "/help ask @bob"
@@ -215,8 +226,13 @@ async def test_other_bots_delivered_when_configured(fake):
 async def test_system_messages_skipped_attachments_described(fake, running):
     _, inbox = running
     await fake.user_says(GENERAL, alice(fake), "", msg_type=7)  # member join notice
-    att = {"id": "1", "filename": "plan.txt", "size": 3, "url": "http://127.0.0.1/plan.txt",
-           "proxy_url": "http://127.0.0.1/plan.txt"}
+    att = {
+        "id": "1",
+        "filename": "plan.txt",
+        "size": 3,
+        "url": "http://127.0.0.1/plan.txt",
+        "proxy_url": "http://127.0.0.1/plan.txt",
+    }
     await fake.user_says(GENERAL, alice(fake), "see file", attachments=[att])
     msg = await inbox.next()
     assert msg.text == "see file\n[attachment: plan.txt http://127.0.0.1/plan.txt]"
@@ -284,8 +300,9 @@ async def test_edit_and_typing(fake, running):
     await adapter.edit(src, mid, "y" * 2100)  # over the limit: cut, not refused
     assert len(fake.messages[int(mid)]["content"]) == 2000
     await adapter.send_typing(src)
-    thread_src = SessionSource(platform="discord", chat_id=str(GENERAL), chat_type="thread",
-                               thread_id="810", user_id=str(ALICE_ID))
+    thread_src = SessionSource(
+        platform="discord", chat_id=str(GENERAL), chat_type="thread", thread_id="810", user_id=str(ALICE_ID)
+    )
     await fake.create_thread(GUILD, GENERAL, 810)
     await adapter.send_typing(thread_src)
     assert fake.typing == [GENERAL, 810]
@@ -333,8 +350,9 @@ async def test_watchdog_flips_readiness_and_reconnects(fake, caplog):
         fake.stall()  # socket open, but no ACKs and no events: a half-dead connection
         # the not-ready spell can be shorter than any poll (the resume is local), so the
         # adapter's readiness log is the witness
-        await fake.wait_for(lambda: any("ready=False no event or poll" in r.getMessage()
-                                        for r in caplog.records), timeout=3)
+        await fake.wait_for(
+            lambda: any("ready=False no event or poll" in r.getMessage() for r in caplog.records), timeout=3
+        )
         await fake.wait_for(lambda: fake.resumes and adapter.health().ready, timeout=5)
         assert fake.resumes[-1]["session_id"] == fake.session_id
         await fake.user_says(DM_CHANNEL, alice(fake), "alive again")

@@ -96,8 +96,10 @@ async def test_channel_answers_only_when_addressed(stack):
     replies = await stack.wait_replies(GENERAL, 2)
     assert replies[1]["content"] == "echo: and 3+3?"
     assert len(stack.llm.requests) == 2  # the unaddressed message never reached the model
-    assert stack.session_keys() == [f"agent:main:discord:channel:{GENERAL}:{ANN_ID}",
-                                    f"agent:main:discord:channel:{GENERAL}:{BOB_ID}"]
+    assert stack.session_keys() == [
+        f"agent:main:discord:channel:{GENERAL}:{ANN_ID}",
+        f"agent:main:discord:channel:{GENERAL}:{BOB_ID}",
+    ]
 
 
 async def test_thread_turns_share_one_session(stack):

@@ -24,8 +24,7 @@ BOT_MENTION = ("@_user_1", "ou_bot", "chinwag")
 class Stack(PlatformStack):
     """The gateway with the real Feishu adapter against the fake open platform."""
 
-    def __init__(self, tmp: Path, feishu: FakeFeishu, llm: FakeOpenAI, http_port: int = 0,
-                 **feishu_extra: Any) -> None:
+    def __init__(self, tmp: Path, feishu: FakeFeishu, llm: FakeOpenAI, http_port: int = 0, **feishu_extra: Any) -> None:
         self.feishu = feishu
         self.asked: dict[str, set[str]] = {}  # chat id -> message ids pushed there
         section = {
@@ -92,8 +91,15 @@ async def test_group_answers_only_when_the_bot_is_mentioned(stack):
     assert reply["text"] == "echo: what is 2+2?"
     assert reply["kind"] == "reply" and reply["reply_to"] == asked["event"]["message"]["message_id"]
     # a reply to the bot's message counts as addressing it
-    await stack.say("and 3+3?", chat_id="oc_g", chat_type="group", sender="ou_bob", union_id="on_bob",
-                    parent_id=reply["message_id"], root_id=reply["message_id"])
+    await stack.say(
+        "and 3+3?",
+        chat_id="oc_g",
+        chat_type="group",
+        sender="ou_bob",
+        union_id="on_bob",
+        parent_id=reply["message_id"],
+        root_id=reply["message_id"],
+    )
     replies = await stack.wait_replies("oc_g", 2)
     assert replies[1]["text"] == "echo: and 3+3?"
     assert len(stack.llm.requests) == 2  # the unaddressed message never reached the model
@@ -105,8 +111,15 @@ async def test_group_answers_only_when_the_bot_is_mentioned(stack):
 async def test_thread_turn_lands_in_its_own_session_and_reply_stays_in_thread(stack):
     await stack.say("@_user_1 main chat", chat_id="oc_g", chat_type="group", mentions=[BOT_MENTION])
     await stack.wait_replies("oc_g", 1)
-    await stack.say("@_user_1 in the thread", chat_id="oc_g", chat_type="group", mentions=[BOT_MENTION],
-                    thread_id="omt_7", root_id="om_root7", parent_id="om_root7")
+    await stack.say(
+        "@_user_1 in the thread",
+        chat_id="oc_g",
+        chat_type="group",
+        mentions=[BOT_MENTION],
+        thread_id="omt_7",
+        root_id="om_root7",
+        parent_id="om_root7",
+    )
     replies = await stack.wait_replies("oc_g", 2)
     assert replies[1]["reply_in_thread"] is True and replies[0]["reply_in_thread"] is False
     keys = sorted(s["session_key"] for s in stack.sessions())
@@ -172,7 +185,8 @@ async def test_webhook_mode_turn_through_the_gateway_http_server(tmp_path):
             async with http.post(url, data=body, headers=headers) as r:
                 assert r.status == 200
             forged, fheaders = feishu.webhook_request(
-                feishu.message_event("forged", token="vt-e2e"), "ek-e2e", bad_signature=True)
+                feishu.message_event("forged", token="vt-e2e"), "ek-e2e", bad_signature=True
+            )
             async with http.post(url, data=forged, headers=fheaders) as r:
                 assert r.status == 401
         [reply] = await s.wait_replies("oc_dm1", 1)

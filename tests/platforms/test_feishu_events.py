@@ -17,14 +17,22 @@ def test_post_content_renders_text_links_mentions_and_code():
     content = {
         "title": "Report",
         "content": [
-            [{"tag": "at", "user_id": "@_user_1", "user_name": "chinwag"}, {"tag": "text", "text": " see "},
-             {"tag": "a", "text": "the doc", "href": "https://example.com/d"}],
+            [
+                {"tag": "at", "user_id": "@_user_1", "user_name": "chinwag"},
+                {"tag": "text", "text": " see "},
+                {"tag": "a", "text": "the doc", "href": "https://example.com/d"},
+            ],
             [{"tag": "code_block", "language": "PYTHON", "text": "print(1)"}],
             [{"tag": "img", "image_key": "img_1"}, {"tag": "emotion", "emoji_type": "SMILE"}],
         ],
     }
-    event = fake.message_event(msg_type="post", content=content, chat_type="group", chat_id="oc_g",
-                               mentions=[("@_user_1", "ou_bot", "chinwag")])
+    event = fake.message_event(
+        msg_type="post",
+        content=content,
+        chat_type="group",
+        chat_id="oc_g",
+        mentions=[("@_user_1", "ou_bot", "chinwag")],
+    )
     msg = message_from_event(event, "ou_bot")
     assert msg is not None and msg.mentioned
     assert msg.text == "Report\nsee the doc (https://example.com/d)\n```python\nprint(1)\n```\n[image]:SMILE:"

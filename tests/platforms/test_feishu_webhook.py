@@ -31,8 +31,9 @@ class Rig:
         self.inbox: asyncio.Queue = asyncio.Queue()
         self.session = aiohttp.ClientSession()
 
-    async def post(self, payload: dict, encrypt_key: str = KEY, bad_signature: bool = False,
-                   raw: bytes | None = None) -> tuple[int, dict]:
+    async def post(
+        self, payload: dict, encrypt_key: str = KEY, bad_signature: bool = False, raw: bytes | None = None
+    ) -> tuple[int, dict]:
         body, headers = self.fake.webhook_request(payload, encrypt_key, bad_signature)
         if raw is not None:
             body = raw
@@ -48,9 +49,16 @@ async def make_rig(fake):
     rigs: list[Rig] = []
 
     async def make(**config) -> Rig:
-        cfg = {"app_id": fake.app_id, "app_secret": fake.app_secret, "domain": fake.base_url,
-               "mode": "webhook", "verification_token": TOKEN, "encrypt_key": KEY,
-               "api_backoff_base": 0.01, "api_backoff_cap": 0.05}
+        cfg = {
+            "app_id": fake.app_id,
+            "app_secret": fake.app_secret,
+            "domain": fake.base_url,
+            "mode": "webhook",
+            "verification_token": TOKEN,
+            "encrypt_key": KEY,
+            "api_backoff_base": 0.01,
+            "api_backoff_cap": 0.05,
+        }
         cfg.update(config)
         adapter = FeishuAdapter(cfg)
         host = HandlerHost(adapter.webhook_handlers())
@@ -69,8 +77,15 @@ async def make_rig(fake):
 
 async def test_dm_arrives_as_inbound_message_and_reply_goes_through_reply_api(fake, make_rig):
     rig = await make_rig()
-    event = fake.message_event("hi there", chat_id="oc_dm1", chat_type="p2p", sender="ou_alice",
-                               union_id="on_alice", token=TOKEN, event_id="ev_1")
+    event = fake.message_event(
+        "hi there",
+        chat_id="oc_dm1",
+        chat_type="p2p",
+        sender="ou_alice",
+        union_id="on_alice",
+        token=TOKEN,
+        event_id="ev_1",
+    )
     status, body = await rig.post(event)
     assert status == 200 and body == {"msg": "success"}
     msg = await rig.next_message()
@@ -159,15 +174,24 @@ async def test_group_messages_report_mentions_truthfully(fake, make_rig):
     assert msg.source.chat_type == "group" and msg.source.chat_id == "oc_grp"
     assert msg.mentioned is False and msg.text == "just chatting"
 
-    other = fake.message_event("@_user_1 what do you think", chat_id="oc_grp", chat_type="group",
-                               mentions=[("@_user_1", "ou_bob", "Bob")], token=TOKEN)
+    other = fake.message_event(
+        "@_user_1 what do you think",
+        chat_id="oc_grp",
+        chat_type="group",
+        mentions=[("@_user_1", "ou_bob", "Bob")],
+        token=TOKEN,
+    )
     await rig.post(other)
     msg = await rig.next_message()
     assert msg.mentioned is False and msg.text == "@Bob what do you think"
 
-    to_bot = fake.message_event("@_user_1 summarise, cc @_user_2", chat_id="oc_grp", chat_type="group",
-                                mentions=[("@_user_1", fake.bot_open_id, "chinwag"),
-                                          ("@_user_2", "ou_bob", "Bob")], token=TOKEN)
+    to_bot = fake.message_event(
+        "@_user_1 summarise, cc @_user_2",
+        chat_id="oc_grp",
+        chat_type="group",
+        mentions=[("@_user_1", fake.bot_open_id, "chinwag"), ("@_user_2", "ou_bob", "Bob")],
+        token=TOKEN,
+    )
     await rig.post(to_bot)
     msg = await rig.next_message()
     assert msg.mentioned is True
@@ -176,8 +200,13 @@ async def test_group_messages_report_mentions_truthfully(fake, make_rig):
 
 async def test_slash_command_after_bot_mention_reads_as_command(fake, make_rig):
     rig = await make_rig()
-    event = fake.message_event("@_user_1 /new", chat_id="oc_grp", chat_type="group",
-                               mentions=[("@_user_1", fake.bot_open_id, "chinwag")], token=TOKEN)
+    event = fake.message_event(
+        "@_user_1 /new",
+        chat_id="oc_grp",
+        chat_type="group",
+        mentions=[("@_user_1", fake.bot_open_id, "chinwag")],
+        token=TOKEN,
+    )
     await rig.post(event)
     msg = await rig.next_message()
     assert msg.text == "/new" and msg.is_command and msg.mentioned
@@ -188,8 +217,15 @@ async def test_slash_command_after_bot_mention_reads_as_command(fake, make_rig):
 
 async def test_thread_message_carries_thread_id_and_reply_stays_in_thread(fake, make_rig):
     rig = await make_rig()
-    event = fake.message_event("in a thread", chat_id="oc_grp", chat_type="group",
-                               thread_id="omt_42", root_id="om_root", parent_id="om_root", token=TOKEN)
+    event = fake.message_event(
+        "in a thread",
+        chat_id="oc_grp",
+        chat_type="group",
+        thread_id="omt_42",
+        root_id="om_root",
+        parent_id="om_root",
+        token=TOKEN,
+    )
     await rig.post(event)
     msg = await rig.next_message()
     assert msg.source.thread_id == "omt_42"
@@ -202,13 +238,13 @@ async def test_thread_message_carries_thread_id_and_reply_stays_in_thread(fake, 
     assert sent["reply_to"] == msg.message_id
 
     # a plain reply (root_id, no thread) in a normal group keeps the group's session
-    plain_reply = fake.message_event("re", chat_id="oc_grp", chat_type="group", root_id="om_x",
-                                     parent_id="om_x", token=TOKEN)
+    plain_reply = fake.message_event(
+        "re", chat_id="oc_grp", chat_type="group", root_id="om_x", parent_id="om_x", token=TOKEN
+    )
     await rig.post(plain_reply)
     assert (await rig.next_message()).source.thread_id is None
     # in a topic group, the topic's root is the thread
-    topic = fake.message_event("topic", chat_id="oc_topics", chat_type="topic_group", root_id="om_t1",
-                               token=TOKEN)
+    topic = fake.message_event("topic", chat_id="oc_topics", chat_type="topic_group", root_id="om_t1", token=TOKEN)
     await rig.post(topic)
     assert (await rig.next_message()).source.thread_id == "om_t1"
 
@@ -282,8 +318,13 @@ async def test_rate_limit_and_server_errors_back_off_and_retry(fake, make_rig):
     rig = await make_rig()
     await rig.post(fake.message_event("x", token=TOKEN))
     msg = await rig.next_message()
-    fake.fail_next("reply", status=429, code=99991400, msg="request trigger frequency limit",
-                   headers={"x-ogw-ratelimit-reset": "0.05"})
+    fake.fail_next(
+        "reply",
+        status=429,
+        code=99991400,
+        msg="request trigger frequency limit",
+        headers={"x-ogw-ratelimit-reset": "0.05"},
+    )
     fake.fail_next("reply", status=502, times=1)
     [mid] = await rig.adapter.send(msg.source, "eventually", reply_to=msg.message_id)
     assert len(fake.calls_to("reply")) == 3
@@ -292,6 +333,7 @@ async def test_rate_limit_and_server_errors_back_off_and_retry(fake, make_rig):
     fake.fail_next("reply", status=503, times=10)
     fake.fail_next("create", status=503, times=10)
     from platforms.feishu.api import FeishuApiError
+
     with pytest.raises(FeishuApiError):
         await rig.adapter.send(msg.source, "never", reply_to=msg.message_id)
 
@@ -367,8 +409,13 @@ async def test_bot_info_failure_at_start_is_retried_in_background(fake, make_rig
     rig = await make_rig(backoff_base=0.05, backoff_cap=0.1)
     assert rig.adapter.health().ready  # the webhook works meanwhile
     await fake.wait_for(lambda: rig.adapter.bot_open_id == fake.bot_open_id)
-    event = fake.message_event("@_user_1 hi", chat_type="group", chat_id="oc_g", token=TOKEN,
-                               mentions=[("@_user_1", fake.bot_open_id, "chinwag")])
+    event = fake.message_event(
+        "@_user_1 hi",
+        chat_type="group",
+        chat_id="oc_g",
+        token=TOKEN,
+        mentions=[("@_user_1", fake.bot_open_id, "chinwag")],
+    )
     await rig.post(event)
     assert (await rig.next_message()).mentioned
 
@@ -382,13 +429,17 @@ async def test_reply_to_a_bot_message_sent_before_a_restart_is_looked_up_once(fa
 
     fresh = await make_rig()  # knows nothing of what the first adapter sent
     for _ in range(2):
-        await fresh.post(fake.message_event("re: that", chat_id="oc_g", chat_type="group",
-                                            parent_id=old_bot_mid, root_id=old_bot_mid, token=TOKEN))
+        await fresh.post(
+            fake.message_event(
+                "re: that", chat_id="oc_g", chat_type="group", parent_id=old_bot_mid, root_id=old_bot_mid, token=TOKEN
+            )
+        )
         msg = await fresh.next_message()
         assert msg.reply_to_bot is True
     assert len(fake.calls_to("get")) == 1  # the answer is remembered
-    await fresh.post(fake.message_event("re: a person", chat_id="oc_g", chat_type="group",
-                                        parent_id=asked.message_id, token=TOKEN))
+    await fresh.post(
+        fake.message_event("re: a person", chat_id="oc_g", chat_type="group", parent_id=asked.message_id, token=TOKEN)
+    )
     assert (await fresh.next_message()).reply_to_bot is False
 
 
@@ -396,8 +447,9 @@ async def test_a_chat_keeps_its_order_while_a_reply_lookup_is_slow(fake, make_ri
     rig = await make_rig()
     # the lookup of the replied-to message fails twice (back-off) before it answers
     fake.fail_next("get", status=503, times=2)
-    await rig.post(fake.message_event("first, a reply", chat_id="oc_g", chat_type="group",
-                                      parent_id="om_unknown", token=TOKEN))
+    await rig.post(
+        fake.message_event("first, a reply", chat_id="oc_g", chat_type="group", parent_id="om_unknown", token=TOKEN)
+    )
     await rig.post(fake.message_event("second", chat_id="oc_g", chat_type="group", token=TOKEN))
     await rig.post(fake.message_event("other chat", chat_id="oc_other", chat_type="group", token=TOKEN))
     got = [(await rig.next_message()).text for _ in range(3)]
@@ -417,6 +469,7 @@ async def test_missing_token_answer_also_refreshes_and_a_second_refusal_is_an_er
     # refreshed once per call: a token refused again is a real error, not a loop
     fake.fail_next("reply", status=400, code=99991663, times=2)
     from platforms.feishu.api import FeishuApiError
+
     with pytest.raises(FeishuApiError) as err:
         await rig.adapter.api.send_message(msg.source.chat_id, "text", {"text": "no"}, msg.message_id)
     assert err.value.code == 99991663
@@ -441,6 +494,7 @@ async def test_server_errors_do_not_trigger_the_plain_text_fallback(fake, make_r
     msg = await rig.next_message()
     fake.fail_next("reply", status=500, times=4)
     from platforms.feishu.api import FeishuApiError
+
     with pytest.raises(FeishuApiError):
         await rig.adapter.send(msg.source, "down", reply_to=msg.message_id)
     assert [c.body["msg_type"] for c in fake.calls_to("reply")] == ["post"] * 4

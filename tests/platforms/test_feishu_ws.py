@@ -26,8 +26,14 @@ async def make_adapter(fake):
     started: list[FeishuAdapter] = []
 
     async def make(**config) -> tuple[FeishuAdapter, asyncio.Queue]:
-        cfg = {"app_id": fake.app_id, "app_secret": fake.app_secret, "domain": fake.base_url,
-               "backoff_base": 0.05, "backoff_cap": 0.2, "watchdog_seconds": 30}
+        cfg = {
+            "app_id": fake.app_id,
+            "app_secret": fake.app_secret,
+            "domain": fake.base_url,
+            "backoff_base": 0.05,
+            "backoff_cap": 0.2,
+            "watchdog_seconds": 30,
+        }
         cfg.update(config)
         adapter = FeishuAdapter(cfg)
         inbox: asyncio.Queue = asyncio.Queue()
@@ -60,9 +66,15 @@ async def test_dm_over_long_connection_is_delivered_and_acked(fake, make_adapter
 
 async def test_group_thread_and_mention_over_long_connection(fake, make_adapter):
     adapter, inbox = await make_adapter()
-    await fake.push_event(fake.message_event(
-        "@_user_1 look", chat_id="oc_g", chat_type="group", thread_id="omt_9",
-        mentions=[("@_user_1", fake.bot_open_id, "chinwag")]))
+    await fake.push_event(
+        fake.message_event(
+            "@_user_1 look",
+            chat_id="oc_g",
+            chat_type="group",
+            thread_id="omt_9",
+            mentions=[("@_user_1", fake.bot_open_id, "chinwag")],
+        )
+    )
     msg = await asyncio.wait_for(inbox.get(), 5)
     assert msg.mentioned and msg.text == "look"
     assert msg.source.chat_type == "group" and msg.source.thread_id == "omt_9"
@@ -129,8 +141,13 @@ async def test_stop_does_not_hang_and_closes_connection(fake, make_adapter):
 
 
 async def test_bad_credentials_keep_retrying_and_report_not_ready(fake, make_adapter):
-    cfg = {"app_id": fake.app_id, "app_secret": "wrong", "domain": fake.base_url,
-           "backoff_base": 0.05, "backoff_cap": 0.1}
+    cfg = {
+        "app_id": fake.app_id,
+        "app_secret": "wrong",
+        "domain": fake.base_url,
+        "backoff_base": 0.05,
+        "backoff_cap": 0.1,
+    }
     adapter = FeishuAdapter(cfg)
     await adapter.start(asyncio.Queue().put, connect_wait=0.3)
     try:
@@ -163,7 +180,7 @@ async def test_secrets_never_reach_the_logs(fake, make_adapter, caplog):
     before = fake.ws_connects
     await fake.drop_connections()
     await fake.wait_for(lambda: fake.ws_connects > before and adapter.health().ready, timeout=10)
-    issued = [c for c in fake.calls_to("token")]
+    issued = list(fake.calls_to("token"))
     assert len(issued) >= 2
     # (aiohttp.access is the fake platform's own server log, not the adapter's)
     logged = "\n".join(r.getMessage() for r in caplog.records if r.name != "aiohttp.access")

@@ -175,8 +175,9 @@ async def test_forum_topics_carry_thread_id(fake, tg):
     # a reply chain inside General carries message_thread_id but is not a topic
     general_msg = fake.push_message(forum, BOB, "general question")
     await tg.next()
-    fake.push_message(forum, ANN, "general answer", thread_id=general_msg["message_id"],
-                      reply_to=general_msg, topic=False)
+    fake.push_message(
+        forum, ANN, "general answer", thread_id=general_msg["message_id"], reply_to=general_msg, topic=False
+    )
     chain = await tg.next()
     assert chain.source.chat_type == "forum" and chain.source.thread_id is None
 
@@ -194,8 +195,15 @@ async def test_caption_is_text_and_textless_updates_are_skipped(fake, tg):
     chat = fake.private_chat(ANN)
     sticker = fake.make_message(chat, ANN, "x")
     del sticker["text"]
-    sticker["sticker"] = {"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1,
-                          "is_animated": False, "is_video": False, "type": "regular"}
+    sticker["sticker"] = {
+        "file_id": "f",
+        "file_unique_id": "u",
+        "width": 1,
+        "height": 1,
+        "is_animated": False,
+        "is_video": False,
+        "type": "regular",
+    }
     fake.push_update({"message": sticker})
     fake.push_update({"edited_message": fake.make_message(chat, ANN, "edited")})
     photo = fake.make_message(chat, ANN, "x")

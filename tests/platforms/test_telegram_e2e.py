@@ -152,8 +152,11 @@ async def test_long_answer_is_split_and_markdown_rendered(stack):
 async def test_webhook_mode_turn_through_the_gateway_http_server(tmp_path):
     telegram = await FakeTelegram().start()
     port = free_port()
-    webhook = {"mode": "webhook", "webhook_url": f"http://127.0.0.1:{port}/webhooks/telegram",
-               "secret_token": "e2e-secret"}
+    webhook = {
+        "mode": "webhook",
+        "webhook_url": f"http://127.0.0.1:{port}/webhooks/telegram",
+        "secret_token": "e2e-secret",
+    }
     async with running(telegram, lambda llm: Stack(tmp_path, telegram, llm, http_port=port, **webhook)) as s:
         assert telegram.webhook and telegram.webhook["secret_token"] == "e2e-secret"
         telegram.push_message(telegram.private_chat(ANN), ANN, "over the webhook")

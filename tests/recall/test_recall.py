@@ -6,13 +6,14 @@ import string
 from datetime import datetime, timezone
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import gateway.recall.read as recall_read
 from gateway.db import new_session_id
-from gateway.recall.rank import MAX_SESSIONS, cjk_pieces, find_sessions, plan_query, recent_sessions
 from gateway.recall.dates import DateSpec, dates_in
 from gateway.recall.query import MAX_PREFIX_TERMS, expand_prefixes
+from gateway.recall.rank import MAX_SESSIONS, cjk_pieces, find_sessions, plan_query, recent_sessions
 
 
 def ts(day: str) -> float:
@@ -50,8 +51,13 @@ FILLER = [
 
 def test_session_with_several_query_words_outranks_a_stray_hit(db, add):
     stray = add(["the docker image is fine", *FILLER])
-    several = add(["docker networking broke after the upgrade", "check the bridge network and the docker dns",
-                   "networking is back after restarting dockerd"])
+    several = add(
+        [
+            "docker networking broke after the upgrade",
+            "check the bridge network and the docker dns",
+            "networking is back after restarting dockerd",
+        ]
+    )
     add(FILLER)
     hits = find_sessions(db, "docker networking bridge", see_all=True)
     assert ids(hits)[:2] == [several, stray]
@@ -62,8 +68,7 @@ def test_session_with_several_query_words_outranks_a_stray_hit(db, add):
 
 def test_a_word_said_often_outranks_a_single_mention(db, add):
     once = add(["we talked about kubernetes once", *FILLER])
-    often = add(["kubernetes pods keep restarting", "kubernetes says OOMKilled", "raised kubernetes limits",
-                 *FILLER])
+    often = add(["kubernetes pods keep restarting", "kubernetes says OOMKilled", "raised kubernetes limits", *FILLER])
     assert ids(find_sessions(db, "kubernetes", see_all=True))[:2] == [often, once]
 
 
@@ -78,10 +83,13 @@ def test_rare_word_weighs_more_than_a_common_one(db, add):
 
 
 def test_natural_language_question_finds_the_answering_session(db, add):
-    answer = add([
-        "Hey Mel! I went to a LGBTQ support group yesterday and it was so powerful.",
-        "Wow Caroline, that's great! What happened there?",
-    ], started=ts("2023-05-08"))
+    answer = add(
+        [
+            "Hey Mel! I went to a LGBTQ support group yesterday and it was so powerful.",
+            "Wow Caroline, that's great! What happened there?",
+        ],
+        started=ts("2023-05-08"),
+    )
     add(["Caroline, how was the painting class?", "It was fun, I painted a sunrise."], started=ts("2023-05-20"))
     add(FILLER)
     hits = find_sessions(db, "When did Caroline go to the support group?", see_all=True)
@@ -107,11 +115,21 @@ def test_chinese_words_with_stop_characters_are_kept():
 
 
 def test_identifiers_urls_and_emails_are_kept_whole(db, add):
-    target = add(["the worker died with ERR_004211 on node-17.corp.example.net",
-                  "see https://docs.example.com/guide/setup and mail bob.smith@example.com"])
+    target = add(
+        [
+            "the worker died with ERR_004211 on node-17.corp.example.net",
+            "see https://docs.example.com/guide/setup and mail bob.smith@example.com",
+        ]
+    )
     add(["an error happened on a node", "the docs are on a website"])
-    for query in ("ERR_004211", "004211", "node-17.corp.example.net", "corp.example",
-                  "https://docs.example.com/guide/setup", "bob.smith@example.com"):
+    for query in (
+        "ERR_004211",
+        "004211",
+        "node-17.corp.example.net",
+        "corp.example",
+        "https://docs.example.com/guide/setup",
+        "bob.smith@example.com",
+    ):
         assert ids(find_sessions(db, query, see_all=True))[:1] == [target], query
 
 
@@ -243,7 +261,8 @@ def test_prefixes_become_the_index_terms_they_match():
     terms = {"dock": ["dock", "docker", "dockerfile"], "net": ["net", "network"], "zz": []}.get
     assert expand_prefixes('"docking" OR "dock"*', terms) == '"docking" OR "dock" OR "docker" OR "dockerfile"'
     assert expand_prefixes('NEAR("dock"* "net"*, 4)', terms) == " OR ".join(
-        f'NEAR("{a}" "{b}", 4)' for a in ("dock", "docker", "dockerfile") for b in ("net", "network"))
+        f'NEAR("{a}" "{b}", 4)' for a in ("dock", "docker", "dockerfile") for b in ("net", "network")
+    )
     assert expand_prefixes('NEAR("zz"* "net"*, 4)', terms) == '"zz"*'  # matches nothing, cheaply
     for unchanged in ('"a b"*', '"x" AND "y"*', '"部 署"', '"unknown"*', '"café"*'):
         assert expand_prefixes(unchanged, terms) == unchanged
@@ -294,11 +313,38 @@ def test_recent_sessions_folds_children_and_applies_exclusions(db, add):
     assert child not in [r["session_id"] for r in rows]
 
 
-@pytest.mark.parametrize("query", [
-    '"', '"""', "(", ")", "AND", "OR", "NOT", "NEAR", "NEAR(", "*", "-", ":", "@", "a:b", "col:value",
-    "foo* bar*", '"unterminated', "NEAR(a b, 3)", "x" * 10_000, "\x00\x01", "🙂", "\ud800abc",
-    b"\xff\xfe invalid utf8 \xc3", "AND OR NOT", "'; DROP TABLE messages; --", "^foo", "{a b}",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        '"""',
+        "(",
+        ")",
+        "AND",
+        "OR",
+        "NOT",
+        "NEAR",
+        "NEAR(",
+        "*",
+        "-",
+        ":",
+        "@",
+        "a:b",
+        "col:value",
+        "foo* bar*",
+        '"unterminated',
+        "NEAR(a b, 3)",
+        "x" * 10_000,
+        "\x00\x01",
+        "🙂",
+        "\ud800abc",
+        b"\xff\xfe invalid utf8 \xc3",
+        "AND OR NOT",
+        "'; DROP TABLE messages; --",
+        "^foo",
+        "{a b}",
+    ],
+)
 def test_hostile_queries_never_raise(db, add, query):
     add(["plain text about nothing special"])
     hits = find_sessions(db, query, see_all=True)
@@ -317,7 +363,11 @@ WORDS = ["ansible", "borgbackup", "cuda", "dnsmasq", "envoy", "fail2ban", "gunic
 def test_a_word_that_occurs_is_always_found(db, add, word, noise, where):
     if not getattr(db, "_seeded", False):
         db._seeded = {w: add([f"we configured {w} yesterday"]) for w in WORDS}
-    query = {"before": f"{word} {noise}", "after": f"{noise} {word}", "quoted": f'{noise} "{word}"',
-             "punct": f"({word}) {noise}?"}[where]
+    query = {
+        "before": f"{word} {noise}",
+        "after": f"{noise} {word}",
+        "quoted": f'{noise} "{word}"',
+        "punct": f"({word}) {noise}?",
+    }[where]
     hits = ids(find_sessions(db, query, see_all=True))
     assert db._seeded[word] in hits

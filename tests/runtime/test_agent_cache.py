@@ -87,8 +87,12 @@ async def test_runner_evicts_and_closes_agent_clients(tmp_path):
     async with FakeOpenAI() as fake:
         settings = ModelSettings(base_url=fake.base_url, api_key="k", name="fake-model")
         factory = AgentFactory(settings, tmp_path / "home", share_client=False)
-        gw = Gateway(tmp_path, fake=fake, agent_factory=factory,
-                     gateway={"agent_cache": {"max_agents": 2, "idle_ttl_minutes": 10}})
+        gw = Gateway(
+            tmp_path,
+            fake=fake,
+            agent_factory=factory,
+            gateway={"agent_cache": {"max_agents": 2, "idle_ttl_minutes": 10}},
+        )
         async with gw:
             agents = {}
             for chat in ("1", "2", "3"):
@@ -173,8 +177,10 @@ def test_conversation_cache_bounds_and_owners():
     cache.put("a", "chat-a", [{"role": "user", "content": "x" * 10}])
     cache.put("b", "chat-b", [{"role": "user", "content": "y" * 10}])
     cache.append("a", "chat-a", {"role": "assistant", "content": "z" * 10})
-    assert cache.get("a", "chat-a") == [{"role": "user", "content": "x" * 10},
-                                        {"role": "assistant", "content": "z" * 10}]
+    assert cache.get("a", "chat-a") == [
+        {"role": "user", "content": "x" * 10},
+        {"role": "assistant", "content": "z" * 10},
+    ]
     cache.append("b", "chat-b", {"role": "assistant", "content": "w" * 10})  # over the bound: LRU goes
     assert "a" not in cache and cache.get("b", "chat-b") is not None
     assert cache.bytes <= cache.max_bytes

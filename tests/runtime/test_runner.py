@@ -26,7 +26,6 @@ async def test_dm_turn_persists_and_replies(tmp_path):
         assert body["messages"][-1] == {"role": "user", "content": "hello there"}
 
 
-
 async def test_typing_hint_while_a_slow_turn_runs(tmp_path):
     async with Gateway(tmp_path) as gw:
         release = asyncio.Event()
@@ -50,8 +49,7 @@ async def test_second_turn_sees_history(tmp_path):
         await gw.say("my name is Bo")
         await gw.say("what is my name?")
         roles = [(m["role"], m["content"]) for m in gw.fake.requests[1]["messages"][1:]]
-        assert roles == [("user", "my name is Bo"), ("assistant", "echo: my name is Bo"),
-                         ("user", "what is my name?")]
+        assert roles == [("user", "my name is Bo"), ("assistant", "echo: my name is Bo"), ("user", "what is my name?")]
 
 
 async def test_long_reply_is_split_at_the_platform_limit(tmp_path):
@@ -109,8 +107,8 @@ async def test_empty_message_gets_a_clear_answer_in_dm_and_silence_in_groups(tmp
 
 
 async def test_metrics_and_readiness(tmp_path):
-    from gateway.service.metrics import Metrics
     from gateway.runtime.runner import GatewayRunner
+    from gateway.service.metrics import Metrics
 
     async with Gateway(tmp_path) as gw:
         metrics = Metrics()

@@ -111,7 +111,10 @@ async def test_interrupt_mode_cancels_running_turn(tmp_path):
         rows = gw.messages(gw.session_id())
         # the interrupted question is kept; no reply was invented for it
         assert [(r["role"], r["content"]) for r in rows] == [
-            ("user", "slow question"), ("user", "actually, this"), ("assistant", "echo: actually, this")]
+            ("user", "slow question"),
+            ("user", "actually, this"),
+            ("assistant", "echo: actually, this"),
+        ]
 
 
 async def test_per_platform_busy_mode_overrides_global(tmp_path):
@@ -132,8 +135,7 @@ async def test_steer_mode_hands_text_to_running_turn(tmp_path):
         release = asyncio.Event()
         # the first model call asks for a tool; the steered text must reach the second call
         gw.fake.push(Reply(tool_calls=[ToolCall("memory", {"action": "read", "target": "user"})], wait=release))
-        gw.fake.push(lambda body: "saw: " + " | ".join(
-            m["content"] for m in body["messages"] if m["role"] == "user"))
+        gw.fake.push(lambda body: "saw: " + " | ".join(m["content"] for m in body["messages"] if m["role"] == "user"))
         await gw.adapter.inject("plan my trip", message_id="a")
         await gw.fake.wait_requests(1)
         await gw.adapter.inject("to Lisbon, please", message_id="b")

@@ -7,8 +7,8 @@ import asyncio
 import json
 from datetime import datetime, timezone
 
-from gateway.sessions.reset import ResetPolicies, ResetPolicy
 from gateway.runtime.runner import ERROR_TEXT
+from gateway.sessions.reset import ResetPolicies, ResetPolicy
 from tests.fakes.gateway_harness import Clock, Gateway
 from tests.fakes.openai_server import Reply, ToolCall
 
@@ -146,8 +146,9 @@ async def test_automatic_compression_near_the_context_window(tmp_path):
         gw.fake.push("SUMMARY: a long log was shared")  # the compression summary
         replies = await gw.say("here is the log:\n" + "error line 42 in worker\n" * 300)
         assert replies[0] == "ok, noted"
-        assert replies[1].startswith("This conversation was getting long, so I summarised it into a new session "
-                                     "“Big job #2”")
+        assert replies[1].startswith(
+            "This conversation was getting long, so I summarised it into a new session “Big job #2”"
+        )
         child = gw.session_id()
         assert gw.db.get_session(child)["parent_session_id"] == parent
         await gw.say("continue")
@@ -191,6 +192,9 @@ async def test_redelivery_during_the_turn_changes_nothing(tmp_path):
         release.set()
         await gw.runner.drain()
         assert gw.adapter.texts() == ["the one answer"]
-        rows = gw.db.read(lambda conn: conn.execute(
-            "SELECT platform, event_id FROM processed_events WHERE event_id = 'evt-9'").fetchall())
+        rows = gw.db.read(
+            lambda conn: conn.execute(
+                "SELECT platform, event_id FROM processed_events WHERE event_id = 'evt-9'"
+            ).fetchall()
+        )
         assert [tuple(r) for r in rows] == [("telegram", "evt-9")]

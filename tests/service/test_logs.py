@@ -31,8 +31,10 @@ def capture():
 
 def test_configured_secrets_are_redacted(capture) -> None:
     config = parse_config(
-        {"model": {"api_key": "plain-key-without-shape"},
-         "platforms": {"feishu": {"app_id": "cli_1", "app_secret": "s3cr3tvalue99"}}},
+        {
+            "model": {"api_key": "plain-key-without-shape"},
+            "platforms": {"feishu": {"app_id": "cli_1", "app_secret": "s3cr3tvalue99"}},
+        },
         env={},
     )
     stream = capture("text", secrets_from_config(config))

@@ -24,9 +24,12 @@ def idle_session(db: SessionDB, sid: str, days_idle: float) -> None:
 
 
 def seen_at(db: SessionDB, event_id: str, age_seconds: float) -> None:
-    db.write(lambda conn, events: conn.execute(
-        "INSERT INTO processed_events (platform, event_id, seen_at) VALUES ('feishu', ?, ?)",
-        (event_id, time.time() - age_seconds)))
+    db.write(
+        lambda conn, events: conn.execute(
+            "INSERT INTO processed_events (platform, event_id, seen_at) VALUES ('feishu', ?, ?)",
+            (event_id, time.time() - age_seconds),
+        )
+    )
 
 
 def test_old_redelivery_ids_are_forgotten_and_conversations_kept_by_default(db):
@@ -68,9 +71,11 @@ async def test_the_schedule_runs_at_once_repeats_and_stops_cleanly(db):
     seen_at(db, "ancient", EVENT_TTL_SECONDS + 60)
     upkeep = Maintenance(db, retention_days=0, interval_seconds=0.02)
     upkeep.start()
+
     async def rounds(n: int) -> None:
         while upkeep.rounds < n:
             await asyncio.sleep(0.005)
+
     await asyncio.wait_for(rounds(3), 5)
     assert not db.is_event_seen("feishu", "ancient")
     await upkeep.stop()

@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.service.metrics import Metrics
 from gateway.service.http import OpsServer
+from gateway.service.metrics import Metrics
 from platforms.base import AdapterHealth
 from tests.fakes.expect import assert_all_in
 
@@ -107,7 +107,9 @@ async def test_metrics_endpoint(served) -> None:
     # every sample line is well-formed exposition format
     for line in text.splitlines():
         if line and not line.startswith("#"):
-            assert re.fullmatch(r'[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [0-9.e+-]+|.*\+Inf"\} \d+', line), line
+            assert re.fullmatch(r'[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [0-9.e+-]+|.*\+Inf"\} \d+', line), (
+                line
+            )
 
 
 def test_metrics_rules() -> None:

@@ -34,25 +34,28 @@ def test_allowlist_and_wildcard_and_alt_id():
     assert control(allowed_users=["ou_union"]).check(src(user="x", alt="ou_union")).allowed
     assert control(allowed_users=["*"]).check(src(user="anyone")).allowed
     assert control(admins=["9"]).check(src(user="9")).is_admin
-    assert not AccessControl.from_config({"telegram": {"allowed_users": ["*"]}}).check(
-        src(platform="discord")).allowed  # per platform
+    assert (
+        not AccessControl.from_config({"telegram": {"allowed_users": ["*"]}}).check(src(platform="discord")).allowed
+    )  # per platform
 
 
-@pytest.mark.parametrize("policy,chat,user,allowed", [
-    ("open", "-1", "1", True),
-    ("open", "-1", "3", False),          # still needs allowed_users
-    ("allowlist", "-1", "1", True),
-    ("allowlist", "-2", "1", False),
-    ("allowlist", "-2", "9", True),      # admins are not bound by the list
-    ("blacklist", "-2", "1", False),
-    ("blacklist", "-1", "1", True),
-    ("admin_only", "-1", "1", False),
-    ("admin_only", "-1", "9", True),
-    ("disabled", "-1", "9", False),
-])
+@pytest.mark.parametrize(
+    "policy,chat,user,allowed",
+    [
+        ("open", "-1", "1", True),
+        ("open", "-1", "3", False),  # still needs allowed_users
+        ("allowlist", "-1", "1", True),
+        ("allowlist", "-2", "1", False),
+        ("allowlist", "-2", "9", True),  # admins are not bound by the list
+        ("blacklist", "-2", "1", False),
+        ("blacklist", "-1", "1", True),
+        ("admin_only", "-1", "1", False),
+        ("admin_only", "-1", "9", True),
+        ("disabled", "-1", "9", False),
+    ],
+)
 def test_group_policies(policy, chat, user, allowed):
-    ac = control(allowed_users=["1"], admins=["9"], group_policy=policy, group_allowlist=["-1"],
-                 group_blacklist=["-2"])
+    ac = control(allowed_users=["1"], admins=["9"], group_policy=policy, group_allowlist=["-1"], group_blacklist=["-2"])
     assert ac.check(src("group", user=user, chat=chat), mentioned=True).allowed is allowed
 
 
@@ -109,7 +112,9 @@ async def test_runner_refuses_strangers_in_dm_once_and_ignores_groups(tmp_path):
         # the allowed person in a group: only when addressed
         assert await gw.say("chatting", chat_id="-3", user_id="1", chat_type="group") == []
         assert await gw.say("hey bot", chat_id="-3", user_id="1", chat_type="group", mentioned=True) == [
-            "echo: hey bot"]
+            "echo: hey bot"
+        ]
         assert await gw.say("and you?", chat_id="-3", user_id="1", chat_type="group", reply_to_bot=True) == [
-            "echo: and you?"]
+            "echo: and you?"
+        ]
         assert gw.db.count_sessions() == 1

@@ -11,8 +11,8 @@ import pytest
 from gateway.db import SessionDB, new_session_id
 from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies
-from gateway.source import SessionSource
 from gateway.sessions.store import SessionStore
+from gateway.source import SessionSource
 from tests.mirror_check import mirror_problems
 
 
@@ -50,8 +50,10 @@ def lines(path) -> list[dict]:
 def test_each_message_is_appended_with_its_id_and_flags(home, db, mirrors):
     sid = new_session_id()
     db.create_session(sid, "telegram")
-    ids = [db.append_message(sid, "user", "你好 world"), db.append_message(
-        sid, "assistant", None, tool_calls=[{"id": "c1", "function": {"name": "ls"}}])]
+    ids = [
+        db.append_message(sid, "user", "你好 world"),
+        db.append_message(sid, "assistant", None, tool_calls=[{"id": "c1", "function": {"name": "ls"}}]),
+    ]
     ids.append(db.append_message(sid, "tool", "out", tool_call_id="c1", tool_name="ls"))
     mirrors.drain()  # the mirrors' thread writes the files after the commit
     got = lines(home / "sessions" / f"{sid}.jsonl")

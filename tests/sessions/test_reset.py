@@ -151,7 +151,11 @@ def test_empty_config_gives_defaults():
         ({"idle_minutes": True}, "session.reset.idle_minutes", "positive"),
         ({"timezone": "Mars/Olympus"}, "session.reset.timezone", "unknown time zone"),
         ({"idle_minute": 5}, "session.reset.idle_minute", "unknown setting"),
-        ({"by_platform": {"telegram": {"mode": "sometimes"}}}, "session.reset.by_platform.telegram.mode", "unknown mode"),
+        (
+            {"by_platform": {"telegram": {"mode": "sometimes"}}},
+            "session.reset.by_platform.telegram.mode",
+            "unknown mode",
+        ),
         ({"by_platform": {"icq": {}}}, "session.reset.by_platform.icq", "unknown platform"),
         ({"by_chat_type": {"room": {}}}, "session.reset.by_chat_type.room", "unknown chat type"),
         (

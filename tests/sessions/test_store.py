@@ -10,8 +10,8 @@ import pytest
 
 from gateway.db import SessionDB, TitleTaken, UnknownSession
 from gateway.sessions.reset import ResetPolicies, ResetPolicy
-from gateway.source import SessionSource
 from gateway.sessions.store import ResetNotice, SessionStore
+from gateway.source import SessionSource
 
 T0 = 1_790_000_000.0  # a fixed "now" (2026-09-21 UTC)
 
@@ -43,8 +43,13 @@ def dm(user: str = "42") -> SessionSource:
 async def test_first_message_creates_a_session_with_its_source(db, clock):
     store = SessionStore(db, idle(), clock=clock)
     source = SessionSource(
-        platform="feishu", chat_id="oc_1", chat_type="group", user_id="ou_9", user_id_alt="on_7",
-        chat_name="Ops", user_name="Mei",
+        platform="feishu",
+        chat_id="oc_1",
+        chat_type="group",
+        user_id="ou_9",
+        user_id_alt="on_7",
+        chat_name="Ops",
+        user_name="Mei",
     )
     first = await store.get_or_create(source, model="m1")
     assert first.created and first.reset is None
@@ -53,7 +58,12 @@ async def test_first_message_creates_a_session_with_its_source(db, clock):
     assert row["source"] == "feishu" and row["user_id"] == "on_7"  # the person's stable id
     assert row["session_key"] == "agent:main:feishu:group:oc_1:on_7" == first.entry.session_key
     assert (row["chat_id"], row["chat_type"], row["chat_name"], row["user_name"], row["model"]) == (
-        "oc_1", "group", "Ops", "Mei", "m1")
+        "oc_1",
+        "group",
+        "Ops",
+        "Mei",
+        "m1",
+    )
     assert row["started_at"] == T0
     assert first.entry.origin == source and first.entry.reason == "created"
     again = await store.get_or_create(source)
@@ -73,7 +83,8 @@ async def test_group_members_get_their_own_sessions(db, clock):
     assert a.entry.session_id != b.entry.session_id
     shared = SessionStore(db, idle(), clock=clock, group_sessions_per_user=False)
     assert shared.key_for(SessionSource(platform="discord", chat_id="9", chat_type="group", user_id="1")) == (
-        "agent:main:discord:group:9")
+        "agent:main:discord:group:9"
+    )
 
 
 async def test_concurrent_first_messages_create_one_session(db, clock):

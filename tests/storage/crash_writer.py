@@ -17,8 +17,8 @@ from pathlib import Path
 from gateway.db import SessionDB
 from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies, ResetPolicy
-from gateway.source import SessionSource
 from gateway.sessions.store import SessionStore
+from gateway.source import SessionSource
 
 
 async def chat(store: SessionStore, db: SessionDB, n: int, rnd: random.Random) -> None:

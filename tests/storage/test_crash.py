@@ -65,10 +65,14 @@ def test_sigkill_at_random_moments(tmp_path):
     for round_ in range(ROUNDS):
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.storage.crash_writer", str(home), str(rnd.randrange(1 << 30)), "16"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         try:
-            output = read_until(proc, rnd.choice([0, 1, rnd.randint(2, 100), rnd.randint(100, 800), rnd.randint(100, 800)]))
+            output = read_until(
+                proc, rnd.choice([0, 1, rnd.randint(2, 100), rnd.randint(100, 800), rnd.randint(100, 800)])
+            )
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

@@ -209,7 +209,12 @@ def test_conversation_undo_retry(db):
     q2 = db.append_message("s", "user", "q2 zebra")
     db.append_message("s", "assistant", "a2 giraffe")
     conv = db.get_messages_as_conversation("s")
-    assert conv[1]["tool_calls"] == call and conv[2] == {"role": "tool", "content": "ok", "tool_call_id": "c1", "name": "memory"}
+    assert conv[1]["tool_calls"] == call and conv[2] == {
+        "role": "tool",
+        "content": "ok",
+        "tool_call_id": "c1",
+        "name": "memory",
+    }
     assert db.rewind("s", 1) == 2
     assert [m["content"] for m in db.get_messages_as_conversation("s")][-1] == "a1"
     assert db.search_messages("zebra") == []  # undone: gone from search
@@ -256,8 +261,13 @@ def test_prune_optimize_vacuum_rebuild(db):
 
 
 def test_import_is_all_or_nothing(db):
-    good = {"session": {"id": "i1", "source": "telegram", "title": "imported"},
-            "messages": [{"role": "user", "content": "imported text"}, {"role": "assistant", "content": "reply", "active": 0, "compacted": 1}]}
+    good = {
+        "session": {"id": "i1", "source": "telegram", "title": "imported"},
+        "messages": [
+            {"role": "user", "content": "imported text"},
+            {"role": "assistant", "content": "reply", "active": 0, "compacted": 1},
+        ],
+    }
     bad = {"session": {"id": "i2", "source": "local"}, "messages": [{"role": "alien", "content": "x"}]}
     with pytest.raises(ValueError, match="message 1"):
         db.import_records([good, bad])
@@ -304,7 +314,9 @@ def test_a_key_and_its_session_in_one_read(db):
     assert entry == db.get_key_entry(key) and session == db.get_session("s")
     assert session["title"] == "Plans" and session["id"] == "s"
     # a key left pointing at a session that is gone (written by another version): no session
-    db.write(lambda conn, events: conn.execute("UPDATE session_keys SET session_id = 'gone' WHERE session_key = ?", (key,)))
+    db.write(
+        lambda conn, events: conn.execute("UPDATE session_keys SET session_id = 'gone' WHERE session_key = ?", (key,))
+    )
     entry, session = db.get_key_entry_and_session(key)
     assert entry["session_id"] == "gone" and session is None
 
@@ -333,8 +345,10 @@ def test_stats(db, make_session):
 def test_import_and_delete_tell_the_mirrors(db):
     events = []
     db.add_commit_listener(events.extend)
-    record = {"session": {"id": "i1", "source": "local"},
-              "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "active": 0}]}
+    record = {
+        "session": {"id": "i1", "source": "local"},
+        "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "active": 0}],
+    }
     db.import_records([record])
     assert ("rewrite", {"session_id": "i1"}) in events  # hidden flags reach the transcript
     db.set_key_entry("k", "i1")
@@ -383,8 +397,10 @@ def test_an_op_failing_midway_leaves_nothing_and_its_batch_commits(db):
     first = threading.Thread(target=run, args=("hold", hold))
     first.start()
     running.wait(5)
-    threads = [threading.Thread(target=run, args=(n, op)) for n, op in
-               (("a", insert("a")), ("bad", half_done), ("b", insert("b")))]
+    threads = [
+        threading.Thread(target=run, args=(n, op))
+        for n, op in (("a", insert("a")), ("bad", half_done), ("b", insert("b")))
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 5

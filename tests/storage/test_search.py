@@ -4,10 +4,11 @@ import re
 import string
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from gateway.storage.fts import clean, ident_text, index_text, parse_query
 from gateway.db import SessionDB, new_session_id
+from gateway.storage.fts import clean, ident_text, index_text, parse_query
 
 CORPUS = [
     ("user", "How do I build with pyinstaller --onefile on Windows?"),
@@ -16,7 +17,7 @@ CORPUS = [
     ("user", "松兰 说机房今天停电"),
     ("assistant", "Mail bob.smith@example.com or open https://docs.example.com/guide/setup?x=1#top"),
     ("user", "When did Caroline go to the LGBTQ support group? She went on 7 May 2023."),
-    ("tool", "Traceback (most recent call last):\n  File \"app.py\", line 3\nValueError: bad thing"),
+    ("tool", 'Traceback (most recent call last):\n  File "app.py", line 3\nValueError: bad thing'),
     ("user", "the cat sat (on the mat) AND OR NOT NEAR"),
 ]
 
@@ -36,14 +37,37 @@ def found(db, query, **kw):
 @pytest.mark.parametrize(
     "query, index",
     [
-        ("pyinstaller", 0), ("--onefile", 0), ("onefile", 0), ("nginx.conf", 1), ("ERR_004211", 1),
-        ("004211", 1), ("4211", 1), ("node-17.corp.example.net", 1), ("corp.example", 1),
-        ("部署", 2), ("网关", 2), ("网关超时", 2), ("松兰", 3), ("松兰 机房", 3), ("停电", 3),
-        ("bob.smith@example.com", 4), ("https://docs.example.com/guide/setup?x=1#top", 4),
-        ("docs.example.com/guide", 4), ("When did Caroline go to the support group?", 5),
-        ('"support group"', 5), ("ValueError", 6), ("(on the mat)", 7), ("AND OR NOT", 7), ("NEAR", 7),
-        ("proxy_read_timeout", 2), ("timeout", 2), ("SUPPORT", 5), ("suppor*", 5), ("Caroline:", 5),
-        ("@bob", 4), ("nginx 部署", 2),
+        ("pyinstaller", 0),
+        ("--onefile", 0),
+        ("onefile", 0),
+        ("nginx.conf", 1),
+        ("ERR_004211", 1),
+        ("004211", 1),
+        ("4211", 1),
+        ("node-17.corp.example.net", 1),
+        ("corp.example", 1),
+        ("部署", 2),
+        ("网关", 2),
+        ("网关超时", 2),
+        ("松兰", 3),
+        ("松兰 机房", 3),
+        ("停电", 3),
+        ("bob.smith@example.com", 4),
+        ("https://docs.example.com/guide/setup?x=1#top", 4),
+        ("docs.example.com/guide", 4),
+        ("When did Caroline go to the support group?", 5),
+        ('"support group"', 5),
+        ("ValueError", 6),
+        ("(on the mat)", 7),
+        ("AND OR NOT", 7),
+        ("NEAR", 7),
+        ("proxy_read_timeout", 2),
+        ("timeout", 2),
+        ("SUPPORT", 5),
+        ("suppor*", 5),
+        ("Caroline:", 5),
+        ("@bob", 4),
+        ("nginx 部署", 2),
     ],
 )
 def test_finds(corpus_db, query, index):
@@ -66,7 +90,7 @@ def test_relaxes_to_any_word_when_all_words_find_too_little(corpus_db):
 
 
 def test_ranking_prefers_more_matching_words(db, make_session):
-    one = make_session(messages=[("user", "docker compose file"), ("user", "unrelated")])
+    make_session(messages=[("user", "docker compose file"), ("user", "unrelated")])
     two = make_session(messages=[("user", "docker networking bridge timeout fix")])
     hits = db.search_messages("docker bridge timeout")
     assert hits[0]["session_id"] == two
@@ -74,9 +98,41 @@ def test_ranking_prefers_more_matching_words(db, make_session):
 
 @pytest.mark.parametrize(
     "query",
-    ['"', '""', "'", ":", "@", "*", "(", ")", "AND", "OR", "NOT", "NEAR", "NEAR(", "a:b", "-x", "^",
-     "col:value", "{a b}", "\x00", "\ud800", "\udfff abc", "a" * 10_000, "x " * 5000, b"\xff\xfe bad",
-     "😀", "   ", "", None, "\\", "%_", "' OR 1=1 --", "\u200b", "ＡＢＣ"],
+    [
+        '"',
+        '""',
+        "'",
+        ":",
+        "@",
+        "*",
+        "(",
+        ")",
+        "AND",
+        "OR",
+        "NOT",
+        "NEAR",
+        "NEAR(",
+        "a:b",
+        "-x",
+        "^",
+        "col:value",
+        "{a b}",
+        "\x00",
+        "\ud800",
+        "\udfff abc",
+        "a" * 10_000,
+        "x " * 5000,
+        b"\xff\xfe bad",
+        "😀",
+        "   ",
+        "",
+        None,
+        "\\",
+        "%_",
+        "' OR 1=1 --",
+        "\u200b",
+        "ＡＢＣ",
+    ],
 )
 def test_hostile_queries_never_raise(corpus_db, query):
     db, _, _ = corpus_db
@@ -120,13 +176,16 @@ def test_index_text_is_deterministic_and_spaces_cjk():
 
 latin_word = st.text(alphabet=string.ascii_letters + string.digits, min_size=2, max_size=12)
 cjk_word = st.text(alphabet="部署网关超时机房松兰钢琴公园数据库服务器", min_size=1, max_size=2)
-ident = st.builds(lambda a, sep, b: f"{a}{sep}{b}", latin_word, st.sampled_from(["-", ".", "_", "/", "@", ":"]), latin_word)
+ident = st.builds(
+    lambda a, sep, b: f"{a}{sep}{b}", latin_word, st.sampled_from(["-", ".", "_", "/", "@", ":"]), latin_word
+)
 noise = st.text(alphabet=string.punctuation + " \t\n", max_size=4)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(words=st.lists(st.one_of(latin_word, cjk_word, ident), min_size=1, max_size=8), pick=st.integers(0, 7),
-       junk=noise)
+@given(
+    words=st.lists(st.one_of(latin_word, cjk_word, ident), min_size=1, max_size=8), pick=st.integers(0, 7), junk=noise
+)
 def test_a_word_that_occurs_is_found(tmp_path_factory, words, pick, junk):
     db = SessionDB(tmp_path_factory.mktemp("p") / "s.db")
     try:

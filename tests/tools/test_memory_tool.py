@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from agent.tools import ToolContext, ToolRegistry
 from gateway.source import SessionSource
 from tools.memory import (
     MAX_ENTRY_CHARS,
@@ -16,7 +17,6 @@ from tools.memory import (
     make_memory_tool,
     read_snapshot,
 )
-from agent.tools import ToolContext, ToolRegistry
 
 
 @pytest.fixture
@@ -36,7 +36,8 @@ async def call(registry: ToolRegistry, ctx: ToolContext, **args) -> str:
 
 async def test_add_to_both_files_and_snapshot(registry, ctx, tmp_path):
     assert (await call(registry, ctx, action="add", target="memory", content="Deploy with make ship")).startswith(
-        "added to MEMORY.md")
+        "added to MEMORY.md"
+    )
     await call(registry, ctx, action="add", target="memory", content="Staging host is stg-01")
     await call(registry, ctx, action="add", target="user", content="Name: Lin. Prefers Chinese.")
     assert (tmp_path / "MEMORY.md").read_text() == "Deploy with make ship\n§\nStaging host is stg-01\n"
@@ -69,7 +70,8 @@ async def test_ambiguous_missing_and_bad_requests_change_nothing(registry, ctx, 
     ambiguous = await call(registry, ctx, action="remove", target="memory", old="docker")
     assert ambiguous.startswith("error: 2 entries contain 'docker'")
     assert (await call(registry, ctx, action="remove", target="memory", old="kubernetes")).startswith(
-        "error: no entry in MEMORY.md contains")
+        "error: no entry in MEMORY.md contains"
+    )
     assert "non-empty" in await call(registry, ctx, action="replace", target="memory", old="", content="x")
     assert "target must be" in await call(registry, ctx, action="add", target="secrets", content="x")
     assert "action must be" in await call(registry, ctx, action="drop", target="memory")
@@ -79,8 +81,10 @@ async def test_ambiguous_missing_and_bad_requests_change_nothing(registry, ctx, 
 
 
 async def test_budget_full_message_and_nothing_lost(registry, ctx, tmp_path):
-    results = [await call(registry, ctx, action="add", target="user", content=f"fact number {i} " + "x" * 20)
-               for i in range(10)]
+    results = [
+        await call(registry, ctx, action="add", target="user", content=f"fact number {i} " + "x" * 20)
+        for i in range(10)
+    ]
     refused = [r for r in results if r.startswith("error")]
     assert refused, "a 120-char budget must refuse some of ten 35-char entries"
     text = (tmp_path / "USER.md").read_text()
@@ -100,7 +104,9 @@ async def test_over_budget_file_can_still_shrink(registry, ctx, tmp_path):
 
 
 async def test_cleaning_control_chars_separator_and_length(registry, ctx, tmp_path):
-    await call(registry, ctx, action="add", target="memory", content="a\x1b[31mred\u202eevil\u200b\r\nline two\n§\nnot a split")
+    await call(
+        registry, ctx, action="add", target="memory", content="a\x1b[31mred\u202eevil\u200b\r\nline two\n§\nnot a split"
+    )
     entries = MemoryStore(tmp_path).entries("memory")
     assert entries == ["a[31mredevil\nline two\n(§)\nnot a split"]
     too_long = await call(registry, ctx, action="add", target="memory", content="z" * (MAX_ENTRY_CHARS + 1))
@@ -117,8 +123,9 @@ async def test_read_action_and_invalid_utf8_file(registry, ctx, tmp_path):
 
 async def test_concurrent_adds_all_land(ctx, tmp_path):
     registry = ToolRegistry([make_memory_tool({"memory": 5000})])
-    results = await asyncio.gather(*(call(registry, ctx, action="add", target="memory", content=f"note {i}")
-                                     for i in range(25)))
+    results = await asyncio.gather(
+        *(call(registry, ctx, action="add", target="memory", content=f"note {i}") for i in range(25))
+    )
     assert all(r.startswith("added") for r in results)
     assert sorted(MemoryStore(tmp_path).entries("memory")) == sorted(f"note {i}" for i in range(25))
 
@@ -130,8 +137,9 @@ async def test_limits_from_context_extra(tmp_path):
 
 
 async def test_no_home_is_an_error_not_a_crash(registry):
-    assert "not available" in await registry.call("memory", '{"action": "read", "target": "user"}',
-                                                  ToolContext(session_id="s"))
+    assert "not available" in await registry.call(
+        "memory", '{"action": "read", "target": "user"}', ToolContext(session_id="s")
+    )
 
 
 def test_atomic_write_failure_keeps_old_file_and_no_temp(tmp_path):

@@ -8,12 +8,13 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.llm import ModelSettings
+from agent.tools import ToolContext, ToolRegistry
 from gateway.source import SessionSource
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from agent.tools import ToolContext, ToolRegistry
 from tools.session_search import (
     BACKOFF,
     MAX_RECAP_TOKENS,
@@ -64,6 +65,7 @@ def parse(result: str) -> dict:
 
 # --- recent mode ------------------------------------------------------------------------------
 
+
 async def test_empty_query_lists_recent_sessions_without_a_model_call(db, add):
     first = add(["how do I rotate the nginx logs?", "use logrotate"], title="nginx logs")
     second = add(["plan the offsite", "sure"])
@@ -89,14 +91,22 @@ async def test_recent_mode_leaves_out_the_current_lineage(db, add):
 
 # --- query mode -------------------------------------------------------------------------------
 
+
 async def test_query_gets_a_focused_recap_per_session(db, add):
-    sid = add([
-        {"role": "user", "content": "the deploy to staging fails with 502", "user_id": "alice"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": '{"cmd": "curl -I"}'}}]},
-        {"role": "tool", "content": "HEAD-" + "x" * 2000 + "-TAIL", "tool_name": "shell", "tool_call_id": "c1"},
-        {"role": "assistant", "content": "raised proxy_read_timeout to 120s; the 502 is gone"},
-    ])
+    sid = add(
+        [
+            {"role": "user", "content": "the deploy to staging fails with 502", "user_id": "alice"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": '{"cmd": "curl -I"}'}}
+                ],
+            },
+            {"role": "tool", "content": "HEAD-" + "x" * 2000 + "-TAIL", "tool_name": "shell", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "raised proxy_read_timeout to 120s; the 502 is gone"},
+        ]
+    )
     add(["unrelated chat about lunch", "ok"])
     async with FakeOpenAI() as fake:
         fake.push("The 502 on staging was fixed by raising proxy_read_timeout to 120s.")
@@ -218,22 +228,28 @@ def test_cut_around_picks_the_densest_cluster():
     text = "".join(f"{i:09d}\n" for i in range(50_000))  # 500k characters
     lonely, cluster = 10_000, [400_000 + k * 1000 for k in range(20)]
     cut = cut_around(text, [lonely, *cluster], max_chars=50_000)
-    assert text[cluster[0]: cluster[0] + 10] in cut and text[cluster[-1]: cluster[-1] + 10] in cut
-    assert text[lonely: lonely + 10] not in cut
+    assert text[cluster[0] : cluster[0] + 10] in cut and text[cluster[-1] : cluster[-1] + 10] in cut
+    assert text[lonely : lonely + 10] not in cut
     assert cut_around("short", [3]) == "short"
     head = cut_around(text, [], max_chars=1000)
     assert head.startswith(text[:100]) and head.endswith("cut]…")
 
 
 def test_render_messages_marks_roles_and_offsets():
-    rendered = render_messages([
-        {"id": 1, "role": "user", "content": "hello"},
-        {"id": 2, "role": "assistant", "content": "", "tool_calls": json.dumps(
-            [{"function": {"name": "memory", "arguments": "{}"}}])},
-        {"id": 3, "role": "tool", "content": "ok", "tool_name": "memory"},
-    ])
+    rendered = render_messages(
+        [
+            {"id": 1, "role": "user", "content": "hello"},
+            {
+                "id": 2,
+                "role": "assistant",
+                "content": "",
+                "tool_calls": json.dumps([{"function": {"name": "memory", "arguments": "{}"}}]),
+            },
+            {"id": 3, "role": "tool", "content": "ok", "tool_name": "memory"},
+        ]
+    )
     assert rendered.text == "[USER]: hello\n\n[ASSISTANT called: memory]\n\n[TOOL memory]: ok"
-    assert rendered.text[rendered.offsets[3]:].startswith("[TOOL memory]")
+    assert rendered.text[rendered.offsets[3] :].startswith("[TOOL memory]")
 
 
 async def test_child_hit_is_recapped_with_its_whole_lineage(db, add):
@@ -283,6 +299,7 @@ async def test_sync_signature_inside_a_running_loop(db, add):
 
 # --- as a registered tool ---------------------------------------------------------------------
 
+
 def ctx_for(db, user, session_id="none", **kw) -> ToolContext:
     source = SessionSource(platform="telegram", chat_id="c1", chat_type="dm", user_id=user)
     return ToolContext(session_id=session_id, source=source, db=db, **kw)
@@ -326,11 +343,13 @@ async def test_tool_excludes_the_calling_session(db, add):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(query=st.one_of(
-    st.text(max_size=200),
-    st.sampled_from(['"', "NEAR(", "AND", "*", "a:b", "bob@example.com", "http://x.y/z?q=1", "(((", "x" * 10_000]),
-    st.binary(max_size=100),
-))
+@given(
+    query=st.one_of(
+        st.text(max_size=200),
+        st.sampled_from(['"', "NEAR(", "AND", "*", "a:b", "bob@example.com", "http://x.y/z?q=1", "(((", "x" * 10_000]),
+        st.binary(max_size=100),
+    )
+)
 def test_hostile_queries_through_the_tool(db, add, query):
     if not getattr(db, "_seeded", False):
         db._seeded = add(["consul service mesh", "envoy sidecar"])

@@ -51,11 +51,14 @@ from gateway.config.views import (  # noqa: F401  (re-exported)
     SessionConfig,
     StorageConfig,
 )
+from gateway.storage.home import HomeError, choose_home
+from gateway.storage.home import find_config_file as _find_config_file
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
+    """Where home is when nothing names it: `$CHINWAG_HOME`, else ~/.chinwag (no config file read)."""
     env = os.environ if env is None else env
-    return Path(env.get("CHINWAG_HOME") or DEFAULT_HOME).expanduser().absolute()
+    return choose_home(None, None, None, env)
 
 
 def find_config_file(
@@ -63,15 +66,11 @@ def find_config_file(
     home: str | os.PathLike | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Path | None:
-    """--config if given (must exist), else <home>/config.yaml if it exists, else None."""
-    if config_path:
-        path = Path(config_path).expanduser()
-        if not path.is_file():
-            raise ConfigError([f"{path}: no such config file"])
-        return path
-    base = Path(home).expanduser() if home else default_home(env)
-    candidate = base / "config.yaml"
-    return candidate if candidate.is_file() else None
+    """--config if given (must exist), else config.yaml in --home / $CHINWAG_HOME / ~/.chinwag, else None."""
+    try:
+        return _find_config_file(config_path, home, env)
+    except HomeError as exc:
+        raise ConfigError([str(exc)]) from None
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -189,8 +188,11 @@ def parse_config(
     if problems:
         raise ConfigError(problems)
 
-    chosen = home_override or out["home"] or env.get("CHINWAG_HOME") or DEFAULT_HOME
-    home = Path(os.path.expandvars(str(chosen))).expanduser().absolute()
+    home = choose_home(home_override, out["home"] or None, path, env)
+    if home_override and out["home"]:
+        in_file = choose_home(None, out["home"], path, env)
+        if in_file != home:
+            warnings.append(f"home: {label} says {in_file}, but --home {home} is used")
     # The model falls back to the environment, field by field (DESIGN.md §1).
     m = out["model"]
     m["base_url"] = (m["base_url"] or env.get("OPENAI_BASE_URL") or "").rstrip("/")

@@ -6,16 +6,17 @@ with a did-you-mean, `${ENV}` substitution). gateway.config.load builds the type
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
+
+from gateway.envvars import expand_env
+from gateway.storage.home import DEFAULT_HOME  # noqa: F401  (re-exported; one home rule)
 
 CHAT_PLATFORMS = ("telegram", "feishu", "discord")
 ALL_PLATFORMS = ("local",) + CHAT_PLATFORMS
 BUSY_MODES = ("queue", "interrupt", "steer")
 GROUP_POLICIES = ("open", "allowlist", "blacklist", "admin_only", "disabled")
 RESET_MODES = ("none", "idle", "daily", "both")
-DEFAULT_HOME = "~/.chinwag"
 
 # Credentials that make a chat platform "configured" (all must be non-empty).
 CREDENTIALS = {"telegram": ("token",), "feishu": ("app_id", "app_secret"), "discord": ("token",)}
@@ -171,30 +172,20 @@ _ALIASES = {"lark": "feishu (set domain: https://open.larksuite.com)", "tg": "te
 # checking
 # --------------------------------------------------------------------------------------------
 
-_VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-
 
 def _substitute(value: Any, env: Mapping[str, str], key: str, err: Callable[[str, str], None]) -> Any:
     if isinstance(value, dict):
         return {k: _substitute(v, env, f"{key}.{k}" if key else str(k), err) for k, v in value.items()}
     if isinstance(value, list):
         return [_substitute(v, env, f"{key}[{i}]", err) for i, v in enumerate(value)]
-    if not isinstance(value, str) or "$" not in value:
+    if not isinstance(value, str):
         return value
 
-    def repl(match: re.Match[str]) -> str:
-        if match.group(0) == "$${":
-            return "${"
-        name, default = match.group(1), match.group(2)
-        if name in env and env[name] != "":
-            return env[name]
-        if default is not None:
-            return default
-        state = "is empty" if name in env else "is not set"
+    def missing(name: str, is_set: bool) -> None:
+        state = "is empty" if is_set else "is not set"
         err(key, f"environment variable {name} {state} (write ${{{name}:-}} to allow it empty)")
-        return ""
 
-    return _VAR.sub(repl, value)
+    return expand_env(value, env, missing)
 
 
 def _section(data: Any, schema: dict[str, Any], prefix: str, err: Callable[[str, str], None]) -> dict[str, Any]:

@@ -373,7 +373,8 @@ class DiscordAdapter(PlatformAdapter):
                     message_id=int(reply_to), channel_id=channel.id, fail_if_not_exists=False
                 )
             try:
-                sent = await channel.send(content=chunk, reference=reference)
+                # discord.py takes reference=None as "not a reply"; its stubs do not say so
+                sent = await channel.send(content=chunk, reference=reference)  # type: ignore[arg-type]
             except discord.HTTPException as exc:
                 raise RuntimeError(f"discord send to {channel.id} failed: {exc.status} {exc.text}") from exc
             self._sent_ids.put(sent.id, True)

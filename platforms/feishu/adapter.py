@@ -23,7 +23,7 @@ import logging
 from collections import OrderedDict
 from typing import Any, Mapping
 
-import lark_oapi as lark
+import lark_oapi as lark  # type: ignore[import-untyped]  # lark-oapi ships no type information
 
 from gateway.source import Platform, SessionSource
 from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, WebhookHandler

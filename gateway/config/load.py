@@ -41,21 +41,28 @@ from gateway.config.schema import (  # noqa: F401  (re-exported: the schema is p
 from gateway.config.views import (  # noqa: F401  (re-exported)
     AgentCacheConfig,
     Config,
+    EmbeddingsConfig,
     GatewayConfig,
     HttpConfig,
     LoggingConfig,
+    MediaConfig,
     MemoryConfig,
     ModelConfig,
     PlatformSettings,
     RecallConfig,
     SessionConfig,
     StorageConfig,
+    TranscriptionConfig,
 )
+from gateway.storage.home import HomeError, choose_home
+from gateway.storage.home import find_config_file as _find_config_file
+from platforms.telegram.settings import TelegramSettings
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
+    """Where home is when nothing names it: `$CHINWAG_HOME`, else ~/.chinwag (no config file read)."""
     env = os.environ if env is None else env
-    return Path(env.get("CHINWAG_HOME") or DEFAULT_HOME).expanduser().absolute()
+    return choose_home(None, None, None, env)
 
 
 def find_config_file(
@@ -63,15 +70,11 @@ def find_config_file(
     home: str | os.PathLike | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Path | None:
-    """--config if given (must exist), else <home>/config.yaml if it exists, else None."""
-    if config_path:
-        path = Path(config_path).expanduser()
-        if not path.is_file():
-            raise ConfigError([f"{path}: no such config file"])
-        return path
-    base = Path(home).expanduser() if home else default_home(env)
-    candidate = base / "config.yaml"
-    return candidate if candidate.is_file() else None
+    """--config if given (must exist), else config.yaml in --home / $CHINWAG_HOME / ~/.chinwag, else None."""
+    try:
+        return _find_config_file(config_path, home, env)
+    except HomeError as exc:
+        raise ConfigError([str(exc)]) from None
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -158,6 +161,7 @@ def parse_config(
                 + f" (known: {', '.join(ALL_PLATFORMS)})",
             )
     platforms: dict[str, dict[str, Any]] = {}
+    written: dict[str, frozenset[str]] = {}
     for name in ALL_PLATFORMS:
         section = raw_platforms.get(name)
         present = name in raw_platforms
@@ -170,12 +174,12 @@ def parse_config(
         if name == "local":
             schema["admins"] = _l()
             schema["busy_mode"] = COMMON_PLATFORM_KEYS["busy_mode"]
+            schema["streaming"] = COMMON_PLATFORM_KEYS["streaming"]
         else:
             schema.update(COMMON_PLATFORM_KEYS)
-        values = _section(section, schema, f"platforms.{name}", err)
-        values["_present"] = present
-        values["_given"] = frozenset(k for k in section if section[k] is not None)
-        platforms[name] = values
+        platforms[name] = _section(section, schema, f"platforms.{name}", err)
+        if present:
+            written[name] = frozenset(k for k in section if section[k] is not None)
     out["platforms"] = platforms
 
     _check_reset(out["session"]["reset"], err)
@@ -183,14 +187,18 @@ def parse_config(
         url = out[section]["base_url"]
         if url and not url.startswith(("http://", "https://")):
             err(f"{section}.base_url", f"must be an http:// or https:// URL (got {url!r})")
-    _check_platform_rules(platforms, err)
-    warnings = _platform_warnings(platforms)
+    _check_platform_rules(platforms, written, err)
+    _check_new_sections(out, err)
+    warnings = _platform_warnings(platforms, written)
 
     if problems:
         raise ConfigError(problems)
 
-    chosen = home_override or out["home"] or env.get("CHINWAG_HOME") or DEFAULT_HOME
-    home = Path(os.path.expandvars(str(chosen))).expanduser().absolute()
+    home = choose_home(home_override, out["home"] or None, path, env)
+    if home_override and out["home"]:
+        in_file = choose_home(None, out["home"], path, env)
+        if in_file != home:
+            warnings.append(f"home: {label} says {in_file}, but --home {home} is used")
     # The model falls back to the environment, field by field (DESIGN.md §1).
     m = out["model"]
     m["base_url"] = (m["base_url"] or env.get("OPENAI_BASE_URL") or "").rstrip("/")
@@ -206,7 +214,21 @@ def parse_config(
         context_window=model.context_window,
         max_iterations=model.max_iterations,
         max_tokens=model.max_tokens,
+        vision=model.vision,
     )
+    t, e = out["transcription"], out["embeddings"]
+    transcription = TranscriptionConfig(
+        base_url=(t["base_url"] or model.base_url).rstrip("/"),
+        api_key=t["api_key"] or model.api_key,
+        model=t["model"],
+    )
+    embeddings = EmbeddingsConfig(
+        provider=e["provider"] or ("openai" if e["model"] else "off"),
+        base_url=(e["base_url"] or model.base_url).rstrip("/"),
+        api_key=e["api_key"] or model.api_key,
+        model=e["model"],
+    )
+    st = out["storage"]
     g = out["gateway"]
     return Config(
         home=home,
@@ -220,13 +242,24 @@ def parse_config(
             agent_cache=AgentCacheConfig(**g["agent_cache"]),
             single_owner=g["single_owner"],
             shutdown_timeout_seconds=g["shutdown_timeout_seconds"],
+            streaming=g["streaming"],
+            interrupted_turns=g["interrupted_turns"],
         ),
         recall=RecallConfig(**out["recall"]),
         memory=MemoryConfig(**out["memory"]),
-        storage=StorageConfig(**out["storage"]),
+        storage=StorageConfig(
+            retention_days=st["retention_days"],
+            maintenance_hours=st["maintenance_hours"],
+            backend=st["backend"],
+            postgres_dsn=st["postgres"]["dsn"],
+        ),
+        media=MediaConfig(**out["media"]),
+        transcription=transcription,
+        embeddings=embeddings,
         http=HttpConfig(**out["http"]),
         logging=LoggingConfig(**out["logging"]),
         platforms=platforms,
+        written=written,
         path=path,
         warnings=tuple(warnings),
         data=out,
@@ -248,17 +281,50 @@ def _check_reset(reset: dict[str, Any], err: Callable[[str, str], None]) -> None
         err(key, problem or str(exc))
 
 
-def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[str, str], None]) -> None:
+def _check_new_sections(out: dict[str, Any], err: Callable[[str, str], None]) -> None:
+    """Rules across keys of the storage, media and model-side sections."""
+    storage = out["storage"]
+    if storage["backend"] == "postgres":
+        # One place to lift when the backend lands (DESIGN §14).
+        err("storage.backend", "postgres is not implemented yet; use sqlite (the default)")
+    elif storage["postgres"]["dsn"]:
+        err("storage.postgres.dsn", "is set but storage.backend is sqlite (set backend: postgres, or remove the dsn)")
+    media = out["media"]
+    if media["max_total_bytes"] and media["max_total_bytes"] < media["max_bytes"]:
+        err(
+            "media.max_total_bytes",
+            f"must be 0 (no cap) or at least media.max_bytes ({media['max_bytes']}) (got {media['max_total_bytes']})",
+        )
+    for section in ("transcription", "embeddings"):
+        url = out[section]["base_url"]
+        if url and not url.startswith(("http://", "https://")):
+            err(f"{section}.base_url", f"must be an http:// or https:// URL (got {url!r})")
+    if out["embeddings"]["provider"] == "openai" and not out["embeddings"]["model"]:
+        err("embeddings.model", "is required when embeddings.provider is openai (e.g. text-embedding-3-small)")
+
+
+def _check_platform_rules(
+    platforms: dict[str, dict[str, Any]], written: dict[str, frozenset[str]], err: Callable[[str, str], None]
+) -> None:
+    local_busy = platforms["local"]["busy_mode"]
+    if local_busy not in (None, "queue"):
+        # The terminal is one person typing ahead: each line is answered in order (/stop or Ctrl-C
+        # cancels a reply), so interrupt and steer would be accepted and silently not done.
+        err(
+            "platforms.local.busy_mode",
+            f"the terminal answers each line in order, so only queue is allowed here (got {local_busy!r}); "
+            "use /stop or Ctrl-C to cancel a reply",
+        )
     tg = platforms["telegram"]
-    webhook = tg["mode"] == "webhook" if "mode" in tg["_given"] else bool(tg["webhook_url"])
-    if tg["_present"] and tg["token"] and webhook:
+    webhook = TelegramSettings(mode=tg["mode"], webhook_url=tg["webhook_url"]).effective_mode == "webhook"
+    if "telegram" in written and tg["token"] and webhook:
         if not tg["webhook_url"]:
             err("platforms.telegram.webhook_url", "is required when mode is webhook")
         if not tg["secret_token"]:
             err("platforms.telegram.secret_token", "is required in webhook mode (Telegram sends it with every update)")
     fs = platforms["feishu"]
     if (
-        fs["_present"]
+        "feishu" in written
         and fs["mode"] == "webhook"
         and fs["app_id"]
         and not (fs["verification_token"] or fs["encrypt_key"])
@@ -285,18 +351,18 @@ def _check_platform_rules(platforms: dict[str, dict[str, Any]], err: Callable[[s
         err("platforms.discord.gateway_url", f"must be a ws:// or wss:// URL (got {gateway_url!r})")
     for name in CHAT_PLATFORMS:
         raw = platforms[name]
-        if raw["group_policy"] == "allowlist" and raw["_present"] and not raw["group_allowlist"]:
+        if raw["group_policy"] == "allowlist" and name in written and not raw["group_allowlist"]:
             err(
                 f"platforms.{name}.group_allowlist",
                 "is empty but group_policy is allowlist (no group would be answered)",
             )
 
 
-def _platform_warnings(platforms: dict[str, dict[str, Any]]) -> list[str]:
+def _platform_warnings(platforms: dict[str, dict[str, Any]], written: dict[str, frozenset[str]]) -> list[str]:
     warnings = []
     for name in CHAT_PLATFORMS:
         raw = platforms[name]
-        if not raw["_present"] or not raw["enabled"]:
+        if name not in written or not raw["enabled"]:
             continue
         missing = [k for k in CREDENTIALS[name] if not str(raw.get(k) or "").strip()]
         if missing:

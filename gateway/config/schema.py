@@ -5,17 +5,28 @@ with a did-you-mean, `${ENV}` substitution). gateway.config.load builds the type
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
+
+from gateway.envvars import expand_env
+from gateway.storage.home import DEFAULT_HOME  # noqa: F401  (re-exported; one home rule)
+from platforms.discord.settings import DiscordSettings
+from platforms.feishu.settings import FeishuSettings
+from platforms.settings import value_type
+from platforms.telegram.settings import TelegramSettings
 
 CHAT_PLATFORMS = ("telegram", "feishu", "discord")
 ALL_PLATFORMS = ("local",) + CHAT_PLATFORMS
 BUSY_MODES = ("queue", "interrupt", "steer")
 GROUP_POLICIES = ("open", "allowlist", "blacklist", "admin_only", "disabled")
 RESET_MODES = ("none", "idle", "daily", "both")
-DEFAULT_HOME = "~/.chinwag"
+STORAGE_BACKENDS = ("sqlite", "postgres")
+STREAMING_MODES = ("auto", "off")
+INTERRUPTED_TURNS = ("rerun", "notify")
+EMBEDDING_PROVIDERS = ("off", "openai", "local")
+MB = 1024 * 1024
 
 # Credentials that make a chat platform "configured" (all must be non-empty).
 CREDENTIALS = {"telegram": ("token",), "feishu": ("app_id", "app_secret"), "discord": ("token",)}
@@ -78,6 +89,7 @@ SCHEMA: dict[str, Any] = {
         "context_window": _i(128000, minimum=1024),
         "max_iterations": _i(8, minimum=1),
         "max_tokens": _i(0),
+        "vision": Field("tristate", "auto"),
     },
     "auxiliary": {"base_url": _s(), "api_key": _s(), "name": _s()},
     "session": {
@@ -93,12 +105,27 @@ SCHEMA: dict[str, Any] = {
         "agent_cache": {"max_agents": _i(64, minimum=1), "idle_ttl_minutes": _f(30, minimum=0)},
         "single_owner": Field("tristate", "auto"),
         "shutdown_timeout_seconds": _f(10, minimum=0),
+        "streaming": _c("auto", *STREAMING_MODES),
+        "interrupted_turns": _c("rerun", *INTERRUPTED_TURNS),
     },
     "recall": {"deadline_seconds": _f(60, minimum=1), "recaps": _b(True)},
     "memory": {"memory_chars": _i(2200, minimum=100), "user_chars": _i(1375, minimum=100)},
-    "storage": {"retention_days": _f(0, minimum=0), "maintenance_hours": _f(6, minimum=0.01)},
+    "storage": {
+        "retention_days": _f(0, minimum=0),
+        "maintenance_hours": _f(6, minimum=0.01),
+        "backend": _c("sqlite", *STORAGE_BACKENDS),
+        "postgres": {"dsn": _s()},
+    },
+    "media": {"max_bytes": _i(20 * MB, minimum=1), "max_total_bytes": _i(1024 * MB, minimum=0)},
+    "transcription": {"base_url": _s(), "api_key": _s(), "model": _s()},
+    "embeddings": {
+        "provider": Field("choice", None, choices=EMBEDDING_PROVIDERS),
+        "base_url": _s(),
+        "api_key": _s(),
+        "model": _s(),
+    },
     "platforms": Field("dict"),
-    "http": {"enabled": _b(True), "host": _s("127.0.0.1"), "port": _i(8765, 0, 65535)},
+    "http": {"enabled": _b(True), "host": _s("127.0.0.1"), "port": _i(8765, 0, 65535), "console_token": _s()},
     "logging": {"level": _c("INFO", "DEBUG", "INFO", "WARNING", "ERROR"), "format": _c("text", "text", "json")},
 }
 
@@ -112,55 +139,34 @@ COMMON_PLATFORM_KEYS: dict[str, Field] = {
     "group_blacklist": _l(),
     "require_mention": _b(True),
     "busy_mode": Field("choice", None, choices=BUSY_MODES),
+    "streaming": Field("choice", None, choices=STREAMING_MODES),
 }
 
-_ADAPTER_COMMON = {
-    "watchdog_seconds": _f(120, minimum=1),
-    "reconnect_base": _f(1.0, minimum=0.01),
-    "reconnect_cap": _f(60.0, minimum=0.01),
-}
 
-# Adapter-specific keys: handed to the adapter untouched (after substitution and type checks).
-# Defaults of None mean "the adapter decides".
+def fields_of(settings_class: type) -> dict[str, Field]:
+    """The schema of a settings dataclass (platforms/<name>/settings.py): each field is a key, its
+    type and default from the class, its range and choices from the field's metadata."""
+    out: dict[str, Field] = {}
+    for f in dataclasses.fields(settings_class):
+        meta = f.metadata
+        choices = tuple(meta.get("choices") or ())
+        kind = "choice" if choices else _KINDS[value_type(settings_class, f.name)]
+        out[f.name] = Field(kind, f.default, choices=choices, minimum=meta.get("minimum"), maximum=meta.get("maximum"))
+    return out
+
+
+_KINDS = {str: "str", int: "int", float: "float", bool: "bool"}
+
+# Adapter-specific keys: declared by each adapter's settings class; handed to the adapter after
+# substitution and type checks.
+SETTINGS_CLASSES: dict[str, type] = {
+    "telegram": TelegramSettings,
+    "feishu": FeishuSettings,
+    "discord": DiscordSettings,
+}
 ADAPTER_KEYS: dict[str, dict[str, Field]] = {
     "local": {"enabled": Field("tristate", "auto"), "user": _s(), "prompt": _s("")},
-    "telegram": dict(
-        _ADAPTER_COMMON,
-        token=_s(),
-        base_url=_s("https://api.telegram.org/bot"),
-        base_file_url=_s("https://api.telegram.org/file/bot"),
-        mode=_c("polling", "polling", "webhook"),
-        webhook_url=_s(),
-        secret_token=_s(),
-        poll_timeout=_i(30, minimum=1),
-        send_attempts=_i(4, minimum=1),
-        max_retry_after=_f(60, minimum=0),
-        request_timeout=_f(10, minimum=0.1),
-        webhook_check_seconds=Field("float", None, minimum=0.1),
-    ),
-    "feishu": {
-        "app_id": _s(),
-        "app_secret": _s(),
-        "domain": _s("feishu"),
-        "mode": _c("websocket", "websocket", "webhook"),
-        "verification_token": _s(),
-        "encrypt_key": _s(),
-        "watchdog_seconds": _f(300, minimum=1),
-        "reaction": _s("OnIt"),
-        "rich_text": _b(True),
-        "backoff_base": _f(1.0, minimum=0.01),
-        "backoff_cap": _f(60.0, minimum=0.01),
-        "api_backoff_base": _f(0.5, minimum=0.01),
-        "api_backoff_cap": _f(30.0, minimum=0.01),
-    },
-    "discord": dict(
-        _ADAPTER_COMMON,
-        token=_s(),
-        api_base=_s(),
-        gateway_url=_s(),
-        guild_ready_timeout=_f(2.0, minimum=0),
-        ignore_bots=_b(True),
-    ),
+    **{name: fields_of(cls) for name, cls in SETTINGS_CLASSES.items()},
 }
 
 # Names people reach for that mean something else here.
@@ -171,30 +177,20 @@ _ALIASES = {"lark": "feishu (set domain: https://open.larksuite.com)", "tg": "te
 # checking
 # --------------------------------------------------------------------------------------------
 
-_VAR = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-
 
 def _substitute(value: Any, env: Mapping[str, str], key: str, err: Callable[[str, str], None]) -> Any:
     if isinstance(value, dict):
         return {k: _substitute(v, env, f"{key}.{k}" if key else str(k), err) for k, v in value.items()}
     if isinstance(value, list):
         return [_substitute(v, env, f"{key}[{i}]", err) for i, v in enumerate(value)]
-    if not isinstance(value, str) or "$" not in value:
+    if not isinstance(value, str):
         return value
 
-    def repl(match: re.Match[str]) -> str:
-        if match.group(0) == "$${":
-            return "${"
-        name, default = match.group(1), match.group(2)
-        if name in env and env[name] != "":
-            return env[name]
-        if default is not None:
-            return default
-        state = "is empty" if name in env else "is not set"
+    def missing(name: str, is_set: bool) -> None:
+        state = "is empty" if is_set else "is not set"
         err(key, f"environment variable {name} {state} (write ${{{name}:-}} to allow it empty)")
-        return ""
 
-    return _VAR.sub(repl, value)
+    return expand_env(value, env, missing)
 
 
 def _section(data: Any, schema: dict[str, Any], prefix: str, err: Callable[[str, str], None]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.config.schema import ALL_PLATFORMS, CHAT_PLATFORMS, COMMON_PLATFORM_KEYS, CREDENTIALS
+from gateway.config.schema import ALL_PLATFORMS, CHAT_PLATFORMS, COMMON_PLATFORM_KEYS, CREDENTIALS, SETTINGS_CLASSES
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,7 @@ class ModelConfig:
     context_window: int
     max_iterations: int
     max_tokens: int  # 0 = endpoint default
+    vision: str | bool = "auto"  # images as content parts: auto (the endpoint decides) | True | False
 
     @property
     def is_configured(self) -> bool:
@@ -38,6 +39,8 @@ class GatewayConfig:
     agent_cache: AgentCacheConfig
     single_owner: str | bool  # "auto" | True | False (as written; Config.single_owner resolves it)
     shutdown_timeout_seconds: float = 10.0  # running turns get this long to finish at shutdown
+    streaming: str = "auto"  # auto | off (each platform may override; PlatformSettings.streaming resolves)
+    interrupted_turns: str = "rerun"  # a turn cut short by a crash: rerun | notify (DESIGN §11)
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,41 @@ class MemoryConfig:
 class StorageConfig:
     retention_days: float  # 0: keep every conversation
     maintenance_hours: float  # how often the daemon does its upkeep (gateway.service.maintenance)
+    backend: str = "sqlite"  # sqlite | postgres (postgres is refused by validation until it exists)
+    postgres_dsn: str = field(default="", repr=False)  # storage.postgres.dsn (may hold a password)
+
+
+@dataclass(frozen=True)
+class MediaConfig:
+    max_bytes: int = 20 * 1024 * 1024  # one attachment larger than this is refused with a reply
+    max_total_bytes: int = 1024 * 1024 * 1024  # all of home/media/; 0: no cap
+
+
+@dataclass(frozen=True)
+class TranscriptionConfig:
+    """An OpenAI-compatible /audio/transcriptions endpoint; base_url and api_key fall back to model.*."""
+
+    base_url: str = ""
+    api_key: str = field(default="", repr=False)
+    model: str = ""  # empty: voice and audio are not transcribed
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.model)
+
+
+@dataclass(frozen=True)
+class EmbeddingsConfig:
+    """Vectors for recall. provider is resolved: written, else openai when a model is set, else off."""
+
+    provider: str = "off"  # off | openai | local
+    base_url: str = ""
+    api_key: str = field(default="", repr=False)
+    model: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.provider != "off"
 
 
 @dataclass(frozen=True)
@@ -76,6 +114,7 @@ class HttpConfig:
     enabled: bool
     host: str
     port: int
+    console_token: str = field(default="", repr=False)  # required for /console/ off loopback
 
 
 @dataclass(frozen=True)
@@ -97,6 +136,7 @@ class PlatformSettings:
     group_blacklist: tuple[str, ...]
     require_mention: bool
     busy_mode: str  # resolved: the platform's override or gateway.busy_mode
+    streaming: str  # resolved: the platform's override or gateway.streaming
     raw: dict[str, Any] = field(repr=False)  # the whole section (substituted, defaults filled)
 
     def allows_everyone(self) -> bool:
@@ -116,6 +156,11 @@ class Config:
     http: HttpConfig
     logging: LoggingConfig
     platforms: dict[str, dict[str, Any]]  # name -> full section (defaults filled), every known platform
+    media: MediaConfig = field(default_factory=MediaConfig)
+    transcription: TranscriptionConfig = field(default_factory=TranscriptionConfig)
+    embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
+    # name -> the keys the file wrote (not None) for each platform section present in the file
+    written: dict[str, frozenset[str]] = field(default_factory=dict)
     path: Path | None = None  # the file it came from (None: embedded defaults)
     warnings: tuple[str, ...] = ()
     data: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -136,7 +181,8 @@ class Config:
                 (),
                 (),
                 False,
-                self.gateway.busy_mode,
+                "queue",  # the terminal answers each line in order (validation allows only queue)
+                raw["streaming"] or self.gateway.streaming,
                 raw,
             )
         return PlatformSettings(
@@ -149,12 +195,13 @@ class Config:
             group_blacklist=tuple(raw["group_blacklist"]),
             require_mention=bool(raw["require_mention"]),
             busy_mode=raw["busy_mode"] or self.gateway.busy_mode,
+            streaming=raw["streaming"] or self.gateway.streaming,
             raw=raw,
         )
 
     def chat_platform_configured(self, name: str) -> bool:
         raw = self.platforms.get(name) or {}
-        if not raw.get("enabled", False) or not raw.get("_present"):
+        if not raw.get("enabled", False) or name not in self.written:
             return False
         return all(str(raw.get(key) or "").strip() for key in CREDENTIALS[name])
 
@@ -175,34 +222,30 @@ class Config:
         """The section handed to the adapter's constructor: the common access keys (defaults
         filled) plus the adapter keys the person wrote, type-checked. Unwritten adapter keys are
         left out so the adapter's own defaults apply."""
-        raw = self.platforms[name]
-        given = raw["_given"]
+        given = self.written.get(name, frozenset())
         return {
-            k: v
-            for k, v in raw.items()
-            if not k.startswith("_") and (k in given or k in COMMON_PLATFORM_KEYS) and v is not None
+            k: v for k, v in self.platforms[name].items() if (k in given or k in COMMON_PLATFORM_KEYS) and v is not None
         }
+
+    def platform_settings(self, name: str) -> Any:
+        """The adapter's own typed settings (platforms/<name>/settings.py) for a chat platform."""
+        from platforms.settings import settings_from
+
+        return settings_from(SETTINGS_CLASSES[name], self.adapter_config(name), f"platforms.{name}")
 
     @property
     def single_owner(self) -> bool:
         """True when one person owns the deployment: they may search/resume every session.
 
-        auto: only the local terminal is configured, or exactly one distinct user id is allowed
-        across every configured chat platform (and nobody is allowed by "*").
+        auto: the access rules of the chat platforms that start decide (AccessControl.single_owner,
+        the one arithmetic): only the terminal, or one person id across them all and no "*".
         """
         if self.gateway.single_owner != "auto":
             return bool(self.gateway.single_owner)
-        chats = [n for n in self.configured_platforms() if n != "local"]
-        if not chats:
-            return True
-        people: set[str] = set()
-        for name in chats:
-            raw = self.platforms[name]
-            ids = list(raw["allowed_users"]) + list(raw["admins"])
-            if "*" in ids:
-                return False
-            people.update(ids)
-        return len(people) == 1
+        from gateway.sessions.access import AccessControl
+
+        started = {n: self.platforms[n] for n in self.configured_platforms() if n != "local"}
+        return AccessControl.from_config(started).single_owner()
 
     # -- whole-config views ------------------------------------------------------------------
     def as_dict(self) -> dict[str, Any]:

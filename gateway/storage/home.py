@@ -1,8 +1,18 @@
-"""Where chinwag keeps its files: the home directory and the paths inside it.
+"""Where chinwag keeps its files: the home directory, the config file in use, and the paths inside.
 
-Precedence for the directory: an explicit `--home`, then the `home` key of an explicit config file,
-then `$CHINWAG_HOME`, then `~/.chinwag`. Nothing is created here except by `ensure()`, so asking
-where things are never has side effects.
+This is the one resolution: the config loader (`chinwag run`, `chat`, `doctor`) and the data
+commands (`chinwag sessions ...`) all call it, so they open the same database. Precedence:
+
+1. `--home DIR`: that directory, literally (its config.yaml, if any, is the file read). An explicit
+   flag is what the person wants right now; a differing `home:` in that file gets a warning.
+2. The `home:` key of the config file in use (`--config FILE`, else config.yaml in `$CHINWAG_HOME`,
+   else in ~/.chinwag). A file found in X saying `home: Y` means "my data lives in Y" (moved), so
+   Y wins over `$CHINWAG_HOME`. `${ENV}` is expanded as everywhere in the file; a relative path is
+   relative to the file's directory, not to wherever the command happens to run.
+3. `$CHINWAG_HOME`.
+4. `~/.chinwag`.
+
+Nothing is created here except by `ensure()`, so asking where things are never has side effects.
 """
 
 from __future__ import annotations
@@ -12,6 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+from gateway.envvars import expand_env
 
 DEFAULT_HOME = "~/.chinwag"
 _SAFE_ID = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,199}")
@@ -62,21 +74,72 @@ class Home:
         return self
 
 
-def _home_from_config(config_path: str | os.PathLike) -> str | None:
-    """The `home` key of a config file, if the file exists and sets it."""
-    path = Path(config_path).expanduser()
-    if not path.is_file():
-        return None
-    import yaml  # only needed when a config file is named
+class HomeError(ValueError):
+    """Home or its config file cannot be determined (the message names the file and the problem)."""
+
+
+def _expand_user(text: str, env: Mapping[str, str]) -> Path:
+    # `~` from the same environment as everything else (tests and services pass their own)
+    if (text == "~" or text.startswith("~/")) and env.get("HOME"):
+        return Path(env["HOME"] + text[1:])
+    return Path(text).expanduser()
+
+
+def find_config_file(
+    config: str | os.PathLike | None = None,
+    home: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Path | None:
+    """The config file in use: --config (must exist), else config.yaml in --home, in $CHINWAG_HOME
+    or in ~/.chinwag, when it exists; None means embedded defaults."""
+    env = os.environ if env is None else env
+    if config:
+        path = _expand_user(str(config), env)
+        if not path.is_file():
+            raise HomeError(f"{path}: no such config file")
+        return path
+    base = _expand_user(str(home or env.get("CHINWAG_HOME") or DEFAULT_HOME), env)
+    candidate = base / "config.yaml"
+    return candidate if candidate.is_file() else None
+
+
+def choose_home(
+    flag: str | os.PathLike | None,
+    file_home: str | None,
+    config_path: Path | None,
+    env: Mapping[str, str],
+) -> Path:
+    """THE precedence (see the module docstring). `file_home` is the config file's `home` key with
+    `${ENV}` already expanded; a relative one is taken relative to that file's directory."""
+    if flag:
+        return _expand_user(str(flag), env).absolute()
+    if file_home:
+        path = _expand_user(file_home, env)
+        if not path.is_absolute() and config_path is not None:
+            path = config_path.parent / path
+        return Path(os.path.normpath(path.absolute()))
+    return _expand_user(env.get("CHINWAG_HOME") or DEFAULT_HOME, env).absolute()
+
+
+def home_key(path: Path, env: Mapping[str, str]) -> str | None:
+    """The `home` key of a config file (`${ENV}` expanded), read leniently: only this key matters
+    here; the config loader reports every other problem of the file."""
+    import yaml  # only needed when there is a file
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise HomeError(f"{path}: cannot read the home key ({exc})") from None
     value = data.get("home") if isinstance(data, dict) else None
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"{path}: 'home' must be a path string")
-    return value or None
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise HomeError(f"{path}: home: must be a path string")
+    problems: list[str] = []
+    text = expand_env(value, env, lambda name, is_set: problems.append(name))
+    if problems:
+        raise HomeError(f"{path}: home: environment variable {problems[0]} is not set")
+    return text or None
 
 
 def resolve_home(
@@ -84,9 +147,11 @@ def resolve_home(
     config: str | os.PathLike | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Home:
+    """Home for `--home`, `--config` and the environment, as `chinwag run` (the config loader) decides it."""
     env = os.environ if env is None else env
-    chosen = home or (config and _home_from_config(config)) or env.get("CHINWAG_HOME") or DEFAULT_HOME
-    return Home(Path(os.path.expandvars(str(chosen))).expanduser().absolute())
+    path = find_config_file(config, home, env)
+    file_home = home_key(path, env) if path is not None and not home else None
+    return Home(choose_home(home, file_home, path, env))
 
 
 def home_from_args(args: object) -> Home:

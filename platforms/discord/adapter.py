@@ -17,13 +17,15 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Mapping
 
 import discord
 import yarl
 
 from gateway.source import Platform, SessionSource
 from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, cancel_and_wait
+from platforms.discord.settings import DiscordSettings
+from platforms.settings import settings_from
 
 log = logging.getLogger(__name__)
 
@@ -109,20 +111,20 @@ class DiscordAdapter(PlatformAdapter):
     platform = Platform.DISCORD
     max_message_length = DISCORD_LIMIT
 
-    def __init__(self, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: Mapping[str, Any] | DiscordSettings | None = None) -> None:
         super().__init__()
-        config = dict(config or {})
-        self._token = str(config.get("token") or os.environ.get("DISCORD_BOT_TOKEN") or "").strip()
+        cfg = settings_from(DiscordSettings, config, "platforms.discord")
+        self._token = (cfg.token or os.environ.get("DISCORD_BOT_TOKEN") or "").strip()
         if not self._token:
             raise ValueError("token is not set (put the bot token in DISCORD_BOT_TOKEN)")
-        self.api_base = str(config.get("api_base") or "").rstrip("/")
-        self.gateway_url = str(config.get("gateway_url") or "")
-        self.watchdog_seconds = float(config.get("watchdog_seconds", 120))
-        self.reconnect_base = float(config.get("reconnect_base", 1.0))
-        self.reconnect_cap = float(config.get("reconnect_cap", 60.0))
+        self.api_base = cfg.api_base.rstrip("/")
+        self.gateway_url = cfg.gateway_url
+        self.watchdog_seconds = cfg.watchdog_seconds
+        self.reconnect_base = cfg.reconnect_base
+        self.reconnect_cap = cfg.reconnect_cap
         # how long discord.py waits for the GUILD_CREATEs after READY before it calls us ready
-        self.guild_ready_timeout = float(config.get("guild_ready_timeout", 2.0))
-        self.ignore_bots = bool(config.get("ignore_bots", True))
+        self.guild_ready_timeout = cfg.guild_ready_timeout
+        self.ignore_bots = cfg.ignore_bots
         self.client: _Client | None = None
         self._on_message: MessageHandler | None = None
         self._task: asyncio.Task | None = None
@@ -371,7 +373,8 @@ class DiscordAdapter(PlatformAdapter):
                     message_id=int(reply_to), channel_id=channel.id, fail_if_not_exists=False
                 )
             try:
-                sent = await channel.send(content=chunk, reference=reference)
+                # discord.py takes reference=None as "not a reply"; its stubs do not say so
+                sent = await channel.send(content=chunk, reference=reference)  # type: ignore[arg-type]
             except discord.HTTPException as exc:
                 raise RuntimeError(f"discord send to {channel.id} failed: {exc.status} {exc.text}") from exc
             self._sent_ids.put(sent.id, True)

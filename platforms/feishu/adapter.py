@@ -21,16 +21,18 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Mapping
 
-import lark_oapi as lark
+import lark_oapi as lark  # type: ignore[import-untyped]  # lark-oapi ships no type information
 
 from gateway.source import Platform, SessionSource
 from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, WebhookHandler
 from platforms.feishu.api import FeishuApi, FeishuApiError, resolve_domain
 from platforms.feishu.events import MESSAGE_EVENT, MalformedEvent, message_from_event
+from platforms.feishu.settings import FeishuSettings
 from platforms.feishu.webhook import WebhookKeys, make_handler
 from platforms.feishu.ws import HookedWsClient, WsHooks, WsSession
+from platforms.settings import settings_from
 
 log = logging.getLogger(__name__)
 
@@ -63,35 +65,32 @@ class FeishuAdapter(PlatformAdapter):
     # of that size is still readable on a phone.
     max_message_length = 4000
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any] | FeishuSettings) -> None:
         super().__init__()
-        self.app_id = str(config.get("app_id") or "")
-        app_secret = str(config.get("app_secret") or "")
+        cfg = settings_from(FeishuSettings, config, "platforms.feishu")
+        self.app_id = cfg.app_id
+        app_secret = cfg.app_secret
         if not self.app_id or not app_secret:
             raise ValueError("platforms.feishu needs app_id and app_secret")
-        self.domain = resolve_domain(config.get("domain"))
-        self.mode = str(config.get("mode") or "websocket").lower()
+        self.domain = resolve_domain(cfg.domain)
+        self.mode = cfg.mode.lower()
         if self.mode not in ("websocket", "webhook"):
             raise ValueError(f"platforms.feishu.mode must be websocket or webhook, got {self.mode!r}")
-        self.keys = WebhookKeys(
-            verification_token=str(config.get("verification_token") or ""),
-            encrypt_key=str(config.get("encrypt_key") or ""),
-        )
+        self.keys = WebhookKeys(verification_token=cfg.verification_token, encrypt_key=cfg.encrypt_key)
         if self.mode == "webhook" and not (self.keys.verification_token or self.keys.encrypt_key):
             # an unauthenticated webhook would let anyone on the network talk as any user
             raise ValueError("platforms.feishu webhook mode needs verification_token and/or encrypt_key")
-        self.watchdog_seconds = float(config.get("watchdog_seconds", 300))
-        reaction = config.get("reaction", "OnIt")
-        self.reaction = str(reaction) if reaction else ""
-        self.rich_text = bool(config.get("rich_text", True))
+        self.watchdog_seconds = cfg.watchdog_seconds
+        self.reaction = cfg.reaction
+        self.rich_text = cfg.rich_text
         self._app_secret = app_secret
-        self._backoff = Backoff(float(config.get("backoff_base", 1.0)), float(config.get("backoff_cap", 60.0)))
+        self._backoff = Backoff(cfg.backoff_base, cfg.backoff_cap)
         self.api = FeishuApi(
             self.app_id,
             app_secret,
             self.domain,
-            backoff_base=float(config.get("api_backoff_base", 0.5)),
-            backoff_cap=float(config.get("api_backoff_cap", 30.0)),
+            backoff_base=cfg.api_backoff_base,
+            backoff_cap=cfg.api_backoff_cap,
         )
         self.bot_open_id: str | None = None
         self.bot_name: str | None = None

@@ -40,6 +40,11 @@ class MalformedEvent(ValueError):
     """An event that cannot be turned into a message (logged and skipped by the adapter)."""
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """An optional object of the event (absent or the wrong type: empty)."""
+    return value if isinstance(value, dict) else {}
+
+
 def event_type(payload: dict[str, Any]) -> str | None:
     header = payload.get("header")
     if isinstance(header, dict):
@@ -65,8 +70,8 @@ def message_from_event(
     if not isinstance(event, dict):
         raise MalformedEvent("event body missing")
     message = _dict(event.get("message"), "event.message")
-    sender = event.get("sender") if isinstance(event.get("sender"), dict) else {}
-    sender_ids = sender.get("sender_id") if isinstance(sender.get("sender_id"), dict) else {}
+    sender = _mapping(event.get("sender"))
+    sender_ids = _mapping(sender.get("sender_id"))
 
     message_id = _str(message.get("message_id"), "message.message_id")
     chat_id = _str(message.get("chat_id"), "message.chat_id")
@@ -97,7 +102,7 @@ def message_from_event(
         user_id_alt=sender_ids.get("union_id") or None,
         extra={"sender_type": sender.get("sender_type"), "tenant_key": sender.get("tenant_key")},
     )
-    header = payload.get("header") if isinstance(payload.get("header"), dict) else {}
+    header = _mapping(payload.get("header"))
     return InboundMessage(
         source=source,
         text=text,
@@ -183,7 +188,7 @@ def resolve_mentions(text: str, mentions: list[dict[str, Any]], bot_open_id: str
         key = m.get("key")
         if not isinstance(key, str) or not key:
             continue
-        ids = m.get("id") if isinstance(m.get("id"), dict) else {}
+        ids = _mapping(m.get("id"))
         is_bot = bool(bot_open_id) and ids.get("open_id") == bot_open_id
         mentioned = mentioned or is_bot
         name = "@" + str(m.get("name") or "someone")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from aiohttp import web
-from lark_oapi.core.utils import AESCipher
+from lark_oapi.core.utils import AESCipher  # type: ignore[import-untyped]  # lark-oapi ships no type information
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-import lark_oapi as lark
-import lark_oapi.ws.client as sdk_ws
+import lark_oapi as lark  # type: ignore[import-untyped]  # lark-oapi ships no type information
+import lark_oapi.ws.client as sdk_ws  # type: ignore[import-untyped]  # lark-oapi ships no type information
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import hmac
 import logging
 import re
 import warnings
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from aiohttp import web
 from telegram import BotCommand, ReplyParameters, Update
@@ -45,6 +45,7 @@ from platforms.base import (
     WebhookHandler,
     utf16_length,
 )
+from platforms.settings import settings_from
 from platforms.telegram.calls import (
     brief,
     call_with_retries,
@@ -55,6 +56,7 @@ from platforms.telegram.calls import (
 from platforms.telegram.format import to_markdown_v2
 from platforms.telegram.inbound import message_key, parse_message_key, update_to_inbound
 from platforms.telegram.redact import redact_token
+from platforms.telegram.settings import TelegramSettings
 
 log = logging.getLogger(__name__)
 
@@ -73,31 +75,28 @@ class TelegramAdapter(PlatformAdapter):
     platform = Platform.TELEGRAM
     max_message_length = 4096  # Bot API limit, counted in UTF-16 code units
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any] | TelegramSettings) -> None:
         super().__init__()
-        cfg = {k: v for k, v in (config or {}).items() if v is not None}  # None = use default
-        self.token = str(cfg.get("token") or "").strip()
+        cfg = settings_from(TelegramSettings, config, "platforms.telegram", TelegramConfigError)
+        self.token = cfg.token.strip()
         if not self.token:
             raise TelegramConfigError("platforms.telegram.token is required (from @BotFather)")
         redact_token(self.token)
-        self.base_url = str(cfg.get("base_url") or "https://api.telegram.org/bot")
-        self.base_file_url = str(cfg.get("base_file_url") or "https://api.telegram.org/file/bot")
-        self.webhook_url = cfg.get("webhook_url") or None
-        self.mode = str(cfg.get("mode") or ("webhook" if self.webhook_url else "polling"))
-        self.secret_token = cfg.get("secret_token") or None
+        self.base_url = cfg.base_url or "https://api.telegram.org/bot"
+        self.base_file_url = cfg.base_file_url or "https://api.telegram.org/file/bot"
+        self.webhook_url = cfg.webhook_url or None
+        self.mode = cfg.effective_mode
+        self.secret_token = cfg.secret_token or None
         if self.secret_token:
             redact_token(str(self.secret_token))  # the SDK logs setWebhook parameters at DEBUG
-        try:
-            self.poll_timeout = int(cfg.get("poll_timeout", 30))
-            self.watchdog_seconds = float(cfg.get("watchdog_seconds", 120))
-            self.reconnect_base = float(cfg.get("reconnect_base", 1.0))
-            self.reconnect_cap = float(cfg.get("reconnect_cap", 60.0))
-            self.send_attempts = int(cfg.get("send_attempts", 4))
-            self.max_retry_after = float(cfg.get("max_retry_after", 60))
-            self.request_timeout = float(cfg.get("request_timeout", 10))
-            self.webhook_check_seconds = float(cfg.get("webhook_check_seconds", max(1.0, self.watchdog_seconds / 4)))
-        except (TypeError, ValueError) as exc:
-            raise TelegramConfigError(f"platforms.telegram: a numeric option is not a number ({exc})") from None
+        self.poll_timeout = cfg.poll_timeout
+        self.watchdog_seconds = cfg.watchdog_seconds
+        self.reconnect_base = cfg.reconnect_base
+        self.reconnect_cap = cfg.reconnect_cap
+        self.send_attempts = cfg.send_attempts
+        self.max_retry_after = cfg.max_retry_after
+        self.request_timeout = cfg.request_timeout
+        self.webhook_check_seconds = cfg.webhook_check_seconds or max(1.0, self.watchdog_seconds / 4)
         self._validate()
 
         self._app: Application | None = None

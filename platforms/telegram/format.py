@@ -130,7 +130,7 @@ def _render(m: re.Match[str], active: frozenset[str]) -> str:
         label = convert_inline(m.group("link_text"), active | {"link"})
         return "[" + label + "](" + escape_url(m.group("link_url")) + ")"
     style, marker = _STYLE[kind or "bold"]
-    body = m.group(kind + "_body")
+    body = m.group((kind or "bold") + "_body")
     inner = convert_inline(body, active | {style})
     if style in active:
         return inner

@@ -20,7 +20,7 @@ PACKAGES = ("gateway", "platforms", "agent", "tools")
 # Floors from the ground up. A unit may import itself, and any unit on a LOWER floor, except where
 # NARROWER says otherwise. Units on the same floor do not import each other.
 FLOORS: list[tuple[str, ...]] = [
-    ("gateway.source", "gateway.errors"),
+    ("gateway.source", "gateway.errors", "gateway.envvars"),
     ("gateway.storage", "platforms"),
     ("gateway.db",),
     ("gateway.sessions",),
@@ -37,7 +37,7 @@ FLOORS: list[tuple[str, ...]] = [
 # Units whose reach is narrower than "everything below" (DESIGN §2).
 NARROWER: dict[str, set[str]] = {
     # the storage floor imports nothing above it
-    "gateway.storage": {"gateway.source", "gateway.errors"},
+    "gateway.storage": {"gateway.source", "gateway.errors", "gateway.envvars"},
     # platforms/ knows only gateway.source and the adapter contract
     "platforms": {"gateway.source", "gateway.errors"},
     # agent/ and tools/ reach sessions only through the storage face
@@ -48,7 +48,7 @@ NARROWER: dict[str, set[str]] = {
 # A platform SDK is imported only inside its adapter package; the storage floor imports no SDK.
 SDKS = {"telegram": "platforms.telegram", "lark_oapi": "platforms.feishu", "discord": "platforms.discord"}
 NO_SDK_UNITS = {"gateway.storage", "gateway.db", "gateway.source", "gateway.errors"}
-ANY_SDK = ("telegram", "lark_oapi", "discord", "openai", "aiohttp", "httpx", "yaml")
+ANY_SDK = ("telegram", "lark_oapi", "discord", "openai", "aiohttp", "httpx")
 
 
 def module_name(path: Path) -> str:

@@ -167,9 +167,10 @@ class GatewayRunner:
             return
         lane = self.lanes.get(key)
         if lane is None:
-            if source.platform is Platform.LOCAL:
-                # The terminal is one person's typing (or a piped script): every line is answered,
-                # in order, with nothing dropped and no acknowledgements in between.
+            adapter = self.adapters.get(platform)
+            if adapter is not None and adapter.answers_in_order:
+                # One person's typing (or a piped script): every line is answered, in order, with
+                # nothing dropped and no acknowledgements in between.
                 lane = ChatLane(
                     key,
                     self,

@@ -244,7 +244,7 @@ def build_runner(
     cache = AgentCache(limits.max_agents, ttl, clock=clock)
     # A session with a turn running is "busy": the store does not reset it under the turn.
     store.is_busy = cache.is_running
-    access = AccessControl.from_config(config.platforms)
+    access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
     outbound = Outbound(adapters, metrics)
     turns = TurnRunner(
         cache=cache,

@@ -45,6 +45,8 @@ class ChatAdapter(PlatformAdapter):
     ) -> None:
         super().__init__()
         self.platform = Platform(platform)
+        # Standing in for the terminal, it has the terminal's traits (platforms.local).
+        self.answers_in_order = self.operator_is_admin = self.platform is Platform.LOCAL
         self.max_message_length = max_message_length
         self.send_delay = send_delay
         self.on_message: MessageHandler | None = None

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gateway.db import SessionDB, TitleTaken, UnknownSession, new_session_id
+from gateway.storage.events import KeyChanged, KeyDeleted, MessageAppended, SessionDeleted, SessionRewritten
 from gateway.storage.schema import MIGRATIONS, SCHEMA_VERSION, SchemaTooNew, _statements
 
 
@@ -299,10 +300,11 @@ def test_key_entries_and_commit_events(db):
     entry = db.get_key_entry("agent:main:local:dm:me")
     assert entry["session_id"] == "s" and entry["origin"] == {"platform": "local"}
     mid = db.append_message("s", "user", "hi")
-    kinds = [k for k, _ in events]
-    assert kinds == ["session", "key", "message"] and events[-1][1]["id"] == mid
+    kinds = [type(e) for e in events]  # a session row change has no event: no mirror shows it
+    assert kinds == [KeyChanged, MessageAppended] and events[-1].message_id == mid
+    assert events[0].entry == entry and events[-1].row["content"] == "hi"
     db.delete_key_entry("agent:main:local:dm:me")
-    assert db.list_key_entries() == [] and events[-1][0] == "key_deleted"
+    assert db.list_key_entries() == [] and events[-1] == KeyDeleted("agent:main:local:dm:me")
 
 
 def test_a_key_and_its_session_in_one_read(db):
@@ -350,11 +352,11 @@ def test_import_and_delete_tell_the_mirrors(db):
         "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "active": 0}],
     }
     db.import_records([record])
-    assert ("rewrite", {"session_id": "i1"}) in events  # hidden flags reach the transcript
+    assert SessionRewritten("i1") in events  # hidden flags reach the transcript
     db.set_key_entry("k", "i1")
     events.clear()
     db.delete_session("i1")
-    assert ("key_deleted", {"session_key": "k"}) in events and ("session_deleted", {"id": "i1"}) in events
+    assert KeyDeleted("k") in events and SessionDeleted("i1") in events
 
 
 async def test_move_key_is_one_transaction(db):

@@ -204,10 +204,10 @@ class SessionDB:
     def delete_session(self, session_id: str) -> bool:
         return self.write(retention.op_delete(session_id))
 
-    def idle_sessions(self, older_than_days: float, keep: Iterable[str] = ()) -> list[str]:
-        """What `prune` would delete now: sessions idle for longer, except those in `keep`."""
-        idle = queries.idle_sessions(self._reader(), retention.prune_cutoff(older_than_days))
-        return [sid for batch in retention.prune_batches(idle, keep) for sid in batch]
+    def idle_sessions(self, older_than_days: float) -> list[str]:
+        """Sessions idle for longer than that, longest idle first: what `prune` would delete (but
+        for those it is told to keep)."""
+        return queries.idle_sessions(self._reader(), retention.prune_cutoff(older_than_days))
 
     def prune(
         self, older_than_days: float, keep: Iterable[str] = (), *, stop: Callable[[], bool] = lambda: False

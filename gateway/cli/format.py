@@ -65,6 +65,14 @@ def ago(ts: float | None, now: float | None = None) -> str:
     return "just now"
 
 
+def worth_telling(total: int, stream: IO[str] | None = None, min_items: int = 500) -> bool:
+    """Whether a job of `total` items earns progress output on `stream` (default stderr): always on
+    a terminal; elsewhere (logs, CI, tests) only for jobs of `min_items` or more."""
+    stream = stream if stream is not None else sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    return total > 0 and (bool(isatty and isatty()) or total >= min_items)
+
+
 class Progress:
     """A small progress bar on stderr.
 
@@ -77,7 +85,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", None)
         self.tty = bool(isatty and isatty())
-        self.enabled = self.total > 0 and (self.tty or self.total >= min_items)
+        self.enabled = worth_telling(self.total, self.stream, min_items)
         self.done = 0
         self._last_draw = 0.0
         self._last_decile = -1

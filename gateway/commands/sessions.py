@@ -11,11 +11,10 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from gateway.commands.table import label as _label
-from gateway.commands.table import title_taken
 from gateway.commands.table import when as _when
-from gateway.db import sanitize_title
+from gateway.db import TitleTaken, sanitize_title
 from gateway.recall.rank import find_sessions, recent_sessions
-from gateway.sessions.access import may_see_session
+from gateway.sessions.access import may_see_session, title_refusal
 
 if TYPE_CHECKING:
     from gateway.commands.table import CommandContext
@@ -32,10 +31,19 @@ def _one_line(text: str | None, limit: int = SNIPPET_CHARS) -> str:
 async def cmd_new(ctx: "CommandContext") -> str:
     runner = ctx.runner
     title = sanitize_title(ctx.args) if ctx.args else None
-    if title and await asyncio.to_thread(title_taken, runner.db, title):
-        return f"Another conversation is already titled “{title}”. Pick a different title, or /resume {title}."
     old = ctx.existing()
-    entry = await runner.store.reset(ctx.source, reason="new", title=title)
+    try:
+        entry = await runner.store.reset(ctx.source, reason="new", title=title)
+    except TitleTaken as exc:  # nothing changed
+        return await asyncio.to_thread(
+            title_refusal,
+            runner.db,
+            exc,
+            ctx.source,
+            is_admin=ctx.is_admin,
+            single_owner=runner.single_owner,
+            resume_hint=True,
+        )
     if old is not None:
         await runner.forget(old.session_id)
     text = f"Started a new conversation{f' “{title}”' if title else ''}."

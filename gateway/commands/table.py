@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from gateway.db import TitleTaken, UnknownSession, sanitize_title
+from gateway.db import TitleTaken, UnknownSession
+from gateway.sessions.access import title_refusal
 from gateway.source import SessionSource, describe_session_key
 from platforms.base import InboundMessage
 
@@ -93,17 +94,6 @@ class Command:
     immediate: bool = False  # read-only: answered at once even while a turn runs
 
 
-def title_taken(db, title: str, except_id: str | None = None) -> bool:
-    """Another session has this title in any letter case. (`/resume <title>` matches case-insensitively,
-    so "Trip" and "trip" on two sessions would make one of them unreachable by title.)"""
-    row = db.read(
-        lambda conn: conn.execute(
-            "SELECT 1 FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
-        ).fetchone()
-    )
-    return row is not None
-
-
 def when(ts: float | None) -> str:
     if not ts:
         return "never"
@@ -145,14 +135,12 @@ async def cmd_title(ctx: CommandContext) -> str:
                 "easy to /resume."
             )
         )
-    wanted = sanitize_title(ctx.args)
-    taken = f"Another conversation is already titled “{wanted}”. Pick a different title."
-    if wanted and await asyncio.to_thread(title_taken, db, wanted, entry.session_id):
-        return taken
     try:
-        clean = await asyncio.to_thread(db.set_title, entry.session_id, wanted)
-    except TitleTaken:
-        return taken
+        clean = await asyncio.to_thread(db.set_title, entry.session_id, ctx.args)
+    except TitleTaken as exc:
+        return await asyncio.to_thread(
+            title_refusal, db, exc, ctx.source, is_admin=ctx.is_admin, single_owner=ctx.runner.single_owner
+        )
     except ValueError as exc:
         return f"That title can't be used: {exc}"
     if not clean:

@@ -27,7 +27,7 @@ from gateway.storage import queries, retention, rows, search, transfer
 from gateway.storage.events import CommitEvent, WriteOp
 from gateway.storage.queries import Session
 from gateway.storage.rows import MAX_CONTENT_CHARS, PREVIEW_CHARS, mark_seen, sanitize_title
-from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, is_visible, migrate
+from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, is_visible, migrate, visible_sql
 from gateway.storage.writer import Checkpointer, CommitListener, GroupCommitWriter
 
 __all__ = [
@@ -44,7 +44,9 @@ __all__ = [
     "PREVIEW_CHARS",
     "ROLES",
     "VISIBLE",
+    "visible_sql",
     "is_visible",
+    "IN_CONVERSATION",
 ]
 
 T = TypeVar("T")

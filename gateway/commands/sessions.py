@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gateway.commands.table import label as _label
 from gateway.commands.table import when as _when
-from gateway.db import TitleTaken, sanitize_title
+from gateway.db import VISIBLE, TitleTaken, sanitize_title
 from gateway.recall.rank import find_sessions, recent_sessions
 from gateway.sessions.access import may_see_session, title_refusal
 
@@ -211,7 +211,7 @@ def _answers(db, best: list[list[int]]) -> list[str | None]:
                 continue
             reply = conn.execute(
                 "SELECT content FROM messages WHERE session_id = ? AND id > ? AND role = 'assistant' "
-                "AND content IS NOT NULL AND content != '' AND (active = 1 OR compacted = 1) ORDER BY id LIMIT 1",
+                f"AND content IS NOT NULL AND content != '' AND {VISIBLE} ORDER BY id LIMIT 1",
                 (row[0], ids[0]),
             ).fetchone()
             out.append(reply[0] if reply else None)

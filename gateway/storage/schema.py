@@ -45,12 +45,13 @@ MESSAGE_FIELDS = (
 IN_CONVERSATION = "active = 1"
 # - visible (findable by search and recall, shown in transcripts): what was said and kept; compacted
 #   and retried-away messages stay visible, what /undo took back does not.
-VISIBLE = "(active = 1 OR compacted = 1)"
+_VISIBLE = "({t}active = 1 OR {t}compacted = 1)"
+VISIBLE = _VISIBLE.format(t="")
 
 
 def visible_sql(alias: str = "") -> str:
-    """VISIBLE for a query where the messages table is `alias` (e.g. "m")."""
-    return VISIBLE.replace("active", f"{alias}.active").replace("compacted", f"{alias}.compacted") if alias else VISIBLE
+    """VISIBLE for a query where the messages table is called `alias` (e.g. "m")."""
+    return _VISIBLE.format(t=f"{alias}." if alias else "")
 
 
 def is_visible(message: Mapping[str, Any]) -> bool:

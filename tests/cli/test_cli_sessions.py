@@ -421,3 +421,15 @@ def test_case_duplicate_titles_are_made_unique_losing_nothing(capsys, home):
         assert taken.value.holder == "a"
     rc, _, err = run(capsys, home, "rename", "e", "TRIP #3")
     assert rc == 2 and err == "rename: title 'TRIP #3' is already used by session b\n"
+
+
+def test_list_and_search_count_the_same_messages(capsys, home, seeded):
+    with SessionDB(home / "state.db") as db:  # a retried reply: out of the conversation, still findable
+        q = db.append_message(seeded["deploy"], "user", "and the deploy to production?", user_id="u1")
+        db.append_message(seeded["deploy"], "assistant", "the same deploy target, with prod")
+        db.supersede_after(seeded["deploy"], q)
+    rc, out, _ = run(capsys, home, "list", "--json")
+    listed = {r["id"]: r["message_count"] for r in json.loads(out)}
+    rc, out, _ = run(capsys, home, "search", "deploy", "production", "--json")
+    found = {h["session_id"]: h["message_count"] for h in json.loads(out)}
+    assert found == {seeded["deploy"]: listed[seeded["deploy"]]} and listed[seeded["deploy"]] == 5

@@ -167,7 +167,8 @@ async def compress_session(
 
     child = new_session_id()
     title = session.get("title")
-    fields = {k: session[k] for k in _CARRIED if session.get(k) is not None}
+    row: dict[str, Any] = dict(session)  # the carried columns, picked by name
+    fields = {k: row[k] for k in _CARRIED if row.get(k) is not None}
     fields["model"] = settings.name
     new_title = await asyncio.to_thread(db.next_lineage_title, title) if title else None
     await db.acreate_session(child, session["source"], parent_session_id=session_id, title=new_title, **fields)

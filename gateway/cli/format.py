@@ -36,13 +36,13 @@ def pad(text: str, cols: int) -> str:
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], max_widths: Sequence[int] | None = None) -> str:
     """A plain aligned table. The last column takes what is left of the terminal width."""
-    rows = [["" if v is None else str(v) for v in row] for row in rows]
+    text: list[list[str]] = [["" if v is None else str(v) for v in row] for row in rows]
     n = len(headers)
     limits = list(max_widths or [60] * n)
     term = shutil.get_terminal_size((120, 24)).columns
-    fixed = sum(min(limits[i], max([width(headers[i])] + [width(r[i]) for r in rows])) + 2 for i in range(n - 1))
+    fixed = sum(min(limits[i], max([width(headers[i])] + [width(r[i]) for r in text])) + 2 for i in range(n - 1))
     limits[-1] = max(20, min(limits[-1], term - fixed))
-    cells = [[clip(v, limits[i]) for i, v in enumerate(row)] for row in rows]
+    cells = [[clip(v, limits[i]) for i, v in enumerate(row)] for row in text]
     cols = [max([width(headers[i])] + [width(r[i]) for r in cells]) for i in range(n)]
     lines = ["  ".join(pad(h, cols[i]) for i, h in enumerate(headers)).rstrip()]
     lines += ["  ".join(pad(c, cols[i]) for i, c in enumerate(row)).rstrip() for row in cells]

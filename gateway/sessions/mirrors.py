@@ -473,7 +473,7 @@ class Mirrors:
                 path.unlink(missing_ok=True)
                 report.files_removed += 1
                 return
-            have = Counter()
+            have: Counter[bytes] = Counter()
             if current:
                 pieces = current.split(b"\n")
                 have.update(p + b"\n" for p in pieces[:-1])

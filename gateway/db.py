@@ -255,11 +255,6 @@ class SessionDB:
     ) -> None:
         self.write(rows.op_set_key(session_key, session_id, origin, reason))
 
-    async def aset_key_entry(
-        self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
-    ) -> None:
-        await self.awrite(rows.op_set_key(session_key, session_id, origin, reason))
-
     async def amove_key(
         self,
         session_key: str,
@@ -393,14 +388,6 @@ class SessionDB:
     def get_lineage(self, session_id: str) -> list[str]:
         """The whole chain `session_id` belongs to: its root and every descendant, root first."""
         return queries.chain_of(self._reader(), session_id)
-
-    def title_exists(self, title: str) -> bool:
-        """Some session has this title, in any letter case."""
-        return queries.title_exists(self._reader(), title)
-
-    def title_holder(self, title: str, except_id: str | None = None) -> str | None:
-        """The session (other than `except_id`) that has this title in any letter case."""
-        return queries.title_holder(self._reader(), title, except_id)
 
     def next_lineage_title(self, title: str) -> str:
         """ "x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""

@@ -207,16 +207,12 @@ def title_holder(conn: sqlite3.Connection, title: str, except_id: str | None = N
     return row[0] if row else None
 
 
-def title_exists(conn: sqlite3.Connection, title: str) -> bool:
-    return title_holder(conn, title) is not None
-
-
 def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
     """ "x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
     m = re.fullmatch(r"(.*?) #(\d+)", title.strip())
     base, n = (m.group(1), int(m.group(2)) + 1) if m else (title.strip(), 2)
     base = base[: TITLE_MAX - 8]
-    while title_exists(conn, f"{base} #{n}"):
+    while title_holder(conn, f"{base} #{n}") is not None:
         n += 1
     return f"{base} #{n}"
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gateway.db import SessionDB, TitleTaken, UnknownSession, new_session_id
+from gateway.errors import ImportRecordError
 from gateway.storage.events import KeyChanged, KeyDeleted, MessageAppended, SessionDeleted, SessionRewritten
 from gateway.storage.schema import MIGRATIONS, SCHEMA_VERSION, SchemaTooNew, _statements
 
@@ -414,3 +415,29 @@ def test_an_op_failing_midway_leaves_nothing_and_its_batch_commits(db):
     assert isinstance(outcome["bad"], ValueError)
     rows = db.read(lambda c: [r[0] for r in c.execute("SELECT event_id FROM processed_events WHERE platform = 't'")])
     assert sorted(rows) == ["a", "b"]
+
+
+def test_a_title_is_taken_in_any_letter_case(db):
+    db.create_session("a", "local", title="Trip")
+    db.create_session("b", "local")
+    for attempt in (lambda: db.set_title("b", "tRIP"), lambda: db.create_session("c", "local", title="TRIP")):
+        with pytest.raises(TitleTaken) as taken:
+            attempt()
+        assert taken.value.holder == "a" and taken.value.title.lower() == "trip"
+    assert db.get_session("c") is None
+    assert db.set_title("a", "TRIP") == "TRIP"  # its own title in another case is no clash
+    assert db.next_lineage_title("trip") == "trip #2"
+
+
+def test_import_checks_records_with_the_format_validator(db):
+    with pytest.raises(ImportRecordError, match=r"record 1: session.id '../../etc/x' may only hold") as bad:
+        db.import_records([{"session": {"id": "../../etc/x", "source": "local"}, "messages": []}])
+    assert bad.value.record == 1 and isinstance(bad.value, ValueError) and db.count_sessions() == 0
+    with pytest.raises(ImportRecordError, match="record 2: message 1: content must be str or null"):
+        db.import_records(
+            [
+                {"session": {"id": "ok", "source": "local"}},
+                {"session": {"id": "x", "source": "local"}, "messages": [{"role": "user", "content": 5}]},
+            ]
+        )
+    assert db.count_sessions() == 0

@@ -134,9 +134,11 @@ class SessionDB:
         finally:
             conn.execute("COMMIT")
 
-    async def aread(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Await any read method in a worker thread: `await db.aread("get_session", sid)`."""
-        return await asyncio.to_thread(getattr(self, method), *args, **kwargs)
+    async def aread(self, read: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Await a read in a worker thread: a bound method (`await db.aread(db.get_session, sid)`,
+        which type checkers can follow) or, as callers did before, its name (`"get_session"`)."""
+        fn = getattr(self, read) if isinstance(read, str) else read
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     def write(self, op: WriteOp[T]) -> T:
         """Run op(conn, events) in the writer's transaction; return once committed."""

@@ -360,6 +360,12 @@ def test_import_and_delete_tell_the_mirrors(db):
     assert KeyDeleted("k") in events and SessionDeleted("i1") in events
 
 
+async def test_reads_are_awaited_by_method_or_by_name(db):
+    db.create_session("s", "local", title="read me")
+    assert (await db.aread(db.get_session, "s"))["title"] == "read me"
+    assert await db.aread("find_session", "READ ME") == db.get_session("s")
+
+
 async def test_move_key_is_one_transaction(db):
     await db.amove_key("k", "s1", {"platform": "local"}, "created", create=("local", {"title": "taken"}))
     entry = await db.amove_key("k", "s2", None, "new", create=("local", {}), end_previous="s1")

@@ -28,6 +28,7 @@ from typing import Any, Iterable
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
 from agent.tools import Tool, ToolContext
 from agent.transcript import RECAP, Rendered, render
+from gateway.db import is_visible
 from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def _visible_lineage_messages(db: Any, root: str) -> list[dict[str, Any]]:
         if session is None or session.get("source") in HIDDEN_SOURCES:
             continue
         for row in db.get_messages(sid, include_inactive=True):
-            if row.get("active") or row.get("compacted"):
+            if is_visible(row):
                 out.append(row)
     return out
 

@@ -138,17 +138,6 @@ class Command:
     immediate: bool = False  # read-only: answered at once even while a turn runs
 
 
-def title_taken(db: SessionDB, title: str, except_id: str | None = None) -> bool:
-    """Another session has this title in any letter case. (`/resume <title>` matches case-insensitively,
-    so "Trip" and "trip" on two sessions would make one of them unreachable by title.)"""
-    row = db.read(
-        lambda conn: conn.execute(
-            "SELECT 1 FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
-        ).fetchone()
-    )
-    return row is not None
-
-
 def when(ts: float | None) -> str:
     if not ts:
         return "never"

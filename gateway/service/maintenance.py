@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from gateway.db import SessionDB
-from gateway.storage import retention
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +27,12 @@ class MaintenanceReport:
 def run_maintenance(
     db: SessionDB, retention_days: float, stop: Callable[[], bool] = lambda: False
 ) -> MaintenanceReport:
+    forgotten = db.forget_seen_events()
     deleted = 0
     if retention_days > 0:
         current = {entry["session_id"] for entry in db.list_key_entries()}
-        deleted = retention.prune(db, retention_days, keep=current, stop=stop)
-    return MaintenanceReport(retention.forget_seen_events(db), deleted)
+        deleted = db.prune(retention_days, keep=current, stop=stop)
+    return MaintenanceReport(forgotten, deleted)
 
 
 class Maintenance:

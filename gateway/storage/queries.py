@@ -1,20 +1,49 @@
 """Read queries over the schema, as plain SQL functions of a connection: session and key rows,
 finding a session by what a person types, listing, lineage chains and their titles, and stats.
-`SessionDB` calls them on its per-thread read connection."""
+`SessionDB` calls them on its per-thread read connection.
+
+A session row crosses floors as `Session`, a TypedDict: still the plain dict §10 callers index,
+with one set of key names (the table's columns) wherever it comes from.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 import sqlite3
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict, cast
 
 from gateway.storage.schema import SCHEMA_VERSION, TITLE_MAX
 
 
-def session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
+class Session(TypedDict):
+    """A row of `sessions`."""
+
+    id: str
+    source: str
+    user_id: str | None
+    session_key: str | None
+    chat_id: str | None
+    chat_type: str | None
+    chat_name: str | None
+    thread_id: str | None
+    user_name: str | None
+    model: str | None
+    title: str | None
+    parent_session_id: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    last_active_at: float
+    message_count: int  # messages in the conversation (schema.IN_CONVERSATION)
+    input_tokens: int
+    output_tokens: int
+    preview: str | None
+
+
+def session_row(conn: sqlite3.Connection, session_id: str) -> Session | None:
     row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    return dict(row) if row else None
+    return cast(Session, dict(row)) if row else None
 
 
 def _key_entry(row: sqlite3.Row | dict) -> dict:
@@ -62,8 +91,10 @@ def key_rows(conn: sqlite3.Connection) -> list[dict]:
     return [_key_entry(row) for row in conn.execute("SELECT * FROM session_keys ORDER BY session_key")]
 
 
-def find_session(conn: sqlite3.Connection, ref: str) -> dict | None:
-    """An exact id, a unique id prefix (>= 6 characters), or an exact title (any case)."""
+def find_session(conn: sqlite3.Connection, ref: str) -> Session | None:
+    """An exact id, a unique id prefix (>= 6 characters), or a title: the exact title first, then
+    the same title in another letter case (titles are unique in any case; the exact match comes first
+    for a database that held case-duplicates before they were made unique)."""
     ref = (ref or "").strip()
     if not ref:
         return None
@@ -74,7 +105,10 @@ def find_session(conn: sqlite3.Connection, ref: str) -> dict | None:
         ids = conn.execute("SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")).fetchall()
         if len(ids) == 1:
             return session_row(conn, ids[0][0])
-    hit = conn.execute("SELECT id FROM sessions WHERE title = ? COLLATE NOCASE LIMIT 1", (ref,)).fetchone()
+    hit = conn.execute(
+        "SELECT id FROM sessions WHERE title = ? COLLATE NOCASE ORDER BY title = ? COLLATE BINARY DESC, started_at LIMIT 1",
+        (ref, ref),
+    ).fetchone()
     return session_row(conn, hit[0]) if hit else None
 
 
@@ -86,7 +120,7 @@ def list_sessions(
     offset: int = 0,
     exclude_sources: Iterable[str] | None = None,
     titled_only: bool = False,
-) -> list[dict]:
+) -> list[Session]:
     """By last activity. `user_id`: sessions the person started or took part in."""
     where, params = [], []
     if source:
@@ -102,13 +136,30 @@ def list_sessions(
     if titled_only:
         where.append("s.title IS NOT NULL")
     sql = (
-        "SELECT s.id, s.title, s.source, s.user_id, s.session_key, s.chat_type, s.chat_name, "
-        "s.started_at, s.last_active_at, s.ended_at, s.end_reason, s.message_count, s.preview, "
-        "s.parent_session_id FROM sessions s"
+        "SELECT s.* FROM sessions s"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY s.last_active_at DESC, s.id DESC LIMIT ? OFFSET ?"
     )
-    return [dict(r) for r in conn.execute(sql, [*params, int(limit), int(offset)])]
+    return [cast(Session, dict(r)) for r in conn.execute(sql, [*params, int(limit), int(offset)])]
+
+
+def count_by_source(conn: sqlite3.Connection) -> dict[str, int]:
+    """Sessions per platform, most first."""
+    return dict(conn.execute("SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY 2 DESC").fetchall())
+
+
+def session_ids(conn: sqlite3.Connection, source: str | None = None) -> list[str]:
+    """Every session id (of one platform), oldest first."""
+    sql, params = "SELECT id FROM sessions", []
+    if source:
+        sql, params = sql + " WHERE source = ?", [str(getattr(source, "value", source))]
+    return [r[0] for r in conn.execute(sql + " ORDER BY started_at, id", params)]
+
+
+def idle_sessions(conn: sqlite3.Connection, cutoff: float) -> list[str]:
+    """Sessions whose last activity is before `cutoff` (epoch seconds), longest idle first."""
+    rows = conn.execute("SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,))
+    return [r[0] for r in rows]
 
 
 def children(conn: sqlite3.Connection, session_id: str) -> list[str]:
@@ -146,8 +197,14 @@ def chain_of(conn: sqlite3.Connection, session_id: str) -> list[str]:
     return chain
 
 
-def title_exists(conn: sqlite3.Connection, title: str) -> bool:
-    return bool(conn.execute("SELECT 1 FROM sessions WHERE title = ?", (title,)).fetchone())
+def title_holder(conn: sqlite3.Connection, title: str, except_id: str | None = None) -> str | None:
+    """THE title rule: the session (other than `except_id`) that has `title` in any letter case, so
+    that a title typed to /resume or the CLI names one session. The unique index on
+    sessions(title COLLATE NOCASE) enforces the same rule on every write."""
+    row = conn.execute(
+        "SELECT id FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
+    ).fetchone()
+    return row[0] if row else None
 
 
 def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
@@ -155,7 +212,7 @@ def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
     m = re.fullmatch(r"(.*?) #(\d+)", title.strip())
     base, n = (m.group(1), int(m.group(2)) + 1) if m else (title.strip(), 2)
     base = base[: TITLE_MAX - 8]
-    while title_exists(conn, f"{base} #{n}"):
+    while title_holder(conn, f"{base} #{n}") is not None:
         n += 1
     return f"{base} #{n}"
 

@@ -50,7 +50,7 @@ def test_forgetting_is_done_in_batches(db, monkeypatch):
         seen_at(db, f"old-{i}", EVENT_TTL_SECONDS + 60)
     seen_at(db, "recent", 60)
     commits = db.commit_stats[0]
-    assert retention.forget_seen_events(db) == 10
+    assert db.forget_seen_events() == 10
     assert db.commit_stats[0] - commits == 4  # 3 + 3 + 3 + 1: chats can write between them
     assert db.is_event_seen("feishu", "recent")
 

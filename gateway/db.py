@@ -20,9 +20,11 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
 from gateway.storage import queries, retention, search, transfer
+from gateway.storage.connect import connect as _connect
 from gateway.storage.fts import ident_text, index_text
+from gateway.storage.indexer import INDEXER_EVENTS, DeferredIndex, run_catch_up
 from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, SchemaTooNew, migrate
-from gateway.storage.writer import Checkpointer, CommitListener, GroupCommitWriter
+from gateway.storage.writer import CommitListener, GroupCommitWriter, wal_file_bytes
 
 __all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_session_id"]
 
@@ -52,20 +54,6 @@ def sanitize_title(title: str | None) -> str | None:
     return text or None
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-    conn.row_factory = sqlite3.Row
-    for pragma in (
-        "busy_timeout = 30000",
-        "foreign_keys = ON",
-        "synchronous = FULL",  # WAL + FULL: a committed append survives power loss
-        "cache_size = -32000",
-        "temp_store = MEMORY",
-    ):
-        conn.execute(f"PRAGMA {pragma}")
-    return conn
-
-
 def mark_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
     """Remember an inbound event id (in the caller's transaction); True if it was new."""
     return (
@@ -84,7 +72,8 @@ def _json_or_none(value: Any) -> str | None:
 
 
 class SessionDB:
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, **writer_options: Any) -> None:
+        """`writer_options`: GroupCommitWriter's `checkpoint_bytes` and `idle_seconds`."""
         self.path = os.fspath(path)
         if self.path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
@@ -92,27 +81,28 @@ class SessionDB:
         try:
             setup.execute("PRAGMA journal_mode = WAL")
             migrate(setup, path=self.path)
+            run_catch_up(setup)  # messages a crash left unindexed (gateway/storage/indexer.py)
         finally:
             setup.close()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._writer = GroupCommitWriter(self._writer_connection)
-        self._checkpointer = Checkpointer(lambda: _connect(self.path))
+        self._index = DeferredIndex()
+        self._writer = GroupCommitWriter(lambda: _connect(self.path), **writer_options)
+        self._writer.add_listener(self._index.on_commit)
+        self._writer.add_upkeep(self._index.upkeep)
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------------------------
-    def _writer_connection(self) -> sqlite3.Connection:
-        conn = _connect(self.path)
-        conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer thread does it, off the commit path
-        return conn
+    def wal_bytes(self) -> int:
+        """Size of the write-ahead log file (the writer keeps it bounded)."""
+        return wal_file_bytes(self.path) if self.path != ":memory:" else 0
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._writer.close()
-        self._checkpointer.close()
         with self._readers_lock:
             for conn in self._readers:
                 try:
@@ -138,7 +128,10 @@ class SessionDB:
         return conn
 
     def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run fn(conn) on this thread's read connection, in one snapshot."""
+        """Run fn(conn) on this thread's read connection, in one snapshot, in which every message
+        committed so far is searchable."""
+        if self._index.needed and threading.current_thread() is not self._writer.thread:
+            self.write(self._index.catch_up)
         conn = self._reader()
         conn.execute("BEGIN")
         try:
@@ -158,7 +151,12 @@ class SessionDB:
         return await self._writer.submit_async(op)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
-        self._writer.add_listener(listener)
+        def public(events: list) -> None:  # the indexer's own events stay between it and the writer
+            shown = [event for event in events if event[0] not in INDEXER_EVENTS]
+            if shown:
+                listener(shown)
+
+        self._writer.add_listener(public)
 
     @property
     def commit_stats(self) -> tuple[int, int]:
@@ -296,10 +294,7 @@ class SessionDB:
                 (session_id, role, content, *row.values()),
             )
             message_id = cur.lastrowid
-            if words:
-                conn.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)", (message_id, words))
-            if idents:
-                conn.execute("INSERT INTO messages_ident (rowid, content) VALUES (?, ?)", (message_id, idents))
+            events.append(("index", (message_id, words, idents)))  # indexed in batches: storage/indexer.py
             if role == "user" and row["user_id"]:
                 conn.execute(
                     "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
@@ -590,4 +585,4 @@ class SessionDB:
         return self._reader().execute("SELECT COUNT(*) FROM messages").fetchone()[0]
 
     def stats(self) -> dict:
-        return {"path": self.path, **queries.stats(self._reader())}
+        return {"path": self.path, **queries.stats(self._reader()), "wal_bytes": self.wal_bytes()}

@@ -98,6 +98,17 @@ class SessionDB:
         """Size of the write-ahead log file (the writer keeps it bounded)."""
         return wal_file_bytes(self.path) if self.path != ":memory:" else 0
 
+    def wal_stats(self) -> dict:
+        """The log file's size now, and what the writer did with it (gateway/storage/writer.py)."""
+        w = self._writer
+        return {
+            "wal_bytes": self.wal_bytes(),
+            "wal_peak_bytes": w.wal_peak_bytes,
+            "wal_written_bytes": w.wal_written_bytes,
+            "checkpoints": w.checkpoints,
+            "checkpoints_busy": w.checkpoints_busy,
+        }
+
     def close(self) -> None:
         if self._closed:
             return

@@ -66,7 +66,8 @@ class _LoopSlot:
     __slots__ = ("loop", "future", "outcome")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future) -> None:
-        self.loop, self.future, self.outcome = loop, future, None
+        self.loop, self.future = loop, future
+        self.outcome: tuple[Any, BaseException | None] | None = None
 
     def set_running_or_notify_cancel(self) -> bool:
         return not self.future.cancelled()  # a cancel racing this is handled when settling
@@ -83,7 +84,7 @@ class _LoopSlot:
 
 def _settle(slots: list[_LoopSlot]) -> None:
     for slot in slots:
-        if not slot.future.done():
+        if not slot.future.done() and slot.outcome is not None:
             result, exc = slot.outcome
             if exc is not None:
                 slot.future.set_exception(exc)
@@ -110,17 +111,24 @@ class WalFile:
         except FileNotFoundError:
             return 0
 
-    def log_bytes(self) -> int:
-        """Bytes of log the next checkpoint has to deal with (the file size if unreadable)."""
+    def position(self) -> tuple[int, int] | None:
+        """(frames in the log, salt of this log generation), None if the wal-index is unreadable."""
         try:
             with open(self.path[:-4] + "-shm", "rb") as shm:
                 header = shm.read(self._HEADER)
         except OSError:
-            return self.file_bytes()
+            return None
         if len(header) < self._HEADER:
+            return None
+        frames, salt = struct.unpack_from("=I", header, 16)[0], struct.unpack_from("=I", header, 32)[0]
+        return frames, salt
+
+    def log_bytes(self) -> int:
+        """Bytes of log the next checkpoint has to deal with (the file size if unreadable)."""
+        position = self.position()
+        if position is None:
             return self.file_bytes()
-        (frames,) = struct.unpack_from("=I", header, 16)
-        return 32 + frames * (self.page_size + 24) if frames else 0
+        return 32 + position[0] * (self.page_size + 24) if position[0] else 0
 
 
 def wal_file_bytes(db_path: str) -> int:
@@ -154,6 +162,8 @@ class GroupCommitWriter:
         self.checkpoints = 0  # completed (log restarted or truncated)
         self.checkpoints_busy = 0  # attempts a reader made wait for a later try
         self.wal_peak_bytes = 0  # the largest the log got before a checkpoint
+        self.wal_written_bytes = 0  # log frames this writer appended (for benchmarks and metrics)
+        self._position: tuple[int, int] | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -246,6 +256,7 @@ class GroupCommitWriter:
         # checkpoints are taken here, between batches, never inside a COMMIT
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute(f"PRAGMA journal_size_limit = {self.checkpoint_bytes}")
+        self._position = self._wal.position()
 
     def _run_upkeep(self, conn: sqlite3.Connection, idle: bool) -> bool:
         worked = False
@@ -260,14 +271,27 @@ class GroupCommitWriter:
 
     def _idle(self, conn: sqlite3.Connection) -> None:
         self._run_upkeep(conn, idle=True)
+        self._account()
         truncated = True
         if self._wal is not None and self._wal.file_bytes() > 0:
             truncated = self.checkpoint(conn, "TRUNCATE")
         self._dirty = not truncated  # a reader held on: try again after another idle spell
 
+    def _account(self) -> None:
+        """Add the frames written since the last look (a new salt: the log restarted meanwhile)."""
+        if self._wal is None:
+            return
+        now = self._wal.position()
+        if now is not None:
+            before = self._position
+            added = now[0] if before is None or before[1] != now[1] else max(0, now[0] - before[0])
+            self.wal_written_bytes += added * (self._wal.page_size + 24)
+        self._position = now
+
     def _checkpoint_if_due(self, conn: sqlite3.Connection) -> None:
         if self._wal is None:
             return
+        self._account()
         size = self._wal.log_bytes()
         self.wal_peak_bytes = max(self.wal_peak_bytes, size)
         if size >= self._next_checkpoint:
@@ -324,13 +348,15 @@ class GroupCommitWriter:
         pending = [(op, future) for op, future in batch if future.set_running_or_notify_cancel()]
         while pending:
             conn.execute("BEGIN IMMEDIATE")
-            results, events, failed = [], [], None
+            results: list[Any] = []
+            events: list = []
+            failed: tuple[int, BaseException] | None = None
             for index, (op, _) in enumerate(pending):
                 op_events: list = []
                 try:
                     results.append(op(conn, op_events))
-                except BaseException as exc:
-                    failed = (index, exc)
+                except BaseException as op_error:
+                    failed = (index, op_error)
                     break
                 events.extend(op_events)
             if failed is None:

@@ -24,11 +24,13 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
 from gateway.storage import queries, retention, rows, search, transfer
-from gateway.storage.events import CommitEvent, WriteOp
+from gateway.storage.connect import connect as _connect
+from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
+from gateway.storage.indexer import DeferredIndex, run_catch_up
 from gateway.storage.queries import Session
 from gateway.storage.rows import MAX_CONTENT_CHARS, PREVIEW_CHARS, mark_seen, sanitize_title
 from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, is_visible, migrate, visible_sql
-from gateway.storage.writer import Checkpointer, CommitListener, GroupCommitWriter
+from gateway.storage.writer import CommitListener, GroupCommitWriter, wal_file_bytes
 
 __all__ = [
     "SessionDB",
@@ -57,22 +59,9 @@ def new_session_id(now: float | None = None) -> str:
     return f"{stamp:%Y%m%d_%H%M%S}_{secrets.token_hex(4)}"
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-    conn.row_factory = sqlite3.Row
-    for pragma in (
-        "busy_timeout = 30000",
-        "foreign_keys = ON",
-        "synchronous = FULL",  # WAL + FULL: a committed append survives power loss
-        "cache_size = -32000",
-        "temp_store = MEMORY",
-    ):
-        conn.execute(f"PRAGMA {pragma}")
-    return conn
-
-
 class SessionDB:
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, **writer_options: Any) -> None:
+        """`writer_options`: GroupCommitWriter's `checkpoint_bytes` and `idle_seconds`."""
         self.path = os.fspath(path)
         if self.path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
@@ -80,27 +69,39 @@ class SessionDB:
         try:
             setup.execute("PRAGMA journal_mode = WAL")
             migrate(setup, path=self.path)
+            run_catch_up(setup)  # messages a crash left unindexed (gateway/storage/indexer.py)
         finally:
             setup.close()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._writer = GroupCommitWriter(self._writer_connection)
-        self._checkpointer = Checkpointer(lambda: _connect(self.path))
+        self._index = DeferredIndex()
+        self._writer = GroupCommitWriter(lambda: _connect(self.path), **writer_options)
+        self._writer.add_listener(self._index.on_commit)
+        self._writer.add_upkeep(self._index.upkeep)
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------------------------
-    def _writer_connection(self) -> sqlite3.Connection:
-        conn = _connect(self.path)
-        conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer thread does it, off the commit path
-        return conn
+    def wal_bytes(self) -> int:
+        """Size of the write-ahead log file (the writer keeps it bounded)."""
+        return wal_file_bytes(self.path) if self.path != ":memory:" else 0
+
+    def wal_stats(self) -> dict[str, int]:
+        """The log file's size now, and what the writer did with it (gateway/storage/writer.py)."""
+        w = self._writer
+        return {
+            "wal_bytes": self.wal_bytes(),
+            "wal_peak_bytes": w.wal_peak_bytes,
+            "wal_written_bytes": w.wal_written_bytes,
+            "checkpoints": w.checkpoints,
+            "checkpoints_busy": w.checkpoints_busy,
+        }
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._writer.close()
-        self._checkpointer.close()
         with self._readers_lock:
             for conn in self._readers:
                 try:
@@ -126,13 +127,22 @@ class SessionDB:
         return conn
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run fn(conn) on this thread's read connection, in one snapshot."""
+        """Run fn(conn) on this thread's read connection, in one snapshot. For a read that uses
+        the full-text indexes, `search_read`."""
         conn = self._reader()
         conn.execute("BEGIN")
         try:
             return fn(conn)
         finally:
             conn.execute("COMMIT")
+
+    def search_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`read`, in a snapshot whose full-text indexes hold every message committed so far (the
+        indexer fills them in batches after the commit: gateway/storage/indexer.py). Point reads
+        use `read`, which never waits for the indexer."""
+        if self._index.needed and threading.current_thread() is not self._writer.thread:
+            self.write(self._index.catch_up)
+        return self.read(fn)
 
     async def aread(self, read: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Await a read in a worker thread: a bound method (`await db.aread(db.get_session, sid)`,
@@ -148,7 +158,12 @@ class SessionDB:
         return await self._writer.submit_async(op)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
-        self._writer.add_listener(listener)
+        def public(events: list[CommitEvent]) -> None:  # the indexer's own events stay with it
+            shown = [event for event in events if not isinstance(event, INDEXER_EVENTS)]
+            if shown:
+                listener(shown)
+
+        self._writer.add_listener(public)
 
     @property
     def commit_stats(self) -> tuple[int, int]:
@@ -374,7 +389,9 @@ class SessionDB:
         limit: int = 20,
         offset: int = 0,
     ) -> list[dict]:
-        return self.read(lambda conn: search.search_messages(conn, query, role_filter, exclude_sources, limit, offset))
+        return self.search_read(
+            lambda conn: search.search_messages(conn, query, role_filter, exclude_sources, limit, offset)
+        )
 
     def session_participants(self, session_id: str) -> set[str]:
         rows = self._reader().execute("SELECT user_id FROM session_participants WHERE session_id = ?", (session_id,))
@@ -402,4 +419,4 @@ class SessionDB:
         return self._reader().execute("SELECT COUNT(*) FROM messages").fetchone()[0]
 
     def stats(self) -> dict:
-        return {"path": self.path, **queries.stats(self._reader())}
+        return {"path": self.path, **queries.stats(self._reader()), "wal_bytes": self.wal_bytes()}

@@ -460,7 +460,7 @@ def find_sessions(
         return []
     if isinstance(role_filter, str):
         role_filter = [r.strip() for r in role_filter.split(",")]
-    return db.read(
+    return db.search_read(
         lambda conn: _rank(
             conn,
             plan,
@@ -493,7 +493,7 @@ def recent_sessions(
     if limit == 0:
         return []
     excluded_roots: set[str] = (
-        set(db.read(lambda conn: _Sessions(conn).roots(excluded)).values()) if excluded else set()
+        set(db.search_read(lambda conn: _Sessions(conn).roots(excluded)).values()) if excluded else set()
     )
     offset, page = 0, 50
     while len(out) < limit:
@@ -507,7 +507,7 @@ def recent_sessions(
             roots = meta.roots(r["id"] for r in rows)
             return roots, {root: meta.get(root) for root in set(roots.values())}
 
-        roots, root_rows = db.read(resolve)
+        roots, root_rows = db.search_read(resolve)
         for row in rows:
             root = roots[row["id"]]
             if root in out or root in excluded_roots or row["id"] in excluded:

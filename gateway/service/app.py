@@ -344,6 +344,7 @@ def build_app(
     metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
     if files is not None:
         metrics.set_gauge_fn("mirror_backlog", files.backlog)
+    metrics.set_gauge_fn("wal_bytes", db.wal_bytes)
     use_http = config.http.enabled if http is None else http
     ops = None
     if use_http:

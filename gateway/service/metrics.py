@@ -24,6 +24,10 @@ KNOWN: dict[str, tuple[str, str]] = {
     "queue_depth": ("gauge", "Messages waiting in per-chat queues."),
     "agent_cache_size": ("gauge", "Agents held in the agent cache."),
     "mirror_backlog": ("gauge", "Commits not yet written to the transcript files."),
+    "wal_bytes": (
+        "gauge",
+        "Size of the database's write-ahead log file, bytes (checkpointed past 8 MB, emptied when idle).",
+    ),
     "adapter_ready": ("gauge", "1 when the platform adapter is ready, else 0."),
     "model_errors_total": ("counter", "Failed model calls."),
     "duplicates_total": ("counter", "Redelivered platform events dropped by de-duplication, by platform."),

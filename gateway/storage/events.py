@@ -61,7 +61,26 @@ class KeyDeleted:
     session_key: str
 
 
-CommitEvent = Union[MessageAppended, SessionRewritten, SessionDeleted, KeyChanged, KeyDeleted]
+@dataclass(frozen=True, slots=True)
+class IndexPending:
+    """A message stored but not yet in the full-text indexes, with its text prepared for them
+    (gateway/storage/indexer.py). Seen only by the deferred indexer."""
+
+    message_id: int
+    words: str
+    idents: str
+
+
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    """The indexes now hold every message up to `upto`. Seen only by the deferred indexer."""
+
+    upto: int
+
+
+INDEXER_EVENTS = (IndexPending, Indexed)
+
+CommitEvent = Union[MessageAppended, SessionRewritten, SessionDeleted, KeyChanged, KeyDeleted, IndexPending, Indexed]
 Events = list[CommitEvent]
 
 T = TypeVar("T")

@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 
 from gateway.storage.events import Events, KeyDeleted, SessionDeleted, WriteOp
 from gateway.storage.fts import ident_text, index_text
+from gateway.storage.indexer import indexed_upto, remove_from_indexes, set_indexed_upto
 
 EVENT_TTL_SECONDS = 8 * 24 * 3600  # Feishu redelivers for up to ~7 h; keep a week of ids
 PRUNE_BATCH = 200  # sessions deleted per transaction
@@ -22,19 +23,11 @@ FORGET_BATCH = 5000  # seen event ids forgotten per transaction
 def delete_session_rows(conn: sqlite3.Connection, session_id: str, events: Events) -> bool:
     """Delete a session, its messages (and their index entries), participants and key entries;
     its children hang from its parent instead. False if there was no such session."""
-    for row in conn.execute("SELECT id, content FROM messages WHERE session_id = ?", (session_id,)):
-        words, idents = index_text(row["content"]), ident_text(row["content"])
-        # contentless FTS5: a delete must repeat exactly the text that was indexed
-        if words:
-            conn.execute(
-                "INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', ?, ?)",
-                (row["id"], words),
-            )
-        if idents:
-            conn.execute(
-                "INSERT INTO messages_ident (messages_ident, rowid, content) VALUES ('delete', ?, ?)",
-                (row["id"], idents),
-            )
+    indexed = conn.execute(  # messages above the mark were never indexed (gateway/storage/indexer.py)
+        "SELECT id, content FROM messages WHERE session_id = ? AND id <= ?", (session_id, indexed_upto(conn))
+    ).fetchall()
+    for row in indexed:
+        remove_from_indexes(conn, row["id"], row["content"])
     conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM session_participants WHERE session_id = ?", (session_id,))
     parent = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
@@ -118,6 +111,7 @@ def rebuild_fts_op(progress: Callable[[int], None] | None = None) -> WriteOp[int
             n += 1
             if progress and n % 1000 == 0:
                 progress(n)
+        set_indexed_upto(conn, conn.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
         return n
 
     return op

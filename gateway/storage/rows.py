@@ -20,6 +20,7 @@ from gateway.errors import TitleTaken, UnknownSession
 from gateway.storage import queries
 from gateway.storage.events import (
     Events,
+    IndexPending,
     KeyChanged,
     KeyDeleted,
     MessageAppended,
@@ -172,10 +173,7 @@ def op_append(
             (session_id, role, content, *row.values()),
         )
         message_id = int(cur.lastrowid or 0)
-        if words:
-            conn.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)", (message_id, words))
-        if idents:
-            conn.execute("INSERT INTO messages_ident (rowid, content) VALUES (?, ?)", (message_id, idents))
+        events.append(IndexPending(message_id, words, idents))  # indexed in batches: storage/indexer.py
         if role == "user" and row["user_id"]:
             conn.execute(
                 "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",

@@ -176,6 +176,21 @@ MIGRATIONS: list[Migration] = [
     """,
     # v3 -> v4: titles unique in any letter case
     _titles_unique_in_any_case,
+    # v4 -> v5: lean writes (gateway/storage/indexer.py, gateway/storage/writer.py). A one-message
+    # commit wrote 18 pages, 4 of them the sessions row and its three indexes holding
+    # last_active_at, which every append moves. One index now holds last activity (with the source,
+    # so listing one source scans it without reading rows) and the person index leaves it out.
+    # The full-text indexes are filled in batches after the commit; fts_state.indexed_upto is the
+    # last message id they hold (every message so far: they were indexed inline until now).
+    """
+    DROP INDEX idx_sessions_last_active;
+    DROP INDEX idx_sessions_source;
+    DROP INDEX idx_sessions_user;
+    CREATE INDEX idx_sessions_active ON sessions(last_active_at, source);
+    CREATE INDEX idx_sessions_user_id ON sessions(user_id);
+    CREATE TABLE fts_state (indexed_upto INTEGER NOT NULL);
+    INSERT INTO fts_state (indexed_upto) SELECT COALESCE(MAX(id), 0) FROM messages;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -279,8 +279,9 @@ def test_repair_and_stats(capsys, home, seeded):
     rc, out, _ = run(capsys, home, "stats", "--json")
     stats = json.loads(out)
     assert stats["sessions"] == 3 and stats["messages"] == 8 and stats["transcripts"] == 3
+    assert isinstance(stats["wal_bytes"], int)
     rc, out, _ = run(capsys, home, "stats")
-    assert "sessions from telegram" in out
+    assert "sessions from telegram" in out and "wal bytes" in out
 
 
 def test_unwritable_export_and_a_broken_database(capsys, home, seeded, tmp_path):

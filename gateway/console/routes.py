@@ -147,8 +147,9 @@ class ConsoleRoutes:
         try:
             response = self.access.refusal(request) or await handler(request)
         except web.HTTPException as exc:
-            if exc.status < 400:
-                response = exc
+            if exc.status < 400:  # a redirect: raised on, as aiohttp wants
+                exc.headers.update({"Cache-Control": "no-store", **SECURITY_HEADERS})
+                raise
             else:
                 response = self._error(request, exc.status, exc.text)
         except reads.BadParam as exc:

@@ -88,7 +88,8 @@ class OpsServer:
         return app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.build(), access_log=None)
+        # a console search is a GET: a 10 KB query, percent-encoded, is far past aiohttp's 8 KB line
+        self._runner = web.AppRunner(self.build(), access_log=None, max_line_size=65536)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.requested_port)
         try:

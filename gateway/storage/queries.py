@@ -223,7 +223,10 @@ def list_sessions_page(
         where.append("s.last_active_at < ?")
         params.append(float(active_before))
     if after is not None:
-        where.append("(s.last_active_at < ? OR (s.last_active_at = ? AND s.id < ?))")
+        # spelt as a range plus a tie-break so SQLite walks the index from the cursor and stops at
+        # LIMIT; "(a < ? OR (a = ? AND id < ?))" became a MULTI-INDEX OR that collected and sorted
+        # every older row before the first one was returned
+        where.append("s.last_active_at <= ? AND (s.last_active_at < ? OR s.id < ?)")
         params += [float(after[0]), float(after[0]), str(after[1])]
     sql = (
         f"SELECT {PAGE_COLUMNS} FROM sessions s"

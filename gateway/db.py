@@ -361,6 +361,36 @@ class SessionDB:
     def count_by_source(self) -> dict[str, int]:
         return queries.count_by_source(self._reader())
 
+    def list_sessions_page(
+        self,
+        *,
+        source: str | None = None,
+        user_id: str | None = None,
+        titled: bool | None = None,
+        active_from: float | None = None,
+        active_before: float | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 50,
+    ) -> list[dict]:
+        """A keyset page of sessions by last activity (see queries.list_sessions_page)."""
+        return queries.list_sessions_page(
+            self._reader(),
+            source=source,
+            user_id=user_id,
+            titled=titled,
+            active_from=active_from,
+            active_before=active_before,
+            after=after,
+            limit=limit,
+        )
+
+    def sessions_with_key(self, session_key: str, user_id: str | None = None, limit: int = 50) -> list[dict]:
+        """The sessions one conversation key has pointed at, oldest first (its reset history)."""
+        return queries.sessions_with_key(self._reader(), session_key, user_id, limit)
+
+    def get_messages_by_id(self, message_ids: Iterable[int]) -> dict[int, dict]:
+        return queries.messages_by_id(self._reader(), message_ids)
+
     def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict]:
         sql = "SELECT * FROM messages WHERE session_id = ?" + ("" if include_inactive else f" AND {IN_CONVERSATION}")
         return [dict(r) for r in self._reader().execute(sql + " ORDER BY id", (session_id,))]

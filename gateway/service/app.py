@@ -355,6 +355,13 @@ def build_app(
                     raise AppError(f"two adapters want the webhook path {route}")
                 webhooks[route] = handler
         ops = OpsServer(
-            config.http.host, config.http.port, metrics=metrics, readiness=runner.readiness, webhooks=webhooks
+            config.http.host,
+            config.http.port,
+            metrics=metrics,
+            readiness=runner.readiness,
+            webhooks=webhooks,
+            db=db,
+            # http.console_token is being declared in gateway.config; until then no token is set
+            console_token=getattr(config.http, "console_token", None) or None,
         )
     return App(config, home, db, files, store, adapters, runner, metrics, ops)

@@ -237,3 +237,85 @@ def stats(conn: sqlite3.Connection) -> dict[str, Any]:
     except sqlite3.Error:  # dbstat not compiled in
         pass
     return out
+
+
+PAGE_COLUMNS = (
+    "s.id, s.title, s.source, s.user_id, s.user_name, s.session_key, s.chat_type, s.chat_name, "
+    "s.started_at, s.last_active_at, s.ended_at, s.end_reason, s.message_count, s.preview, s.parent_session_id"
+)
+
+
+def list_sessions_page(
+    conn: sqlite3.Connection,
+    *,
+    source: str | None = None,
+    user_id: str | None = None,
+    titled: bool | None = None,
+    active_from: float | None = None,
+    active_before: float | None = None,
+    after: tuple[float, str] | None = None,
+    limit: int = 50,
+) -> list[dict]:
+    """One page of sessions by last activity, newest first, continuing strictly after the
+    (last_active_at, id) of the previous page's last row (keyset paging: page 2,000 costs what
+    page 1 costs, where OFFSET re-reads every skipped row). `user_id`: sessions the person
+    started or took part in; `titled`: True titled only, False untitled only; the dates bound
+    last activity, `active_before` exclusive."""
+    where: list[str] = []
+    params: list[Any] = []
+    if source:
+        where.append("s.source = ?")
+        params.append(source)
+    if user_id:
+        where.append("(s.user_id = ? OR s.id IN (SELECT session_id FROM session_participants WHERE user_id = ?))")
+        params += [user_id, user_id]
+    if titled is True:
+        where.append("s.title IS NOT NULL")
+    elif titled is False:
+        where.append("s.title IS NULL")
+    if active_from is not None:
+        where.append("s.last_active_at >= ?")
+        params.append(float(active_from))
+    if active_before is not None:
+        where.append("s.last_active_at < ?")
+        params.append(float(active_before))
+    if after is not None:
+        # spelt as a range plus a tie-break so SQLite walks the index from the cursor and stops at
+        # LIMIT; "(a < ? OR (a = ? AND id < ?))" became a MULTI-INDEX OR that collected and sorted
+        # every older row before the first one was returned
+        where.append("s.last_active_at <= ? AND (s.last_active_at < ? OR s.id < ?)")
+        params += [float(after[0]), float(after[0]), str(after[1])]
+    sql = (
+        f"SELECT {PAGE_COLUMNS} FROM sessions s"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY s.last_active_at DESC, s.id DESC LIMIT ?"
+    )
+    return [dict(r) for r in conn.execute(sql, [*params, int(limit)])]
+
+
+def sessions_with_key(
+    conn: sqlite3.Connection, session_key: str, user_id: str | None = None, limit: int = 50
+) -> list[dict]:
+    """The newest `limit` sessions a conversation key has pointed at, oldest first: its reset
+    history. sessions.session_key has no index of its own; pass the session's `user_id` (a key
+    belongs to one person's chat) and the walk is over that person's sessions only."""
+    narrow, params = ("user_id = ? AND ", [user_id]) if user_id else ("", [])
+    rows = conn.execute(
+        "SELECT id, title, started_at, last_active_at, ended_at, end_reason, message_count FROM sessions "
+        f"WHERE {narrow}session_key = ? ORDER BY started_at DESC, id DESC LIMIT ?",
+        (*params, session_key, int(limit)),
+    ).fetchall()
+    return [dict(r) for r in reversed(rows)]
+
+
+def messages_by_id(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict[int, dict]:
+    """Messages by id (session, role, content, time, flags); ids that do not exist are left out."""
+    ids = [int(i) for i in message_ids][:500]
+    if not ids:
+        return {}
+    rows = conn.execute(
+        "SELECT id, session_id, role, content, timestamp, active, compacted FROM messages "
+        f"WHERE id IN ({','.join('?' * len(ids))})",
+        ids,
+    )
+    return {r["id"]: dict(r) for r in rows}

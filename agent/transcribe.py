@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import httpx
 import openai
 
 log = logging.getLogger(__name__)
@@ -32,14 +31,13 @@ class TranscriptionSettings:
 
 
 class Transcriber:
-    def __init__(self, settings: TranscriptionSettings, http_client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, settings: TranscriptionSettings) -> None:
         self.settings = settings
         self._client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             api_key=settings.api_key or "none",
             timeout=TIMEOUT_SECONDS,
             max_retries=2,
-            http_client=http_client,
         )
 
     async def transcribe(self, data: bytes, file_name: str, mime_type: str | None) -> str:

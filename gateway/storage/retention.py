@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 from gateway.storage.events import Events, KeyDeleted, SessionDeleted, WriteOp
 from gateway.storage.fts import ident_text, index_text
 from gateway.storage.indexer import indexed_upto, remove_from_indexes, set_indexed_upto
+from gateway.storage.media import delete_attachments_of_session
 
 EVENT_TTL_SECONDS = 8 * 24 * 3600  # Feishu redelivers for up to ~7 h; keep a week of ids
 PRUNE_BATCH = 200  # sessions deleted per transaction
@@ -28,6 +29,7 @@ def delete_session_rows(conn: sqlite3.Connection, session_id: str, events: Event
     ).fetchall()
     for row in indexed:
         remove_from_indexes(conn, row["id"], row["content"])
+    delete_attachments_of_session(conn, session_id)  # their files go at the next media sweep
     conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM session_participants WHERE session_id = ?", (session_id,))
     parent = conn.execute("SELECT parent_session_id FROM sessions WHERE id = ?", (session_id,)).fetchone()

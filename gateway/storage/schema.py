@@ -191,6 +191,24 @@ MIGRATIONS: list[Migration] = [
     CREATE TABLE fts_state (indexed_upto INTEGER NOT NULL);
     INSERT INTO fts_state (indexed_upto) SELECT COALESCE(MAX(id), 0) FROM messages;
     """,
+    # v5 -> v6: media kept with messages (files under home/media/, see gateway/storage/media.py);
+    # a row with sha256 NULL names a file that was not kept (too big, refused, failed)
+    """
+    CREATE TABLE attachments (
+        id INTEGER PRIMARY KEY,
+        message_id INTEGER NOT NULL REFERENCES messages(id),
+        kind TEXT NOT NULL,
+        mime_type TEXT,
+        bytes INTEGER,
+        sha256 TEXT,
+        file_name TEXT,
+        platform_file_id TEXT,
+        created_at REAL NOT NULL,
+        dropped_at REAL
+    );
+    CREATE INDEX idx_attachments_message ON attachments(message_id);
+    CREATE INDEX idx_attachments_sha ON attachments(sha256) WHERE sha256 IS NOT NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -78,6 +78,11 @@ class FakeOpenAI:
         self.gate: asyncio.Event | None = None
         self.chunk_size = 4  # characters per streamed content chunk
         self._script: deque[Script] = deque()
+        # /audio/transcriptions: each upload recorded as {"model", "file_name", "mime_type", "data"};
+        # the reply is `transcript` (or an HTTP error when `transcription_status` >= 400)
+        self.transcriptions: list[dict[str, Any]] = []
+        self.transcript = "hello from a voice note"
+        self.transcription_status = 200
         self._arrived = asyncio.Condition()
         self._served: Served | None = None
         self._counter = 0
@@ -107,6 +112,7 @@ class FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         self._served = await serve(app, handle_signals=False)
         self.port = self._served.port
         return self
@@ -119,6 +125,22 @@ class FakeOpenAI:
             self._served = None
 
     # --- handlers ------------------------------------------------------------------------
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        upload = form.get("file")
+        data = upload.file.read() if hasattr(upload, "file") else b""
+        self.transcriptions.append(
+            {
+                "model": form.get("model"),
+                "file_name": getattr(upload, "filename", None),
+                "mime_type": getattr(upload, "content_type", None),
+                "data": data,
+            }
+        )
+        if self.transcription_status >= 400:
+            return web.json_response({"error": {"message": "cannot transcribe"}}, status=self.transcription_status)
+        return web.json_response({"text": self.transcript})
+
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
         return web.json_response({"object": "list", "data": data})

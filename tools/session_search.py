@@ -82,7 +82,8 @@ def _call_names(tool_calls: Any) -> list[str]:
     names = []
     for call in tool_calls if isinstance(tool_calls, list) else []:
         if isinstance(call, dict):
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = call.get("function")
+            fn: dict = function if isinstance(function, dict) else {}
             name = fn.get("name") or call.get("name")
             if name:
                 names.append(str(name))
@@ -245,9 +246,9 @@ async def _recap_all(
             if job in pending:
                 out.append(None)
                 reasons.append(f"deadline of {deadline:g} s passed")
-            elif job.exception() is not None:
+            elif (error := job.exception()) is not None:
                 out.append(None)
-                reasons.append(describe_error(job.exception()))
+                reasons.append(describe_error(error))
             else:
                 out.append(job.result())
         return out, (reasons[0] if reasons else None)

@@ -41,7 +41,9 @@ def index_step(db: Any, embedder: Any, batch: int = BATCH) -> int:
     """Embed the windows of the next `batch` messages; returns how many messages the watermark
     advanced over (0: nothing left). Raises when the embedder fails (nothing is stored then)."""
     model = str(embedder.model)
-    windows, upto, before = db.read(lambda conn: (*vectors.pending_windows(conn, model, batch), vectors.progress(conn, model)))
+    windows, upto, before = db.read(
+        lambda conn: (*vectors.pending_windows(conn, model, batch), vectors.progress(conn, model))
+    )
     if upto == before:
         return 0
     blobs = [vectors.quantise(v) for v in embedder.embed([w.text for w in windows], "passage")] if windows else []

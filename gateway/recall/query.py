@@ -236,9 +236,10 @@ def expand_prefixes(expr: str, terms_of: Callable[[str], list[str] | None]) -> s
         for (text, star), side in zip(phrases, sides):
             if side == []:  # a prefix no term has: the pair matches nothing, and this says so cheaply
                 return '"' + text + '"' + star
-        if any(s is None for s in sides) or math.prod(len(s) for s in sides) > MAX_NEAR_COMBINATIONS:
+        known = [s for s in sides if s is not None]
+        if len(known) < len(sides) or math.prod([len(s) for s in known]) > MAX_NEAR_COMBINATIONS:
             return expr
-        return " OR ".join(f"NEAR({' '.join(combo)}, {near.group(2)})" for combo in product(*sides))
+        return " OR ".join(f"NEAR({' '.join(combo)}, {near.group(2)})" for combo in product(*known))
     if not _OR_CHAIN.fullmatch(expr) or '"*' not in expr:
         return expr
     out: dict[str, None] = {}

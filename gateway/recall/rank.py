@@ -85,6 +85,7 @@ class _Sessions:
 
     COLS = "id, source, user_id, parent_session_id, title, started_at, last_active_at, message_count, preview"
     LEAN = "id, source, parent_session_id, last_active_at, message_count"  # what ranking needs
+    NAMES = [c.strip() for c in COLS.split(",")]
 
     def __init__(self, conn: sqlite3.Connection, cols: str = COLS) -> None:
         self.conn = conn
@@ -277,28 +278,33 @@ def _rank(
     candidates: set[str] = set()
     for by_root in per_unit:
         candidates.update(by_root)
+
+    def visible(roots: set[str]) -> set[str]:
+        keep: set[str] = set()
+        for root in roots:
+            row = meta.get(root)
+            if row is None or root in excluded_roots or root in excluded:
+                continue
+            if row["source"] in hidden:
+                continue
+            keep.add(root)
+        if allowed is not None:
+            # a lineage counts as the person's when they took part in any of its sessions that matched
+            lineage_members: dict[str, set[str]] = defaultdict(set)
+            for sid, row in meta.rows.items():
+                if row is not None and meta.root(sid) in keep:
+                    lineage_members[meta.root(sid)].add(sid)
+            keep = {r for r in keep if r in allowed or lineage_members[r] & allowed}
+        return keep
+
+    keep = visible(candidates)
     vector_only: dict[str, float] = {}
-    if not candidates and query_vector is not None:  # no word of the query occurs: meaning alone
+    if not keep and query_vector is not None:  # no word of the query occurs where it may: meaning alone
         for sid, sim in semantic.scan_newest(conn, query_vector).items():
             if (meta.get(sid) or {}).get("source") not in hidden:
                 root = meta.root(sid)
                 vector_only[root] = max(sim, vector_only.get(root, -1.0))
-        candidates.update(vector_only)
-    keep: set[str] = set()
-    for root in candidates:
-        row = meta.get(root)
-        if row is None or root in excluded_roots or root in excluded:
-            continue
-        if row["source"] in hidden:
-            continue
-        keep.add(root)
-    if allowed is not None:
-        # a lineage counts as the person's when they took part in any of its sessions that matched
-        lineage_members: dict[str, set[str]] = defaultdict(set)
-        for sid, row in meta.rows.items():
-            if row is not None and meta.root(sid) in keep:
-                lineage_members[meta.root(sid)].add(sid)
-        keep = {r for r in keep if r in allowed or lineage_members[r] & allowed}
+        keep = visible(set(vector_only))
 
     # lengths of lineages (messages), from the sessions we have loaded
     lengths: dict[str, int] = defaultdict(int)
@@ -374,7 +380,8 @@ def _rank(
     tied = [r for r in order if top and order[r] >= top[-1]]
     ranked = sorted(tied, key=lambda r: (-order[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
     details = {
-        r["id"]: dict(r) for r in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)
+        row[0]: dict(zip(_Sessions.NAMES, row))
+        for row in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)
     }
     evidence = {
         root: sorted(((mass[mid], mid) for mid in _root_mids(root, per_unit)), key=lambda e: (-e[0], -e[1]))

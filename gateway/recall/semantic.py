@@ -34,9 +34,12 @@ from gateway.storage import vectors as stored_vectors
 log = logging.getLogger(__name__)
 
 LEADERS = 20  # lexical leaders re-ranked by similarity
-SEMANTIC_WEIGHT = float(__import__("os").environ.get("CHINWAG_SEMW", "1.0"))  # chosen on the tune split (bench/recall.py --split tune); see the module docstring
+SEMANTIC_WEIGHT = float(
+    __import__("os").environ.get("CHINWAG_SEMW", "1.0")
+)  # chosen on the tune split (bench/recall.py --split tune); see the module docstring
 VECTOR_SCAN = 5000  # newest windows compared when the lexical stage finds nothing
 
+_np: Any
 try:  # optional: numpy makes the comparison ~50x faster; pure Python is the fallback
     import numpy as _np
 except ImportError:  # pragma: no cover - depends on the environment

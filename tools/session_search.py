@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
 from agent.tools import Tool, ToolContext
+from gateway.recall import semantic
 from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
 
 log = logging.getLogger(__name__)
@@ -288,6 +289,7 @@ async def asession_search(
     deadline: float = DEFAULT_DEADLINE,
     backoff: tuple[float, ...] = BACKOFF,
     recaps: bool = True,
+    embedder: Any = semantic.DEFAULT,
 ) -> str:
     """The tool's work (see the module docstring). Returns JSON; never raises for bad input or
     model trouble."""
@@ -337,6 +339,7 @@ async def asession_search(
         person_id=person_id,
         see_all=see_all,
         role_filter=_roles(role_filter),
+        embedder=embedder,
     )
 
     def prepare() -> list[_Task]:
@@ -503,6 +506,7 @@ async def _handler(args: dict[str, Any], ctx: ToolContext) -> str:
         client=ctx.extra.get("recap_client"),
         deadline=deadline,
         recaps=recaps,
+        embedder=ctx.extra.get("embedder", semantic.DEFAULT),
     )
 
 

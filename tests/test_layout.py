@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("gateway.source", "gateway.errors", "gateway.envvars"),
     ("gateway.storage", "platforms"),
     ("gateway.db",),
-    ("gateway.sessions",),
+    ("gateway.sessions", "gateway.embeddings"),
     ("gateway.recall", "gateway.config"),
     ("agent",),
     ("tools",),

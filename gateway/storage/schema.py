@@ -209,6 +209,43 @@ MIGRATIONS: list[Migration] = [
     CREATE INDEX idx_attachments_message ON attachments(message_id);
     CREATE INDEX idx_attachments_sha ON attachments(sha256) WHERE sha256 IS NOT NULL;
     """,
+    # v6 -> v7: embedding vectors of message windows, for recall's semantic stage (gateway/storage/vectors.py)
+    # IF NOT EXISTS: this step is written to run after any other step that lands beside it
+    """
+    CREATE TABLE IF NOT EXISTS message_vectors (
+        session_id TEXT NOT NULL,
+        first_id INTEGER NOT NULL,
+        last_id INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (session_id, first_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS idx_message_vectors_newest ON message_vectors(model, last_id);
+    CREATE TABLE IF NOT EXISTS vector_progress (
+        model TEXT PRIMARY KEY,
+        upto_id INTEGER NOT NULL
+    );
+    -- a window holding a message that /undo took back or that was deleted is dropped, and the
+    -- indexer is sent back to re-embed what is left of it
+    CREATE TRIGGER IF NOT EXISTS message_vectors_session_gone AFTER DELETE ON sessions
+    BEGIN
+        DELETE FROM message_vectors WHERE session_id = OLD.id;
+    END;
+    CREATE TRIGGER IF NOT EXISTS message_vectors_message_hidden AFTER UPDATE OF active ON messages
+    WHEN NEW.active = 0 AND NEW.compacted = 0
+    BEGIN
+        UPDATE vector_progress SET upto_id = min(upto_id, coalesce((
+            SELECT min(first_id) - 1 FROM message_vectors
+            WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id), upto_id));
+        DELETE FROM message_vectors
+        WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id;
+    END;
+    CREATE TRIGGER IF NOT EXISTS message_vectors_message_gone AFTER DELETE ON messages
+    BEGIN
+        DELETE FROM message_vectors
+        WHERE session_id = OLD.session_id AND first_id <= OLD.id AND last_id >= OLD.id;
+    END;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

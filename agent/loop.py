@@ -108,7 +108,7 @@ class Agent:
     async def run_turn(
         self,
         history: list[dict[str, Any]],
-        user_text: str,
+        user_text: str | list[dict[str, Any]],  # text, or text and image parts
         ctx: ToolContext,
         on_message: OnMessage,
         steer: asyncio.Queue[str] | None = None,
@@ -129,7 +129,7 @@ class Agent:
         # messages, or one mid-conversation, are refused by some compatible servers' chat templates.
         notes = [m["content"] for m in earlier if m["role"] == "system" and m.get("content")]
         system = "\n\n".join([self.system_prompt, *notes])
-        conversation = [{"role": "system", "content": system}]
+        conversation: list[dict[str, Any]] = [{"role": "system", "content": system}]
         conversation += [_wire(m) for m in earlier if m["role"] != "system"]
         conversation.append({"role": "user", "content": user_text})
         schemas = self.tools.schemas() or None

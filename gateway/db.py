@@ -20,13 +20,14 @@ import sqlite3
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
 from gateway.storage import queries, retention, rows, search, transfer
 from gateway.storage.connect import connect as _connect
 from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
 from gateway.storage.indexer import DeferredIndex, run_catch_up
+from gateway.storage.media import AttachmentRow
 from gateway.storage.queries import Session
 from gateway.storage.rows import MAX_CONTENT_CHARS, PREVIEW_CHARS, mark_seen, sanitize_title
 from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, is_visible, migrate, visible_sql
@@ -199,14 +200,28 @@ class SessionDB:
 
     # -- messages: writes ------------------------------------------------------------------------
     def append_message(
-        self, session_id: str, role: str, content: Any, *, seen_event: tuple[str, str] | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: Any,
+        *,
+        seen_event: tuple[str, str] | None = None,
+        attachments: Sequence[AttachmentRow] = (),
+        **fields: Any,
     ) -> int:
-        return self.write(rows.op_append(session_id, role, content, fields, seen_event))
+        return self.write(rows.op_append(session_id, role, content, fields, seen_event, attachments))
 
     async def aappend_message(
-        self, session_id: str, role: str, content: Any, *, seen_event: tuple[str, str] | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: Any,
+        *,
+        seen_event: tuple[str, str] | None = None,
+        attachments: Sequence[AttachmentRow] = (),
+        **fields: Any,
     ) -> int:
-        return await self.awrite(rows.op_append(session_id, role, content, fields, seen_event))
+        return await self.awrite(rows.op_append(session_id, role, content, fields, seen_event, attachments))
 
     def rewind(self, session_id: str, exchanges: int = 1) -> int:
         """`/undo`: hide the last `exchanges` user turns and all that followed. They stay stored."""

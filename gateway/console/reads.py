@@ -300,7 +300,8 @@ def rename(db: SessionDB, session_id: str, body: Any) -> dict[str, Any] | None:
         return None
     except TitleTaken as exc:
         raise Conflict(str(exc)) from None
-    return db.get_session(sid)
+    session = db.get_session(sid)
+    return dict(session) if session is not None else None
 
 
 def delete(db: SessionDB, session_id: str) -> bool:

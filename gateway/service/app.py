@@ -29,11 +29,13 @@ from typing import IO, Any, Callable
 import httpx2
 
 from agent.llm import ModelSettings
+from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
 from gateway.db import SchemaTooNew, SessionDB
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, default_tools
 from gateway.runtime.conversations import ConversationCache
+from gateway.runtime.media import MediaIntake, vision_enabled
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.runner import GatewayRunner
 from gateway.runtime.turn import AgentFactory as AgentFactoryProtocol
@@ -47,6 +49,7 @@ from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies
 from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
+from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
 from tools.memory import limits_from_config
 
@@ -259,8 +262,21 @@ def build_runner(
         single_owner=bool(config.single_owner),
         config=config,
         send_typing=outbound.send_typing,
+        media=build_media_intake(config),
     )
     return GatewayRunner(config, db, store, outbound, turns, access, Dedup(db), clock=clock, metrics=metrics)
+
+
+def build_media_intake(config: Config) -> MediaIntake:
+    """Attachments: files under home/media/ (capped at media.max_bytes each), voice through
+    transcription.* when it names a model, images to the model when model.vision allows."""
+    t = config.transcription
+    transcriber = Transcriber(TranscriptionSettings(t.base_url, t.api_key, t.model)) if t.enabled else None
+    return MediaIntake(
+        MediaStore(config.home / "media", config.media.max_bytes),
+        transcriber=transcriber,
+        vision=vision_enabled(config.model.vision, config.model.name),
+    )
 
 
 def build_store(

@@ -165,7 +165,7 @@ class Mirrors:
             for event in events:
                 if isinstance(event, (KeyChanged, KeyDeleted)):
                     self._overflow_keys = True
-                else:
+                elif isinstance(event, (MessageAppended, SessionRewritten, SessionDeleted)):
                     self._overflow.add(event.session_id)
 
     def _apply_loop(self) -> None:

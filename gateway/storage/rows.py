@@ -14,7 +14,7 @@ import json
 import re
 import sqlite3
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from gateway.errors import TitleTaken, UnknownSession
 from gateway.storage import queries
@@ -28,6 +28,7 @@ from gateway.storage.events import (
     WriteOp,
 )
 from gateway.storage.fts import ident_text, index_text
+from gateway.storage.media import AttachmentRow, insert_attachments
 from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX
 
 MAX_CONTENT_CHARS = 4_000_000
@@ -141,9 +142,11 @@ def op_append(
     content: Any,
     fields: dict[str, Any],
     seen_event: tuple[str, str] | None = None,
+    attachments: Sequence[AttachmentRow] = (),
 ) -> WriteOp[int]:
     """The write of one message; the op returns its id. `seen_event` = (platform, event id) is
-    marked seen in the same transaction (see gateway.sessions.dedup)."""
+    marked seen, and the message's `attachments` rows are added, in the same transaction (see
+    gateway.sessions.dedup and gateway.storage.media)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     unknown = set(fields) - set(MESSAGE_FIELDS)
@@ -181,6 +184,8 @@ def op_append(
             )
         if seen_event is not None:
             mark_seen(conn, *seen_event)
+        if attachments:
+            insert_attachments(conn, message_id, attachments)
         stored = {"id": message_id, "session_id": session_id, "role": role, "content": content, **row}
         events.append(MessageAppended({**stored, "active": 1, "compacted": 0}))
         return message_id

@@ -23,7 +23,7 @@ import logging
 from collections import OrderedDict
 from typing import Any, Mapping
 
-import lark_oapi as lark  # type: ignore[import-untyped]  # lark-oapi ships no type information
+import lark_oapi as lark
 
 from gateway.source import Platform, SessionSource
 from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, WebhookHandler

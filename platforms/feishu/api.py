@@ -18,9 +18,9 @@ import logging
 import uuid
 from typing import Any, Callable
 
-import lark_oapi as lark  # type: ignore[import-untyped]  # lark-oapi ships no type information
+import lark_oapi as lark
 import requests
-from lark_oapi.api.im.v1 import (  # type: ignore[import-untyped]
+from lark_oapi.api.im.v1 import (
     CreateMessageReactionRequest,
     CreateMessageReactionRequestBody,
     CreateMessageRequest,
@@ -34,8 +34,8 @@ from lark_oapi.api.im.v1 import (  # type: ignore[import-untyped]
     UpdateMessageRequest,
     UpdateMessageRequestBody,
 )
-from lark_oapi.core.exception import ObtainAccessTokenException  # type: ignore[import-untyped]  # lark-oapi ships no type information
-from lark_oapi.core.token.manager import TokenManager  # type: ignore[import-untyped]  # lark-oapi ships no type information
+from lark_oapi.core.exception import ObtainAccessTokenException
+from lark_oapi.core.token.manager import TokenManager
 
 from platforms.base import Backoff
 

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
-from gateway.storage import queries, retention, rows, search, transfer
+from gateway.storage import media, queries, retention, rows, search, transfer
 from gateway.storage.connect import connect as _connect
 from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
 from gateway.storage.indexer import DeferredIndex, run_catch_up
@@ -405,6 +405,22 @@ class SessionDB:
 
     def get_messages_by_id(self, message_ids: Iterable[int]) -> dict[int, dict]:
         return queries.messages_by_id(self._reader(), message_ids)
+
+    # -- media (files under home/media/, rows in attachments: gateway/storage/media.py) ------------
+    def attachments_of(self, message_ids: Iterable[int]) -> dict[int, list[dict]]:
+        return media.attachments_of(self._reader(), message_ids)
+
+    def referenced_media(self) -> set[str]:
+        """Hashes of the files some kept attachment row still needs."""
+        return self.read(media.referenced_hashes)
+
+    def media_bytes(self) -> int:
+        return self.read(media.stored_bytes)
+
+    def drop_oldest_media(self, over_bytes: int) -> list[str]:
+        """Let go of the oldest files of ended sessions until `over_bytes` are freed (the rows stay,
+        marked dropped); returns the hashes no longer needed."""
+        return self.write(lambda conn, events: media.drop_oldest_of_ended_sessions(conn, over_bytes))
 
     def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict]:
         sql = "SELECT * FROM messages WHERE session_id = ?" + ("" if include_inactive else f" AND {IN_CONVERSATION}")

@@ -143,7 +143,13 @@ class App:
         tune_gc()  # a process-wide choice: made here, where the process is assembled
         await self.runner.start()
         storage = self.config.storage
-        self.maintenance = Maintenance(self.db, storage.retention_days, storage.maintenance_hours * 3600)
+        self.maintenance = Maintenance(
+            self.db,
+            storage.retention_days,
+            storage.maintenance_hours * 3600,
+            media=MediaStore(self.config.home / "media", self.config.media.max_bytes),
+            media_total_bytes=self.config.media.max_total_bytes,
+        )
         self.maintenance.start()
         log.info("chinwag running: %s; data in %s", ", ".join(self.adapter_names), self.home.root)
 

@@ -23,6 +23,7 @@ from gateway.storage import queries, retention, search, transfer
 from gateway.storage.fts import ident_text, index_text
 from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, SchemaTooNew, migrate
 from gateway.storage.writer import Checkpointer, CommitListener, GroupCommitWriter
+from gateway.text import valid_or_none, valid_text
 
 __all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_session_id"]
 
@@ -47,7 +48,7 @@ def new_session_id(now: float | None = None) -> str:
 def sanitize_title(title: str | None) -> str | None:
     if title is None:
         return None
-    text = re.sub(r"[\x00-\x1f\x7f\u200b-\u200f\u2028-\u202e\ufeff]", " ", str(title))
+    text = re.sub(r"[\x00-\x1f\x7f\u200b-\u200f\u2028-\u202e\ufeff]", " ", valid_text(str(title)))
     text = " ".join(text.split())[:TITLE_MAX].strip()
     return text or None
 
@@ -274,10 +275,14 @@ class SessionDB:
             raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
         if content is not None and not isinstance(content, str):
             content = json.dumps(content, ensure_ascii=False)
+        content = valid_or_none(content)  # a lone surrogate (model output, an odd event) cannot be UTF-8
         if content is not None and len(content) > MAX_CONTENT_CHARS:
             raise ValueError(f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}")
         row = {k: fields.get(k) for k in MESSAGE_FIELDS}
         row["tool_calls"] = _json_or_none(row["tool_calls"])
+        for name in ("tool_calls", "tool_name", "reasoning", "finish_reason", "tool_call_id"):
+            if isinstance(row[name], str):
+                row[name] = valid_text(row[name])
         row["timestamp"] = float(row["timestamp"] or time.time())
         words, idents = index_text(content), ident_text(content)  # computed off the writer thread
         preview = " ".join(content.split())[:PREVIEW_CHARS] if role == "user" and content else None

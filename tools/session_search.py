@@ -28,6 +28,7 @@ from typing import Any, Iterable
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
 from agent.tools import Tool, ToolContext
 from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
+from gateway.text import valid_text
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +302,7 @@ async def asession_search(
         lineage = await asyncio.to_thread(db.get_lineage, current_session_id)
 
     text = query.decode("utf-8", errors="replace") if isinstance(query, (bytes, bytearray)) else (query or "")
+    text = valid_text(str(text))  # a model's tool arguments may hold a lone surrogate (gateway.text)
     if not str(text).strip():
         rows = await asyncio.to_thread(
             recent_sessions,

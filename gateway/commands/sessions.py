@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from gateway.commands.table import ascii_number, title_taken
 from gateway.commands.table import label as _label
-from gateway.commands.table import title_taken
 from gateway.commands.table import when as _when
 from gateway.db import sanitize_title
 from gateway.recall.rank import find_sessions, recent_sessions
@@ -100,11 +100,11 @@ async def cmd_resume(ctx: "CommandContext") -> str:
         return "\n".join(lines)
 
     session = None
-    if ref.isdigit() and len(ref) <= 3:
+    index = ascii_number(ref) if len(ref) <= 3 else None
+    if index is not None:
         listing = runner.recall_listing(ctx.lane.key)
         if listing is None:
             listing = [r["id"] for r in await _listing(ctx)]
-        index = int(ref)
         if not 1 <= index <= len(listing):
             return f"There is no number {index} in your list. Send /resume to see it."
         session = await db.aread("get_session", listing[index - 1])

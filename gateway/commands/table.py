@@ -104,6 +104,12 @@ def title_taken(db, title: str, except_id: str | None = None) -> bool:
     return row is not None
 
 
+def ascii_number(text: str) -> int | None:
+    """A command's numeric argument: ASCII digits only. `str.isdigit()` also says yes to "²" and
+    "١", which `int()` refuses or reads as another number; to a person `/undo ²` is not a number."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def when(ts: float | None) -> str:
     if not ts:
         return "never"
@@ -163,9 +169,10 @@ async def cmd_title(ctx: CommandContext) -> str:
 async def cmd_undo(ctx: CommandContext) -> str:
     n = 1
     if ctx.args:
-        if not ctx.args.isdigit() or not 1 <= int(ctx.args) <= MAX_UNDO:
+        number = ascii_number(ctx.args)
+        if number is None or not 1 <= number <= MAX_UNDO:
             return f"Usage: /undo [n] — n is a number of exchanges from 1 to {MAX_UNDO}."
-        n = int(ctx.args)
+        n = number
     entry = await ctx.session()
     hidden = await asyncio.to_thread(ctx.runner.db.rewind, entry.session_id, n)
     await ctx.runner.forget(entry.session_id)

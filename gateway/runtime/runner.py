@@ -31,6 +31,7 @@ from gateway.sessions.access import AccessControl
 from gateway.sessions.dedup import Dedup
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform
+from gateway.text import valid_text
 from platforms.base import AdapterHealth, InboundMessage, PlatformAdapter
 from tools.memory import limits_from_config
 
@@ -153,6 +154,7 @@ class GatewayRunner:
         """The adapters' callback: authorise, find the chat's lane, queue. Returns at once."""
         source = msg.source
         platform = source.platform.value
+        msg.text = valid_text(msg.text or "")  # everything after this stores, indexes and echoes it
         self.inc("messages_in_total", {"platform": platform})
         if self._stopping:
             return
@@ -327,6 +329,7 @@ class GatewayRunner:
         adapter = self.adapters.get(msg.source.platform.value)
         if adapter is None or not text:
             return
+        text = valid_text(text)
         reply_to = msg.message_id if msg.source.chat_type != "dm" else None
         for chunk in adapter.split(text):
             try:

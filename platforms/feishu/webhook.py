@@ -96,6 +96,24 @@ def decode_request(body: bytes, headers: Mapping[str, str], keys: WebhookKeys) -
     return payload
 
 
+async def read_body(request: web.Request, limit: int) -> bytes | None:
+    """The whole request body, or None when it is longer than `limit` bytes.
+
+    `request.content.read(n)` returns what has been buffered so far, not n bytes: a signed 800 KB
+    event arrived cut short and failed as "not JSON", while a 5 MB body never reached the size
+    check. So: refuse on the declared length at once, else read to the end, counting."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    body = bytearray()
+    while True:
+        chunk = await request.content.read(65536)
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if len(body) > limit:
+            return None
+
+
 def make_handler(keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], None]) -> Callable[[web.Request], Any]:
     """An aiohttp handler for POST /webhooks/feishu.
 
@@ -104,8 +122,8 @@ def make_handler(keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], None]
     """
 
     async def handle(request: web.Request) -> web.Response:
-        body = await request.content.read(MAX_BODY + 1)
-        if len(body) > MAX_BODY:
+        body = await read_body(request, MAX_BODY)
+        if body is None:
             return web.json_response({"msg": "body too large"}, status=413)
         try:
             payload = decode_request(body, request.headers, keys)

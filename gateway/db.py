@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from gateway.storage import queries, retention, search, transfer
+from gateway.storage import inbox, outbox, queries, retention, search, transfer
 from gateway.storage.fts import ident_text, index_text
 from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, SchemaTooNew, migrate
 from gateway.storage.writer import Checkpointer, CommitListener, GroupCommitWriter
@@ -264,10 +264,17 @@ class SessionDB:
 
     # -- messages: writes ------------------------------------------------------------------------
     def op_append(
-        self, session_id: str, role: str, content: Any, fields: dict, seen_event: tuple[str, str] | None = None
+        self,
+        session_id: str,
+        role: str,
+        content: Any,
+        fields: dict,
+        seen_event: tuple[str, str] | None = None,
+        after: Callable[[sqlite3.Connection, int], Any] | None = None,
     ) -> Callable:
         """The write of one message; `seen_event` = (platform, event id) is marked seen in the same
-        transaction (see gateway.sessions.dedup)."""
+        transaction; `after(conn, message_id)` runs in it too (the inbox and outbox records that
+        belong to this message, gateway.sessions.delivery)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         unknown = set(fields) - set(MESSAGE_FIELDS)
@@ -312,6 +319,8 @@ class SessionDB:
                 )
             if seen_event is not None:
                 mark_seen(conn, *seen_event)
+            if after is not None:
+                after(conn, message_id)
             events.append(
                 (
                     "message",
@@ -336,9 +345,16 @@ class SessionDB:
         return self.write(self.op_append(session_id, role, content, fields, seen_event))
 
     async def aappend_message(
-        self, session_id: str, role: str, content: Any, *, seen_event: tuple[str, str] | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: Any,
+        *,
+        seen_event: tuple[str, str] | None = None,
+        after: Callable[[sqlite3.Connection, int], Any] | None = None,
+        **fields: Any,
     ) -> int:
-        return await self.awrite(self.op_append(session_id, role, content, fields, seen_event))
+        return await self.awrite(self.op_append(session_id, role, content, fields, seen_event, after))
 
     def _flag_op(self, session_id: str, where: str, params: tuple, active: int, compacted: int | None) -> Callable:
         def op(conn: sqlite3.Connection, events: list) -> int:
@@ -479,6 +495,34 @@ class SessionDB:
 
     async def amark_event_seen(self, platform: str, event_id: str) -> bool:
         return await self.awrite(lambda conn, events: mark_seen(conn, platform, event_id))
+
+    # -- delivery: the inbox and the outbox (gateway/storage/inbox.py, outbox.py) ---------------
+    async def ainbox_add(
+        self, platform: str, event_id: str, chat_key: str, message: str, received_at: float
+    ) -> int | None:
+        """Commit one inbound event; its entry id, or None for a redelivery (the dedup)."""
+        return await self.awrite(
+            lambda conn, events: inbox.add(conn, platform, event_id, chat_key, message, received_at)
+        )
+
+    async def ainbox_finish(self, entry_ids: Iterable[int], outcome: str = "answered") -> int:
+        ids = list(entry_ids)
+        return await self.awrite(lambda conn, events: inbox.finish(conn, ids, outcome)) if ids else 0
+
+    async def aoutbox_record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
+        await self.awrite(lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done))
+
+    def inbox_unfinished(self) -> list[dict]:
+        return inbox.unfinished(self._reader())
+
+    def outbox_unsent(self) -> list[dict]:
+        return outbox.unsent(self._reader())
+
+    def inbox_backlog(self) -> int:
+        return inbox.backlog(self._reader())
+
+    def outbox_backlog(self) -> int:
+        return outbox.backlog(self._reader())
 
     # -- the import/export format (DESIGN §10), in gateway/transfer.py -------------------------
     def import_records(self, records: list[dict], skip_existing: bool = False) -> int:

@@ -18,7 +18,7 @@ import hmac
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from aiohttp import web
 from lark_oapi.core.utils import AESCipher
@@ -114,11 +114,15 @@ async def read_body(request: web.Request, limit: int) -> bytes | None:
             return None
 
 
-def make_handler(keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], None]) -> Callable[[web.Request], Any]:
+def make_handler(
+    keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], Awaitable[None]]
+) -> Callable[[web.Request], Any]:
     """An aiohttp handler for POST /webhooks/feishu.
 
-    `on_payload` receives each authenticated event and must not block: Feishu expects an answer
-    within 3 s and redelivers otherwise.
+    `on_payload` receives each authenticated event and returns once the gateway has committed it
+    (not answered it: Feishu expects an answer within 3 s). Only then is the event acknowledged;
+    if it raises, the answer is 500 and Feishu redelivers (a malformed event is not its concern:
+    that is logged and acknowledged, since a redelivery would be just as malformed).
     """
 
     async def handle(request: web.Request) -> web.Response:
@@ -133,9 +137,10 @@ def make_handler(keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], None]
         if payload.get("type") == "url_verification":
             return web.json_response({"challenge": payload.get("challenge", "")})
         try:
-            on_payload(payload)
-        except Exception:  # a bad event must not turn into a 500 that Feishu retries forever
-            log.exception("feishu webhook event could not be handled; skipped")
+            await on_payload(payload)
+        except Exception:
+            log.exception("feishu webhook event could not be stored; asking for redelivery")
+            return web.json_response({"msg": "not stored"}, status=500)
         return web.json_response({"msg": "success"})
 
     return handle

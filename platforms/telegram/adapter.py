@@ -251,9 +251,27 @@ class TelegramAdapter(PlatformAdapter):
             backoff.reset()
             self.mark_alive()
             self.set_ready(True, "polling")
-            for update_id, raw in batch:
-                self._offset = update_id + 1
-                self._dispatch(raw)
+            await self._take_batch(batch)
+
+    async def _take_batch(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        """Hand a polled batch to the gateway and move the offset past the updates it committed,
+        and no further: an update it could not store is fetched again by the next poll. The
+        intakes run together, so the batch shares one group commit."""
+        intakes = []
+        for update_id, raw in batch:
+            inbound = self._parse(raw)
+            intakes.append((update_id, None if inbound is None else asyncio.ensure_future(self._on_message(inbound))))
+        for update_id, intake in intakes:
+            if intake is not None:
+                try:
+                    await intake
+                except Exception:
+                    log.exception("telegram: update %s could not be stored; it is polled again", update_id)
+                    for _, rest in intakes:
+                        if rest is not None:
+                            await asyncio.gather(rest, return_exceptions=True)
+                    return
+            self._offset = update_id + 1
 
     def _failure_detail(self, exc: BaseException) -> str:
         if isinstance(exc, InvalidToken):
@@ -312,8 +330,15 @@ class TelegramAdapter(PlatformAdapter):
             log.warning("telegram: webhook body is not an object; skipped")
             return web.Response(status=400, text="bad update")
         self.mark_alive()
-        self._dispatch(data)
-        # answer at once: the agent turn runs after; a slow answer makes Telegram redeliver
+        inbound = self._parse(data)
+        if inbound is not None:
+            # 200 only once the gateway has committed the update (the turn runs after, so this
+            # stays fast); an update it could not store gets a 500 and Telegram sends it again.
+            try:
+                await self._on_message(inbound)
+            except Exception:
+                log.exception("telegram: update %s could not be stored; asking for redelivery", data.get("update_id"))
+                return web.Response(status=500, text="not stored")
         return web.Response(status=200, text="ok")
 
     async def _webhook_loop(self) -> None:
@@ -347,28 +372,19 @@ class TelegramAdapter(PlatformAdapter):
             await asyncio.sleep(self.webhook_check_seconds)
 
     # -- inbound: common -----------------------------------------------------------------------
-    def _dispatch(self, raw: dict[str, Any]) -> None:
-        """Parse one raw update and hand it to the gateway in its own task, so a long agent turn
-        never stalls polling (or the webhook reply)."""
+    def _parse(self, raw: dict[str, Any]) -> InboundMessage | None:
+        """One raw update as the gateway's message; None for one to skip (malformed, no text).
+        The gateway's intake (platforms.base.MessageHandler) returns once the message is
+        committed, not answered, so awaiting it never stalls polling or the webhook reply."""
         try:
             update = Update.de_json(raw, self.bot)
             inbound = update_to_inbound(update, raw, self._bot_id, self._bot_username)
         except Exception as exc:
             log.warning("telegram: skipping malformed update %s (%s)", raw.get("update_id"), brief(exc))
-            return
+            return None
         if inbound is None:
             log.debug("telegram: update %s carries no user text; skipped", raw.get("update_id"))
-            return
-        task = asyncio.create_task(self._deliver(inbound))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _deliver(self, inbound: InboundMessage) -> None:
-        assert self._on_message is not None
-        try:
-            await self._on_message(inbound)
-        except Exception:
-            log.exception("telegram: message handler failed for %s", inbound.message_id)
+        return inbound
 
     # -- outbound ------------------------------------------------------------------------------
     def message_length(self, text: str) -> int:

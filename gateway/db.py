@@ -512,6 +512,10 @@ class SessionDB:
     async def aoutbox_record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
         await self.awrite(lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done))
 
+    def message_session(self, message_id: int) -> str | None:
+        row = self._reader().execute("SELECT session_id FROM messages WHERE id = ?", (int(message_id),)).fetchone()
+        return row[0] if row else None
+
     def inbox_unfinished(self) -> list[dict]:
         return inbox.unfinished(self._reader())
 

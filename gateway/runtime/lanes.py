@@ -65,6 +65,9 @@ class LaneHost(Protocol):
     async def notify(self, lane: "ChatLane", msg: InboundMessage, text: str) -> None:
         """Send a short notice to the chat of `msg`."""
 
+    async def refuse(self, lane: "ChatLane", msg: InboundMessage, text: str) -> None:
+        """`msg` will not be run (the chat has too many waiting): tell the person; it is done."""
+
     def lane_idle(self, lane: "ChatLane") -> None:
         """The lane has no work left and is going away."""
 
@@ -185,14 +188,14 @@ class ChatLane:
         if mode == "steer":
             assert self.steer_queue is not None
             if len(self.steered) >= self.max_pending:
-                await self.host.notify(self, job.msg, pending_cap_text(self.max_pending))
+                await self.host.refuse(self, job.msg, pending_cap_text(self.max_pending))
                 return
             self.steered.append(job.msg)
             self.steer_queue.put_nowait(job.msg.text)
             await self._ack(job.msg, "steer")
             return
         if len(self.pending) >= self.max_pending:
-            await self.host.notify(self, job.msg, pending_cap_text(self.max_pending))
+            await self.host.refuse(self, job.msg, pending_cap_text(self.max_pending))
             return
         self.pending.append(job)
         if mode == "interrupt" and self.busy and self.current_job is not None and self.current_job.kind == "turn":

@@ -32,9 +32,11 @@ async def test_each_chat_in_order_and_chats_concurrently(tmp_path):
     async with Gateway(tmp_path) as gw:
         gw.fake.gate = asyncio.Event()
         chats = [str(i) for i in range(8)]
-        for n in range(3):
-            for chat in chats:
-                await gw.adapter.inject(f"c{chat} m{n}", chat_id=chat, user_id=chat)
+        # all at once (each intake waits for its inbox commit: sequential awaits would let each
+        # first turn start before the next message arrives)
+        await asyncio.gather(
+            *(gw.adapter.inject(f"c{chat} m{n}", chat_id=chat, user_id=chat) for n in range(3) for chat in chats)
+        )
         # every chat's first turn is in flight at once: chats do not wait for each other
         await gw.fake.wait_requests(len(chats))
         await asyncio.sleep(0.05)

@@ -1,7 +1,9 @@
 """Upkeep while the daemon runs, every `storage.maintenance_hours`: forget seen inbound event ids
 past any platform's redelivery window (otherwise that table grows by a row per message forever),
 and, when `storage.retention_days` is set, delete conversations idle for longer, never one that a
-chat is currently in. The work runs in a worker thread; its writes are batched through the DB's
+chat is currently in; and prune the inbox entries done and the outbox rows sent more than two days
+ago (past every platform's redelivery horizon: Feishu retries for ~6 h, Telegram keeps an update
+24 h), a batch per transaction. The work runs in a worker thread; its writes are batched through the DB's
 single writer like any other, so chats keep going meanwhile."""
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from gateway.db import SessionDB
-from gateway.storage import retention
+from gateway.storage import inbox, outbox, retention
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +26,8 @@ log = logging.getLogger(__name__)
 class MaintenanceReport:
     events_forgotten: int
     sessions_deleted: int
+    inbox_pruned: int = 0
+    outbox_pruned: int = 0
 
 
 def run_maintenance(
@@ -32,7 +37,21 @@ def run_maintenance(
     if retention_days > 0:
         current = {entry["session_id"] for entry in db.list_key_entries()}
         deleted = retention.prune(db, retention_days, keep=current, stop=stop)
-    return MaintenanceReport(retention.forget_seen_events(db), deleted)
+    forgotten = retention.forget_seen_events(db)
+    inbox_pruned = _in_batches(db, lambda conn: inbox.prune(conn, time.time() - inbox.DONE_TTL_SECONDS), stop)
+    outbox_pruned = _in_batches(db, lambda conn: outbox.prune(conn, time.time() - outbox.SENT_TTL_SECONDS), stop)
+    return MaintenanceReport(forgotten, deleted, inbox_pruned, outbox_pruned)
+
+
+def _in_batches(db: SessionDB, prune: Callable[[Any], int], stop: Callable[[], bool]) -> int:
+    """Run one batch per transaction until a batch comes back short (or shutdown asks)."""
+    total = 0
+    while not stop():
+        n = db.write(lambda conn, events: prune(conn))
+        total += n
+        if n < inbox.PRUNE_BATCH:
+            break
+    return total
 
 
 class Maintenance:

@@ -51,6 +51,7 @@ def pending_cap_text(cap: int) -> str:
 class Job:
     msg: InboundMessage
     kind: str  # "turn" (for the agent) | "command"
+    taken_up: bool = False  # accepted by an earlier process, taken up at start: never refused for the cap
 
 
 class LaneHost(Protocol):
@@ -194,7 +195,7 @@ class ChatLane:
             self.steer_queue.put_nowait(job.msg.text)
             await self._ack(job.msg, "steer")
             return
-        if len(self.pending) >= self.max_pending:
+        if len(self.pending) >= self.max_pending and not job.taken_up:
             await self.host.refuse(self, job.msg, pending_cap_text(self.max_pending))
             return
         self.pending.append(job)

@@ -82,6 +82,7 @@ class GatewayRunner:
         )
         self._interrupted: dict[int, dict] = {}  # inbox id -> entry, for turns a crash cut short
         self._resumed: set[int] = set()
+        self._taken_up: set[int] = set()  # entries taken up at start, until their lane accepts them
         self._admissions: dict[int, tuple[InboundMessage, asyncio.Future]] = {}  # id(msg) -> its commit
         mode = getattr(config.gateway, "interrupted_turns", "rerun")  # read defensively: a newer config key
         self.interrupted_mode = mode if mode in INTERRUPTED_MODES else "rerun"
@@ -134,6 +135,7 @@ class GatewayRunner:
         entries = await asyncio.to_thread(self.inbox.unfinished)
         for row, msg in entries:
             self._resumed.add(row["id"])
+            self._taken_up.add(row["id"])
             if row["started_at"] is not None and parse_command(msg.text) is None:
                 self._interrupted[row["id"]] = row
             self._enqueue(row["chat_key"], msg)
@@ -301,8 +303,10 @@ class GatewayRunner:
             except Exception:
                 return None  # not stored (the adapter did not acknowledge it): the platform sends it again
         command = parse_command(msg.text)
+        taken_up = msg.inbox_id in self._taken_up
+        self._taken_up.discard(msg.inbox_id or 0)
         if command is None:
-            return Job(msg, "turn")
+            return Job(msg, "turn", taken_up)
         if command.name == "stop":
             await self.reply(msg, await self._stop_lane(lane))
             return None
@@ -310,7 +314,7 @@ class GatewayRunner:
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
             self._spawn(self._run_command(lane, msg, command))
             return None
-        return Job(msg, "command")
+        return Job(msg, "command", taken_up)
 
     @staticmethod
     def _may_skip_queue(lane: ChatLane, msg: InboundMessage) -> bool:

@@ -103,6 +103,9 @@ class TelegramAdapter(PlatformAdapter):
         self._app: Application | None = None
         self._on_message: MessageHandler | None = None
         self._offset: int | None = None
+        self._highest = -1  # the highest update id polled
+        self._intakes: dict[int, asyncio.Future] = {}  # polled updates being committed by the gateway
+        self._failed: set[int] = set()  # polled updates the gateway could not store: poll them again
         self._loop_task: asyncio.Task | None = None
         self._watchdog: Watchdog | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -254,24 +257,34 @@ class TelegramAdapter(PlatformAdapter):
             await self._take_batch(batch)
 
     async def _take_batch(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
-        """Hand a polled batch to the gateway and move the offset past the updates it committed,
-        and no further: an update it could not store is fetched again by the next poll. The
-        intakes run together, so the batch shares one group commit."""
-        intakes = []
+        """Hand a polled batch to the gateway; the offset moves past an update only once the
+        gateway has committed it (and every one before it), so one it could not store is polled
+        again. An intake still running does not stall polling: its update comes back in the next
+        batches and is skipped until the commit is in. A batch's intakes share one group commit."""
+        started = []
         for update_id, raw in batch:
+            self._highest = max(self._highest, update_id)
+            if update_id in self._intakes:
+                continue  # still being committed
+            self._failed.discard(update_id)
             inbound = self._parse(raw)
-            intakes.append((update_id, None if inbound is None else asyncio.ensure_future(self._on_message(inbound))))
-        for update_id, intake in intakes:
-            if intake is not None:
-                try:
-                    await intake
-                except Exception:
-                    log.exception("telegram: update %s could not be stored; it is polled again", update_id)
-                    for _, rest in intakes:
-                        if rest is not None:
-                            await asyncio.gather(rest, return_exceptions=True)
-                    return
-            self._offset = update_id + 1
+            if inbound is None:
+                continue
+            intake = asyncio.ensure_future(self._on_message(inbound))
+            self._intakes[update_id] = intake
+            intake.add_done_callback(lambda f, u=update_id: self._intake_done(u, f))
+            started.append(intake)
+        if started:
+            await asyncio.wait(started, timeout=1.0)  # usually the commits are in: the next poll confirms them
+        open_ids = set(self._intakes) | self._failed
+        self._offset = min(open_ids) if open_ids else self._highest + 1
+
+    def _intake_done(self, update_id: int, intake: asyncio.Future) -> None:
+        self._intakes.pop(update_id, None)
+        if intake.cancelled() or intake.exception() is not None:
+            if not intake.cancelled():
+                log.error("telegram: update %s could not be stored; it is polled again", update_id)
+            self._failed.add(update_id)
 
     def _failure_detail(self, exc: BaseException) -> str:
         if isinstance(exc, InvalidToken):

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
-from gateway.storage import media, queries, retention, rows, search, transfer
+from gateway.storage import inbox, media, outbox, queries, retention, rows, search, transfer
 from gateway.storage.connect import connect as _connect
 from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
 from gateway.storage.indexer import DeferredIndex, run_catch_up
@@ -207,9 +207,10 @@ class SessionDB:
         *,
         seen_event: tuple[str, str] | None = None,
         attachments: Sequence[AttachmentRow] = (),
+        after: Callable[[sqlite3.Connection, int], Any] | None = None,
         **fields: Any,
     ) -> int:
-        return self.write(rows.op_append(session_id, role, content, fields, seen_event, attachments))
+        return self.write(rows.op_append(session_id, role, content, fields, seen_event, attachments, after))
 
     async def aappend_message(
         self,
@@ -219,9 +220,10 @@ class SessionDB:
         *,
         seen_event: tuple[str, str] | None = None,
         attachments: Sequence[AttachmentRow] = (),
+        after: Callable[[sqlite3.Connection, int], Any] | None = None,
         **fields: Any,
     ) -> int:
-        return await self.awrite(rows.op_append(session_id, role, content, fields, seen_event, attachments))
+        return await self.awrite(rows.op_append(session_id, role, content, fields, seen_event, attachments, after))
 
     def rewind(self, session_id: str, exchanges: int = 1) -> int:
         """`/undo`: hide the last `exchanges` user turns and all that followed. They stay stored."""
@@ -317,6 +319,38 @@ class SessionDB:
 
     async def amark_event_seen(self, platform: str, event_id: str) -> bool:
         return await self.awrite(rows.op_mark_seen(platform, event_id))
+
+    # -- delivery: the inbox and the outbox (gateway/storage/inbox.py, outbox.py) ---------------
+    async def ainbox_add(
+        self, platform: str, event_id: str, chat_key: str, message: str, received_at: float
+    ) -> int | None:
+        """Commit one inbound event; its entry id, or None for a redelivery (the dedup)."""
+        return await self.awrite(
+            lambda conn, events: inbox.add(conn, platform, event_id, chat_key, message, received_at)
+        )
+
+    async def ainbox_finish(self, entry_ids: Iterable[int], outcome: str = "answered") -> int:
+        ids = list(entry_ids)
+        return await self.awrite(lambda conn, events: inbox.finish(conn, ids, outcome)) if ids else 0
+
+    async def aoutbox_record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
+        await self.awrite(lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done))
+
+    def message_session(self, message_id: int) -> str | None:
+        row = self._reader().execute("SELECT session_id FROM messages WHERE id = ?", (int(message_id),)).fetchone()
+        return row[0] if row else None
+
+    def inbox_unfinished(self) -> list[dict]:
+        return inbox.unfinished(self._reader())
+
+    def outbox_unsent(self) -> list[dict]:
+        return outbox.unsent(self._reader())
+
+    def inbox_backlog(self) -> int:
+        return inbox.backlog(self._reader())
+
+    def outbox_backlog(self) -> int:
+        return outbox.backlog(self._reader())
 
     # -- the import/export format (DESIGN §10), in gateway/storage/transfer.py -------------------
     def import_records(self, records: list[dict], skip_existing: bool = False) -> int:

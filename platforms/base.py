@@ -55,12 +55,18 @@ class InboundMessage:
     timestamp: float = field(default_factory=time.time)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     attachments: list[Attachment] = field(default_factory=list)  # the text is then the caption
+    inbox_id: int | None = None  # set by the gateway once the message is committed to its inbox
 
     @property
     def is_command(self) -> bool:
         return COMMAND_PATTERN.match(self.text.lstrip()) is not None
 
 
+# The gateway's intake. Awaiting it returns once the gateway has committed the message to its inbox
+# (or decided it needs no keeping: a duplicate, someone not allowed, a sticker). An adapter
+# acknowledges an event to its platform (webhook 2xx, polling offset, long-connection ack) only
+# after the await returns; if it raises, nothing was stored: do not acknowledge, let the platform
+# redeliver. It never waits for the answer, so awaiting it in the webhook handler is fast.
 MessageHandler = Callable[[InboundMessage], Awaitable[None]]
 # aiohttp handler for a webhook route; typed loosely so this module needs no aiohttp import.
 WebhookHandler = Callable[[Any], Awaitable[Any]]

@@ -31,6 +31,7 @@ from agent.transcript import RECAP, Rendered, render
 from gateway.db import is_visible
 from gateway.recall import semantic
 from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
+from gateway.text import valid_text
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,7 @@ async def asession_search(
         lineage = await asyncio.to_thread(db.get_lineage, current_session_id)
 
     text = query.decode("utf-8", errors="replace") if isinstance(query, (bytes, bytearray)) else (query or "")
+    text = valid_text(str(text))  # a model's tool arguments may hold a lone surrogate (gateway.text)
     if not str(text).strip():
         rows = await asyncio.to_thread(
             recent_sessions,

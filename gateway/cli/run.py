@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import Any
 
 from gateway.config.load import Config, ConfigError, load_config
 from gateway.service.logs import Redactor, secrets_from_config, setup_logging
@@ -77,6 +78,10 @@ def _serve(config: Config, *, local_only: bool, http: bool | None) -> int:
             "commands and recall work, chat turns say so"
         )
 
+    lock = _lock_home(config)
+    if lock is None:
+        return 1
+
     async def main() -> int:
         app = build_app(config, local_only=local_only, http=http)
         local = next((a for a in app.adapters if a.platform.value == "local"), None)
@@ -96,6 +101,23 @@ def _serve(config: Config, *, local_only: bool, http: bool | None) -> int:
         redact = Redactor(secrets_from_config(config))
         print(f"chinwag: stopped by an unexpected error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
         return 1
+    finally:
+        lock.release()
+
+
+def _lock_home(config: Config) -> Any:
+    """Take the home's one-process lock (gateway.service.lock); None after saying who holds it."""
+    from gateway.service.lock import HomeLock, HomeLocked
+    from gateway.storage.home import Home
+
+    try:
+        Home(config.home).ensure()
+        return HomeLock(config.home).acquire()
+    except HomeLocked as exc:
+        print(f"chinwag: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"chinwag: cannot use the data directory {config.home}: {exc.strerror or exc}", file=sys.stderr)
+    return None
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from gateway.commands.context import CommandContext, label, when
+from gateway.commands.context import CommandContext, ascii_number, label, when
 from gateway.db import TitleTaken
 from gateway.sessions.access import title_refusal
 from gateway.source import describe_session_key
@@ -52,9 +52,10 @@ async def cmd_title(ctx: CommandContext) -> str:
 async def cmd_undo(ctx: CommandContext) -> str:
     n = 1
     if ctx.args:
-        if not ctx.args.isdigit() or not 1 <= int(ctx.args) <= MAX_UNDO:
+        number = ascii_number(ctx.args)
+        if number is None or not 1 <= number <= MAX_UNDO:
             return f"Usage: /undo [n] — n is a number of exchanges from 1 to {MAX_UNDO}."
-        n = int(ctx.args)
+        n = number
     entry = await ctx.session()
     hidden = await asyncio.to_thread(ctx.services.db.rewind, entry.session_id, n)
     await ctx.services.forget(entry.session_id)

@@ -135,6 +135,12 @@ class Command:
     immediate: bool = False  # read-only: answered at once even while a turn runs
 
 
+def ascii_number(text: str) -> int | None:
+    """A command's numeric argument: ASCII digits only. `str.isdigit()` also says yes to "²" and
+    "١", which `int()` refuses or reads as another number; to a person `/undo ²` is not a number."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def when(ts: float | None) -> str:
     if not ts:
         return "never"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.commands.context import CommandContext
+from gateway.commands.context import CommandContext, ascii_number
 from gateway.commands.context import label as _label
 from gateway.commands.context import when as _when
 from gateway.db import VISIBLE, SessionDB, TitleTaken, sanitize_title
@@ -106,11 +106,11 @@ async def cmd_resume(ctx: CommandContext) -> str:
         return "\n".join(lines)
 
     session = None
-    if ref.isdigit() and len(ref) <= 3:
+    index = ascii_number(ref) if len(ref) <= 3 else None
+    if index is not None:
         listing = services.recall_listing(ctx.key)
         if listing is None:
             listing = [r["id"] for r in await _listing(ctx)]
-        index = int(ref)
         if not 1 <= index <= len(listing):
             return f"There is no number {index} in your list. Send /resume to see it."
         session = await db.aread("get_session", listing[index - 1])

@@ -51,6 +51,7 @@ def pending_cap_text(cap: int) -> str:
 class Job:
     msg: InboundMessage
     kind: str  # "turn" (for the agent) | "command"
+    taken_up: bool = False  # accepted by an earlier process, taken up at start: never refused for the cap
 
 
 class LaneHost(Protocol):
@@ -64,6 +65,9 @@ class LaneHost(Protocol):
 
     async def notify(self, lane: "ChatLane", msg: InboundMessage, text: str) -> None:
         """Send a short notice to the chat of `msg`."""
+
+    async def refuse(self, lane: "ChatLane", msg: InboundMessage, text: str) -> None:
+        """`msg` will not be run (the chat has too many waiting): tell the person; it is done."""
 
     def lane_idle(self, lane: "ChatLane") -> None:
         """The lane has no work left and is going away."""
@@ -185,14 +189,14 @@ class ChatLane:
         if mode == "steer":
             assert self.steer_queue is not None
             if len(self.steered) >= self.max_pending:
-                await self.host.notify(self, job.msg, pending_cap_text(self.max_pending))
+                await self.host.refuse(self, job.msg, pending_cap_text(self.max_pending))
                 return
             self.steered.append(job.msg)
             self.steer_queue.put_nowait(job.msg.text)
             await self._ack(job.msg, "steer")
             return
-        if len(self.pending) >= self.max_pending:
-            await self.host.notify(self, job.msg, pending_cap_text(self.max_pending))
+        if len(self.pending) >= self.max_pending and not job.taken_up:
+            await self.host.refuse(self, job.msg, pending_cap_text(self.max_pending))
             return
         self.pending.append(job)
         if mode == "interrupt" and self.busy and self.current_job is not None and self.current_job.kind == "turn":

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from gateway.source import SessionSource
+from gateway.text import valid_text
 from platforms.base import InboundMessage, PlatformAdapter
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ class Outbound:
         adapter = self.adapters.get(msg.source.platform.value)
         if adapter is None or not text:
             return
+        text = valid_text(text)
         reply_to = msg.message_id if msg.source.chat_type != "dm" else None
         for chunk in adapter.split(text):
             try:

@@ -3,8 +3,12 @@
     inbound -> authorise -> de-duplicate (persisted) -> session key -> per-key lock
             -> reset check -> command or agent turn -> persist every message -> reply
 
-`handle_inbound` (the adapters' callback) only authorises, computes the key and hands the message
-to that chat's lane (gateway.runtime.lanes), so it returns at once. The lane keeps one chat's messages in
+`handle_inbound` (the adapters' callback) authorises, computes the key, commits the message to the
+inbox (gateway.runtime.delivery: the dedup, and what the adapter's acknowledgement waits for) and
+hands it to that chat's lane (gateway.runtime.lanes); it returns once the message is durable, not
+answered. An entry is done when its reply is committed to the outbox; on start the replies not
+delivered are sent, then the entries not done are taken up again, in order, before new messages
+of their chat: a turn a crash cut short is run again or reported (`gateway.interrupted_turns`). The lane keeps one chat's messages in
 order and applies the busy mode; different chats run concurrently. The agent turn itself is in
 gateway.runtime.turn, the commands in gateway.commands.
 """
@@ -21,13 +25,14 @@ from typing import Any, Callable
 from agent.llm import ModelSettings
 from gateway.commands import COMMANDS, CommandContext, ParsedCommand, command_menu, parse_command, run_command
 from gateway.db import SessionDB
+from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.lanes import ChatLane, Job
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.turn import TurnRunner
 from gateway.sessions.access import AccessControl
-from gateway.sessions.dedup import Dedup
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform
+from gateway.text import valid_text
 from platforms.base import AdapterHealth, InboundMessage
 
 log = logging.getLogger(__name__)
@@ -35,6 +40,10 @@ log = logging.getLogger(__name__)
 REFUSAL_INTERVAL = 600.0  # seconds between two "not allowed" replies to the same person
 EMPTY_TEXT = "I can only read text, photos, voice notes and files: please send your message as one of those."
 ERROR_TEXT = "Sorry, something went wrong while handling that message. Please try again."
+INTERRUPTED_TEXT = (
+    "Your message “{text}” was cut short by a restart before I could answer it. Send /retry to have it answered."
+)
+INTERRUPTED_MODES = ("rerun", "notify")
 
 
 class GatewayRunner:
@@ -49,7 +58,8 @@ class GatewayRunner:
         outbound: Outbound,
         turns: TurnRunner,
         access: AccessControl,
-        dedup: Dedup,
+        inbox: Inbox,
+        outbox: Outbox,
         *,
         clock: Callable[[], float] = time.time,
         metrics: Any = None,  # gateway.service.metrics.Metrics
@@ -65,7 +75,17 @@ class GatewayRunner:
         self.cache = turns.cache
         self.conversations = turns.conversations
         self.access = access
-        self.dedup = dedup
+        self.inbox = inbox
+        self.outbox = outbox
+        self._holding: list[tuple[str, InboundMessage, asyncio.Future]] | None = (
+            None  # intake during start-up waits here
+        )
+        self._interrupted: dict[int, dict] = {}  # inbox id -> entry, for turns a crash cut short
+        self._resumed: set[int] = set()
+        self._taken_up: set[int] = set()  # entries taken up at start, until their lane accepts them
+        self._admissions: dict[int, tuple[InboundMessage, asyncio.Future]] = {}  # id(msg) -> its commit
+        mode = getattr(config.gateway, "interrupted_turns", "rerun")  # read defensively: a newer config key
+        self.interrupted_mode = mode if mode in INTERRUPTED_MODES else "rerun"
         self.clock = clock
         self.metrics = metrics
         self.single_owner: bool = turns.single_owner
@@ -79,6 +99,8 @@ class GatewayRunner:
         if metrics is not None:
             metrics.set_gauge_fn("queue_depth", self.queue_depth)
             metrics.set_gauge_fn("agent_cache_size", self.cache_size)
+            metrics.set_gauge_fn("inbox_backlog", db.inbox_backlog)
+            metrics.set_gauge_fn("outbox_backlog", db.outbox_backlog)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -86,9 +108,44 @@ class GatewayRunner:
         # the middle of the first conversation while other chats wait.
         self.factory.client
         menu = command_menu()
-        for adapter in self.adapters.values():
-            adapter.bot_commands(menu)
-            await adapter.start(self.handle_inbound)
+        self._holding = []
+        try:
+            for adapter in self.adapters.values():
+                adapter.bot_commands(menu)
+                await adapter.start(self.handle_inbound)
+            await self.outbox.deliver_unsent()
+            await self._resume()
+        finally:
+            # What arrived meanwhile goes behind what was taken up, in arrival order; new arrivals
+            # keep joining the held list until it is empty, so none overtakes an older one.
+            while self._holding:
+                key, msg, admission = self._holding.pop(0)
+                try:
+                    stored = await admission
+                except Exception:
+                    stored = False  # not acknowledged: the platform sends it again
+                if stored and msg.inbox_id not in self._resumed:
+                    self._enqueue(key, msg)
+            self._holding = None
+            self._resumed = set()
+
+    async def _resume(self) -> None:
+        """Take up the entries a previous process left unfinished, oldest first. One whose turn had
+        stored the person's message was cut short: rerun or reported when its job runs."""
+        entries = await asyncio.to_thread(self.inbox.unfinished)
+        for row, msg in entries:
+            self._resumed.add(row["id"])
+            self._taken_up.add(row["id"])
+            if row["started_at"] is not None and parse_command(msg.text) is None:
+                self._interrupted[row["id"]] = row
+            self._enqueue(row["chat_key"], msg)
+        if entries:
+            log.info(
+                "taking up %d message(s) left unanswered by the previous run (%d cut short: %s)",
+                len(entries),
+                len(self._interrupted),
+                self.interrupted_mode,
+            )
 
     async def drain(self) -> None:
         """Wait until every chat's queue is empty and no turn or command is running."""
@@ -124,7 +181,6 @@ class GatewayRunner:
                 await asyncio.wait_for(self.drain(), 5.0)
             except TimeoutError:
                 log.error("shutdown: some chats did not stop")
-        await self.dedup.flush()
         await self.cache.close_all()
         await self.factory.close()
 
@@ -139,12 +195,12 @@ class GatewayRunner:
 
     # -- intake ----------------------------------------------------------------------------------
     async def handle_inbound(self, msg: InboundMessage) -> None:
-        """The adapters' callback: authorise, find the chat's lane, queue. Returns at once."""
+        """The adapters' callback: authorise, commit to the inbox, queue in the chat's lane.
+        Returns once the message is durable (platforms.base.MessageHandler); raises if it is not."""
         source = msg.source
         platform = source.platform.value
+        msg.text = valid_text(msg.text or "")  # everything after this stores, indexes and echoes it
         self.inc("messages_in_total", {"platform": platform})
-        if self._stopping:
-            return
         command = parse_command(msg.text)
         decision = self.access.check(
             source, mentioned=msg.mentioned, reply_to_bot=msg.reply_to_bot, is_command=command is not None
@@ -165,6 +221,23 @@ class GatewayRunner:
         except InvalidSessionSource as exc:
             log.warning("dropped message on %s: %s", platform, exc)
             return
+        # The commit starts now; the message joins its lane at once (so a chat's order is the
+        # order of arrival) and the lane waits for the commit before it runs it (`accept`).
+        admission = asyncio.ensure_future(self.inbox.admit(msg, key))
+        if self._stopping:
+            pass  # stored, not run: the next start answers it
+        elif self._holding is not None:
+            self._holding.append((key, msg, admission))  # start-up: behind the entries being taken up again
+        else:
+            self._admissions[id(msg)] = (msg, admission)
+            self._enqueue(key, msg)
+        if not await admission:
+            log.info("duplicate delivery of %s message %s refused", platform, msg.message_id)
+            self.inc("duplicates_total", {"platform": platform})
+
+    def _enqueue(self, key: str, msg: InboundMessage) -> None:
+        source = msg.source
+        platform = source.platform.value
         lane = self.lanes.get(key)
         if lane is None:
             adapter = self.adapters.get(platform)
@@ -223,23 +296,26 @@ class GatewayRunner:
 
     # -- LaneHost: called by the lanes -----------------------------------------------------------
     async def accept(self, lane: ChatLane, msg: InboundMessage) -> Job | None:
-        platform = msg.source.platform.value
+        admission = self._admissions.pop(id(msg), None)
+        if admission is not None:
+            try:
+                if not await admission[1]:
+                    return None  # a redelivery: the inbox refused it
+            except Exception:
+                return None  # not stored (the adapter did not acknowledge it): the platform sends it again
         command = parse_command(msg.text)
-        # A message for the agent is marked seen when its user row is stored (gateway.sessions.dedup).
-        if msg.message_id and not await self.dedup.first_time(platform, msg.message_id, mark=command is not None):
-            log.info("duplicate delivery of %s message %s ignored", platform, msg.message_id)
-            self.inc("duplicates_total", {"platform": platform})
-            return None
+        taken_up = msg.inbox_id in self._taken_up
+        self._taken_up.discard(msg.inbox_id or 0)
         if command is None:
-            return Job(msg, "turn")
+            return Job(msg, "turn", taken_up)
         if command.name == "stop":
-            await self.send(msg, self._stop_lane(lane))
+            await self.reply(msg, await self._stop_lane(lane))
             return None
         spec = COMMANDS.get(command.name)
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
             self._spawn(self._run_command(lane, msg, command))
             return None
-        return Job(msg, "command")
+        return Job(msg, "command", taken_up)
 
     @staticmethod
     def _may_skip_queue(lane: ChatLane, msg: InboundMessage) -> bool:
@@ -256,20 +332,47 @@ class GatewayRunner:
                 command = parse_command(job.msg.text) if job.kind == "command" else None
                 if command is not None:
                     await self._run_command(lane, job.msg, command)
+                elif job.msg.inbox_id in self._interrupted:
+                    await self._take_up_interrupted(lane, job.msg)
                 else:
                     entry = await self.lookup(job.msg)
                     await self.turns.run(lane, job.msg, entry, job.msg.text)
         except asyncio.CancelledError:
-            raise
+            if not self._stopping:  # /stop or an interrupting message: this one is finished with
+                await asyncio.shield(self.inbox.finish([job.msg], "stopped"))
+            raise  # at shutdown it stays unfinished: the next start takes it up again
         except Exception:
             log.exception("handling a message for %s failed", lane.key)
-            await self.send(job.msg, ERROR_TEXT)
+            await self.reply(job.msg, ERROR_TEXT, outcome="failed")
         finally:
             if job.kind == "turn":
                 self.observe("turn_seconds", time.monotonic() - started)
 
+    async def _take_up_interrupted(self, lane: ChatLane, msg: InboundMessage) -> None:
+        """A turn a crash cut short after it stored the person's message. `rerun`: hide what it
+        stored (flags only: it stays searchable) and run it again, so the person sees one answer
+        (the model may be called twice). `notify`: say so and offer /retry."""
+        row = self._interrupted.pop(msg.inbox_id or 0)
+        if self.interrupted_mode == "notify":
+            self.inc("interrupted_turns_total", {"action": "notify"})
+            await self.reply(msg, INTERRUPTED_TEXT.format(text=_excerpt(msg.text)), outcome="interrupted")
+            return
+        self.inc("reruns_total", {"platform": msg.source.platform.value})
+        stored = row.get("user_message_id")
+        if stored:
+            session_id = await asyncio.to_thread(self.db.message_session, stored)
+            if session_id is not None:
+                await asyncio.to_thread(self.db.supersede_after, session_id, stored - 1)
+                await self.forget(session_id)
+        entry = await self.lookup(msg)
+        await self.turns.run(lane, msg, entry, msg.text)
+
     async def notify(self, lane: ChatLane, msg: InboundMessage, text: str) -> None:
         await self.send(msg, text)
+
+    async def refuse(self, lane: ChatLane, msg: InboundMessage, text: str) -> None:
+        """The lane will not run `msg` (its chat has too many waiting): say so; it is done."""
+        await self.reply(msg, text, outcome="refused")
 
     def lane_idle(self, lane: ChatLane) -> None:
         if self.lanes.get(lane.key) is lane:
@@ -302,7 +405,7 @@ class GatewayRunner:
 
     async def stop_chat(self, key: str) -> str:
         lane = self.lanes.get(key)
-        return self._stop_lane(lane) if lane is not None else "Nothing to stop."
+        return await self._stop_lane(lane) if lane is not None else "Nothing to stop."
 
     def chat_state(self, key: str) -> tuple[str, int]:
         lane = self.lanes.get(key)
@@ -320,7 +423,19 @@ class GatewayRunner:
         return self._listings.get(key)
 
     async def send(self, msg: InboundMessage, text: str) -> None:
+        """A notice (busy, reset, refusal): sent at once, not kept. A message's answer is `reply`."""
         await self.outbound.send(msg, text)
+
+    async def reply(self, msg: InboundMessage, text: str, *, outcome: str = "answered") -> None:
+        """The answer to `msg` (a command's, an error's): committed to the outbox with its inbox
+        entry's done mark, then delivered. Nothing to say: the entry is just done."""
+        if not text:
+            await self.inbox.finish([msg], outcome)
+            return
+        text = valid_text(text)
+        row_id = await self.outbox.commit(msg, text, [msg], outcome)
+        reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
+        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to))
 
     def inc(self, name: str, labels: dict[str, str] | None = None) -> None:
         if self.metrics is not None:
@@ -330,9 +445,11 @@ class GatewayRunner:
         if self.metrics is not None:
             self.metrics.observe(name, value)
 
-    def _stop_lane(self, lane: ChatLane) -> str:
+    async def _stop_lane(self, lane: ChatLane) -> str:
         running = lane.cancel_current()
+        waiting = [job.msg for job in lane.pending] + list(lane.steered)
         dropped = lane.clear_pending()
+        await self.inbox.finish(waiting, "dropped")
         if not running and not dropped:
             return "Nothing to stop."
         parts = ["Stopped."] if running else []
@@ -350,10 +467,14 @@ class GatewayRunner:
         except Exception:
             log.exception("command /%s failed", command.name)
             reply = ERROR_TEXT
-        if reply:
-            await self.send(msg, reply)
+        await self.reply(msg, reply or "")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._side.add(task)
         task.add_done_callback(self._side.discard)
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -24,18 +24,20 @@ import openai
 
 from agent.compress import estimate_tokens, needs_compression, summarise
 from agent.llm import NOT_CONFIGURED_TEXT, ModelSettings, describe_error
-from agent.loop import db_fields
+from agent.loop import EMPTY_REPLY_TEXT, db_fields
 from agent.tools import ToolContext
 from gateway.db import SessionDB
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import SessionAgent
 from gateway.runtime.conversations import ConversationCache
+from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.lanes import ChatLane
 from gateway.runtime.media import MediaIntake
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
 from gateway.storage.media import AttachmentRow
+from gateway.text import valid_text
 from platforms.base import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -131,6 +133,7 @@ class TurnRunner:
         config: Any = None,  # gateway.config.Config, handed to the tools (session_search reads it)
         send_typing: SendTyping | None = None,
         media: MediaIntake | None = None,  # attachments -> stored files, text and image parts
+        outbox: Outbox | None = None,
     ) -> None:
         self.cache = cache
         self.factory = factory
@@ -145,6 +148,9 @@ class TurnRunner:
         self.config = config
         self.send_typing = send_typing
         self.media = media
+        # The reply goes through the outbox, committed with the answer (gateway.runtime.delivery);
+        # without one (a bare TurnRunner in a test) it is sent straight away.
+        self.outbox = outbox
 
     async def forget(self, session_id: str) -> None:
         """Drop what is kept warm for exactly this session (its agent and its conversation copy):
@@ -178,27 +184,35 @@ class TurnRunner:
         first_user = True
         # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
         warm = self.conversations
+        answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
+        reply: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
 
         async def persist(message: dict[str, Any]) -> None:
             nonlocal first_user
             fields = db_fields(message)
             fields["timestamp"] = self.clock()  # the reset policy compares activity with this clock
-            seen = None
+            after = None
             attachments: list[AttachmentRow] = []
             if message["role"] == "user":
                 origin = msg
                 if not first_user:
                     origin = lane.take_steered() or msg  # a steered message joins the running turn
+                    if origin is not msg:
+                        answered.append(origin)
                 elif received is not None:  # stored and searched as text; the files as rows
                     message = {**message, "content": received.text}
                     attachments = received.rows
                 first_user = False
                 fields["user_id"] = origin.source.person_id
                 fields["platform_message_id"] = origin.message_id or None
-                if origin.message_id:  # remembered as seen in the same transaction (gateway.sessions.dedup)
-                    seen = (origin.source.platform.value, origin.message_id)
+                after = Inbox.started(origin)  # its inbox entry is started in the same transaction
+            elif message["role"] == "assistant" and not message.get("tool_calls") and self.outbox is not None:
+                # The answer: its reply is committed with it, and its inbox entries are done.
+                text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
+                after, row = self.outbox.reply_op(msg, text, list(answered))
+                reply.update(row=row, text=text)
             await db.aappend_message(
-                session_id, message["role"], message.get("content"), seen_event=seen, attachments=attachments, **fields
+                session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
             )
             warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
 
@@ -231,11 +245,26 @@ class TurnRunner:
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:
             await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
-        await self.send(msg, result.text or "(no reply)")
+        await self._reply(msg, reply, result.text or "(no reply)", answered)
         if result.error is None and self._near_window(session_agent.agent.system_prompt, history + result.messages):
             notice = await self.compress(msg, session_id, auto=True)
             if notice:
                 await self.send(msg, notice)
+
+    async def _reply(
+        self, msg: InboundMessage, committed: dict[str, Any], text: str, answered: list[InboundMessage]
+    ) -> None:
+        """Deliver the turn's reply: the outbox row committed with the answer, or (an apology, no
+        model) one committed now. Shielded: a cancel must not cut a reply between its parts."""
+        if self.outbox is None:
+            await self.send(msg, text)
+            return
+        if committed:
+            row_id, text = committed["row"]["id"], committed["text"]
+        else:
+            row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered")
+        reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
+        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to))
 
     def _near_window(self, system_prompt: str, conversation: list[dict[str, Any]]) -> bool:
         """Is the conversation near the model's context window? A character count bounds the token

@@ -4,7 +4,7 @@ passing their own adapters, model transport or agent factory, so what they run i
 
     home dir -> SessionDB -> Mirrors (reconciled with the DB) -> SessionStore (reset policies)
     -> adapters (each SDK imported only when its platform is configured)
-    -> the runtime (access, agent factory and cache, conversations, dedup, TurnRunner) -> GatewayRunner
+    -> the runtime (access, agent factory and cache, conversations, the inbox and outbox, TurnRunner) -> GatewayRunner
     -> ops HTTP server (health, readiness, metrics, webhooks) -> upkeep (gateway.service.maintenance)
 
 Shutdown (SIGINT/SIGTERM, or end of input when the terminal is the only adapter): stop intake,
@@ -35,6 +35,7 @@ from gateway.db import SchemaTooNew, SessionDB
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, default_tools
 from gateway.runtime.conversations import ConversationCache
+from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.media import MediaIntake, vision_enabled
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.runner import GatewayRunner
@@ -44,7 +45,6 @@ from gateway.service.http import OpsServer
 from gateway.service.maintenance import Maintenance
 from gateway.service.metrics import Metrics
 from gateway.sessions.access import AccessControl
-from gateway.sessions.dedup import Dedup
 from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies
 from gateway.sessions.store import SessionStore
@@ -255,6 +255,7 @@ def build_runner(
     store.is_busy = cache.is_running
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
     outbound = Outbound(adapters, metrics)
+    outbox = Outbox(db, outbound.adapters, metrics)
     turns = TurnRunner(
         cache=cache,
         factory=factory,
@@ -269,8 +270,9 @@ def build_runner(
         config=config,
         send_typing=outbound.send_typing,
         media=build_media_intake(config),
+        outbox=outbox,
     )
-    return GatewayRunner(config, db, store, outbound, turns, access, Dedup(db), clock=clock, metrics=metrics)
+    return GatewayRunner(config, db, store, outbound, turns, access, Inbox(db), outbox, clock=clock, metrics=metrics)
 
 
 def build_media_intake(config: Config) -> MediaIntake:

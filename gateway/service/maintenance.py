@@ -2,7 +2,10 @@
 past any platform's redelivery window (otherwise that table grows by a row per message forever),
 and, when `storage.retention_days` is set, delete conversations idle for longer, never one that a
 chat is currently in; keep home/media/ under `media.max_total_bytes` (the oldest files of ended
-conversations go first) and remove files no message needs any more. The work runs in a worker thread; its writes are batched through the DB's
+conversations go first) and remove files no message needs any more; and prune the inbox entries
+done and the outbox rows sent more than two days ago (past every platform's redelivery horizon:
+Feishu retries for ~6 h, Telegram keeps an update 24 h), a batch per transaction. The work runs in
+a worker thread; its writes are batched through the DB's
 single writer like any other, so chats keep going meanwhile."""
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from gateway.db import SessionDB
+from gateway.storage import inbox, outbox
 from gateway.storage.media import MediaStore
 
 log = logging.getLogger(__name__)
@@ -25,6 +30,8 @@ class MaintenanceReport:
     events_forgotten: int
     sessions_deleted: int
     media_files_removed: int = 0
+    inbox_pruned: int = 0
+    outbox_pruned: int = 0
 
 
 def run_maintenance(
@@ -46,7 +53,20 @@ def run_maintenance(
             if over > 0:
                 db.drop_oldest_media(over)
         removed = media.sweep(db.referenced_media())
-    return MaintenanceReport(forgotten, deleted, removed)
+    inbox_pruned = _in_batches(db, lambda conn: inbox.prune(conn, time.time() - inbox.DONE_TTL_SECONDS), stop)
+    outbox_pruned = _in_batches(db, lambda conn: outbox.prune(conn, time.time() - outbox.SENT_TTL_SECONDS), stop)
+    return MaintenanceReport(forgotten, deleted, removed, inbox_pruned, outbox_pruned)
+
+
+def _in_batches(db: SessionDB, prune: Callable[[Any], int], stop: Callable[[], bool]) -> int:
+    """Run one batch per transaction until a batch comes back short (or shutdown asks)."""
+    total = 0
+    while not stop():
+        n = db.write(lambda conn, events: prune(conn))
+        total += n
+        if n < inbox.PRUNE_BATCH:
+            break
+    return total
 
 
 class Maintenance:

@@ -34,7 +34,11 @@ KNOWN: dict[str, tuple[str, str]] = {
     ),
     "adapter_ready": ("gauge", "1 when the platform adapter is ready, else 0."),
     "model_errors_total": ("counter", "Failed model calls."),
-    "duplicates_total": ("counter", "Redelivered platform events dropped by de-duplication, by platform."),
+    "duplicates_total": ("counter", "Redelivered platform events refused by the inbox, by platform."),
+    "inbox_backlog": ("gauge", "Inbound messages committed and not yet answered (inbox entries not done)."),
+    "outbox_backlog": ("gauge", "Replies committed and not yet delivered to their platform."),
+    "reruns_total": ("counter", "Turns cut short by a crash and run again after start, by platform."),
+    "interrupted_turns_total": ("counter", "Turns cut short by a crash and reported (interrupted_turns: notify)."),
 }
 
 # what the console charts: messages per minute (in, out) and turn latency, over the last hour

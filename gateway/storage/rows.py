@@ -14,7 +14,7 @@ import json
 import re
 import sqlite3
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from gateway.errors import TitleTaken, UnknownSession
 from gateway.storage import queries
@@ -30,6 +30,7 @@ from gateway.storage.events import (
 from gateway.storage.fts import ident_text, index_text
 from gateway.storage.media import AttachmentRow, insert_attachments
 from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX
+from gateway.text import valid_or_none, valid_text
 
 MAX_CONTENT_CHARS = 4_000_000
 PREVIEW_CHARS = 200
@@ -40,7 +41,7 @@ def sanitize_title(title: str | None) -> str | None:
     cut to TITLE_MAX; None when nothing is left."""
     if title is None:
         return None
-    text = re.sub(r"[\x00-\x1f\x7f\u200b-\u200f\u2028-\u202e\ufeff]", " ", str(title))
+    text = re.sub(r"[\x00-\x1f\x7f\u200b-\u200f\u2028-\u202e\ufeff]", " ", valid_text(str(title)))
     text = " ".join(text.split())[:TITLE_MAX].strip()
     return text or None
 
@@ -143,10 +144,12 @@ def op_append(
     fields: dict[str, Any],
     seen_event: tuple[str, str] | None = None,
     attachments: Sequence[AttachmentRow] = (),
+    after: Callable[[sqlite3.Connection, int], Any] | None = None,
 ) -> WriteOp[int]:
     """The write of one message; the op returns its id. `seen_event` = (platform, event id) is
-    marked seen, and the message's `attachments` rows are added, in the same transaction (see
-    gateway.sessions.dedup and gateway.storage.media)."""
+    marked seen, the message's `attachments` rows are added, and `after(conn, message_id)` runs
+    (the inbox and outbox records that belong to this message: gateway.runtime.delivery), all in
+    the same transaction."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     unknown = set(fields) - set(MESSAGE_FIELDS)
@@ -154,10 +157,15 @@ def op_append(
         raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
     if content is not None and not isinstance(content, str):
         content = json.dumps(content, ensure_ascii=False)
+    content = valid_or_none(content)  # a lone surrogate (model output, an odd event) cannot be UTF-8
     if content is not None and len(content) > MAX_CONTENT_CHARS:
         raise ValueError(f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}")
     row = {k: fields.get(k) for k in MESSAGE_FIELDS}
     row["tool_calls"] = json_or_none(row["tool_calls"])
+    for name in ("tool_calls", "tool_name", "reasoning", "finish_reason", "tool_call_id"):
+        value = row[name]
+        if isinstance(value, str):
+            row[name] = valid_text(value)
     row["timestamp"] = float(row["timestamp"] or time.time())
     words, idents = index_text(content), ident_text(content)  # computed off the writer thread
     preview = " ".join(content.split())[:PREVIEW_CHARS] if role == "user" and content else None
@@ -186,6 +194,8 @@ def op_append(
             mark_seen(conn, *seen_event)
         if attachments:
             insert_attachments(conn, message_id, attachments)
+        if after is not None:
+            after(conn, message_id)
         stored = {"id": message_id, "session_id": session_id, "role": role, "content": content, **row}
         events.append(MessageAppended({**stored, "active": 1, "compacted": 0}))
         return message_id

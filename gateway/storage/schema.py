@@ -246,6 +246,44 @@ MIGRATIONS: list[Migration] = [
         WHERE session_id = OLD.session_id AND first_id <= OLD.id AND last_id >= OLD.id;
     END;
     """,
+    # v7 -> v8: delivery (DESIGN §11): the inbox of inbound events (dedup by its unique key; an
+    # entry is done when its turn is) and the outbox of replies until the platform has them.
+    # Their SQL is in gateway.storage.inbox and gateway.storage.outbox.
+    """
+    CREATE TABLE inbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        platform TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        chat_key TEXT NOT NULL,
+        message TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        started_at REAL,
+        user_message_id INTEGER,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        done_at REAL,
+        outcome TEXT,
+        UNIQUE (platform, event_id)
+    );
+    CREATE INDEX idx_inbox_open ON inbox(id) WHERE done_at IS NULL;
+    CREATE INDEX idx_inbox_done ON inbox(done_at) WHERE done_at IS NOT NULL;
+
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        inbox_id INTEGER,
+        platform TEXT NOT NULL,
+        chat_key TEXT NOT NULL,
+        target TEXT NOT NULL,
+        reply_to TEXT,
+        text TEXT NOT NULL,
+        message_id INTEGER,
+        created_at REAL NOT NULL,
+        parts_sent INTEGER NOT NULL DEFAULT 0,
+        platform_ids TEXT,
+        sent_at REAL
+    );
+    CREATE INDEX idx_outbox_unsent ON outbox(id) WHERE sent_at IS NULL;
+    CREATE INDEX idx_outbox_sent ON outbox(sent_at) WHERE sent_at IS NOT NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -48,6 +48,7 @@ _IGNORED_EVENTS = (
     "im.chat.access_event.bot_p2p_chat_entered_v1",
 )
 _REMEMBER = 2048  # bounded memory of sent/seen message ids
+INTAKE_TIMEOUT = 10.0  # seconds the long connection waits for the gateway's commit before not acking
 
 
 class _Lru(OrderedDict):
@@ -236,30 +237,40 @@ class FeishuAdapter(PlatformAdapter):
         )
 
     def _on_ws_event(self, event: lark.CustomizedEvent) -> None:
-        # Runs on the long-connection thread: hand the plain payload to the gateway loop.
+        # Runs on the long-connection thread, and the SDK acks the event when this returns: so
+        # wait (bounded) until the gateway loop has committed it. Raising makes the SDK answer
+        # 500, and Feishu redelivers.
         payload = json.loads(lark.JSON.marshal(event))
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._ingest, payload)
+        done = asyncio.run_coroutine_threadsafe(self._take(payload), self._loop)
+        done.result(timeout=INTAKE_TIMEOUT)
+
+    async def _take(self, payload: dict[str, Any]) -> None:
+        delivery = self._ingest(payload)
+        if delivery is not None:
+            await delivery
 
     # -- webhook -------------------------------------------------------------------------------------
     def webhook_handlers(self) -> dict[str, WebhookHandler]:
         if self.mode != "webhook":
             return {}
-        return {WEBHOOK_PATH: make_handler(self.keys, self._ingest)}
+        return {WEBHOOK_PATH: make_handler(self.keys, self._take)}
 
     # -- inbound (gateway loop) ----------------------------------------------------------------------
-    def _ingest(self, payload: dict[str, Any]) -> None:
+    def _ingest(self, payload: dict[str, Any]) -> asyncio.Task | None:
+        """Parse one event and start handing it to the gateway; the task ends once the gateway
+        has committed it (what the webhook answer and the long-connection ack wait for)."""
         self.mark_alive()
         try:
             msg = message_from_event(payload, self.bot_open_id, self._sent_ids.__contains__, self._fetch_resource)
         except MalformedEvent as exc:
             log.warning("feishu: malformed event skipped: %s", exc)
-            return
+            return None
         except Exception:  # an unexpected shape must never take the adapter down
             log.exception("feishu: event could not be parsed; skipped")
-            return
+            return None
         if msg is None or self._on_message is None:
-            return
+            return None
         key = _chat_key(msg.source)
         self._latest.remember(key, msg.message_id)
         # One chat's messages reach the gateway in arrival order, even when one of them waits
@@ -267,6 +278,7 @@ class FeishuAdapter(PlatformAdapter):
         task = self._spawn(self._deliver(msg, self._chains.get(key)))
         self._chains[key] = task
         task.add_done_callback(lambda t: self._chains.pop(key) if self._chains.get(key) is t else None)
+        return task
 
     async def _fetch_resource(self, message_id: str, file_key: str, resource_type: str) -> bytes:
         return await self.api.message_resource(message_id, file_key, resource_type)
@@ -280,7 +292,8 @@ class FeishuAdapter(PlatformAdapter):
         try:
             await self._on_message(msg)
         except Exception:
-            log.exception("feishu: gateway failed on message %s", msg.message_id)
+            log.exception("feishu: message %s could not be stored; not acknowledged", msg.message_id)
+            raise
 
     async def _is_bot_message(self, message_id: str) -> bool:
         """Whether a replied-to message is the bot's, when it is not among those sent since start.

@@ -14,6 +14,7 @@ a local Bot API server or a test fake is just another URL.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import re
@@ -102,6 +103,9 @@ class TelegramAdapter(PlatformAdapter):
         self._app: Application | None = None
         self._on_message: MessageHandler | None = None
         self._offset: int | None = None
+        self._highest = -1  # the highest update id polled
+        self._intakes: dict[int, asyncio.Future] = {}  # polled updates being committed by the gateway
+        self._failed: set[int] = set()  # polled updates the gateway could not store: poll them again
         self._loop_task: asyncio.Task | None = None
         self._watchdog: Watchdog | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -250,9 +254,38 @@ class TelegramAdapter(PlatformAdapter):
             backoff.reset()
             self.mark_alive()
             self.set_ready(True, "polling")
-            for update_id, raw in batch:
-                self._offset = update_id + 1
-                self._dispatch(raw)
+            await self._take_batch(batch)
+
+    async def _take_batch(self, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        """Hand a polled batch to the gateway; the offset moves past an update only once the
+        gateway has committed it (and every one before it), so one it could not store is polled
+        again. An intake still running does not stall polling: its update comes back in the next
+        batches and is skipped until the commit is in. A batch's intakes share one group commit."""
+        started = []
+        for update_id, raw in batch:
+            self._highest = max(self._highest, update_id)
+            if update_id in self._intakes:
+                continue  # still being committed
+            self._failed.discard(update_id)
+            inbound = self._parse(raw)
+            if inbound is None:
+                continue
+            assert self._on_message is not None  # polling runs only once started
+            intake = asyncio.ensure_future(self._on_message(inbound))
+            self._intakes[update_id] = intake
+            intake.add_done_callback(functools.partial(self._intake_done, update_id))
+            started.append(intake)
+        if started:
+            await asyncio.wait(started, timeout=1.0)  # usually the commits are in: the next poll confirms them
+        open_ids = set(self._intakes) | self._failed
+        self._offset = min(open_ids) if open_ids else self._highest + 1
+
+    def _intake_done(self, update_id: int, intake: asyncio.Future) -> None:
+        self._intakes.pop(update_id, None)
+        if intake.cancelled() or intake.exception() is not None:
+            if not intake.cancelled():
+                log.error("telegram: update %s could not be stored; it is polled again", update_id)
+            self._failed.add(update_id)
 
     def _failure_detail(self, exc: BaseException) -> str:
         if isinstance(exc, InvalidToken):
@@ -311,8 +344,15 @@ class TelegramAdapter(PlatformAdapter):
             log.warning("telegram: webhook body is not an object; skipped")
             return web.Response(status=400, text="bad update")
         self.mark_alive()
-        self._dispatch(data)
-        # answer at once: the agent turn runs after; a slow answer makes Telegram redeliver
+        inbound = self._parse(data)
+        if inbound is not None:
+            # 200 only once the gateway has committed the update (the turn runs after, so this
+            # stays fast); an update it could not store gets a 500 and Telegram sends it again.
+            try:
+                await self._on_message(inbound)
+            except Exception:
+                log.exception("telegram: update %s could not be stored; asking for redelivery", data.get("update_id"))
+                return web.Response(status=500, text="not stored")
         return web.Response(status=200, text="ok")
 
     async def _webhook_loop(self) -> None:
@@ -346,33 +386,24 @@ class TelegramAdapter(PlatformAdapter):
             await asyncio.sleep(self.webhook_check_seconds)
 
     # -- inbound: common -----------------------------------------------------------------------
-    def _dispatch(self, raw: dict[str, Any]) -> None:
-        """Parse one raw update and hand it to the gateway in its own task, so a long agent turn
-        never stalls polling (or the webhook reply)."""
+    def _parse(self, raw: dict[str, Any]) -> InboundMessage | None:
+        """One raw update as the gateway's message; None for one to skip (malformed, no text).
+        The gateway's intake (platforms.base.MessageHandler) returns once the message is
+        committed, not answered, so awaiting it never stalls polling or the webhook reply."""
         try:
             update = Update.de_json(raw, self.bot)
             inbound = update_to_inbound(update, raw, self._bot_id, self._bot_username, self._fetch_file)
         except Exception as exc:
             log.warning("telegram: skipping malformed update %s (%s)", raw.get("update_id"), brief(exc))
-            return
+            return None
         if inbound is None:
             log.debug("telegram: update %s carries no user text; skipped", raw.get("update_id"))
-            return
-        task = asyncio.create_task(self._deliver(inbound))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        return inbound
 
     async def _fetch_file(self, file_id: str) -> bytes:
         """getFile, then the download from `base_file_url` (python-telegram-bot builds the URL)."""
         tg_file = await self.bot.get_file(file_id)
         return bytes(await tg_file.download_as_bytearray())
-
-    async def _deliver(self, inbound: InboundMessage) -> None:
-        assert self._on_message is not None
-        try:
-            await self._on_message(inbound)
-        except Exception:
-            log.exception("telegram: message handler failed for %s", inbound.message_id)
 
     # -- outbound ------------------------------------------------------------------------------
     def message_length(self, text: str) -> int:

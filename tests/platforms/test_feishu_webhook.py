@@ -447,12 +447,23 @@ async def test_a_chat_keeps_its_order_while_a_reply_lookup_is_slow(fake, make_ri
     rig = await make_rig()
     # the lookup of the replied-to message fails twice (back-off) before it answers
     fake.fail_next("get", status=503, times=2)
-    await rig.post(
-        fake.message_event("first, a reply", chat_id="oc_g", chat_type="group", parent_id="om_unknown", token=TOKEN)
+    # Each answer waits for the gateway's commit (platforms.base.MessageHandler), so the first
+    # post is answered only after its lookup: the other two go while it is still pending, as
+    # Feishu's concurrent deliveries would.
+    first = asyncio.create_task(
+        rig.post(
+            fake.message_event("first, a reply", chat_id="oc_g", chat_type="group", parent_id="om_unknown", token=TOKEN)
+        )
     )
-    await rig.post(fake.message_event("second", chat_id="oc_g", chat_type="group", token=TOKEN))
-    await rig.post(fake.message_event("other chat", chat_id="oc_other", chat_type="group", token=TOKEN))
+    await fake.wait_for(lambda: fake.calls_to("get"))
+    fake.delays["get"] = 0.5  # the lookup's retries are slow too
+    second = asyncio.create_task(rig.post(fake.message_event("second", chat_id="oc_g", chat_type="group", token=TOKEN)))
+    await asyncio.sleep(0.05)
+    other = asyncio.create_task(
+        rig.post(fake.message_event("other chat", chat_id="oc_other", chat_type="group", token=TOKEN))
+    )
     got = [(await rig.next_message()).text for _ in range(3)]
+    assert [status for status, _ in await asyncio.gather(first, second, other)] == [200, 200, 200]
     assert got.index("first, a reply") < got.index("second")
     assert got[0] == "other chat"  # not held up by another chat's lookup
 

@@ -4,7 +4,6 @@ cap, the acknowledgement, and /stop getting through."""
 from __future__ import annotations
 
 import asyncio
-import threading
 
 from gateway.runtime.lanes import ACK_TEXT, pending_cap_text
 from tests.fakes.chat_adapter import ChatAdapter
@@ -25,9 +24,11 @@ async def test_each_chat_in_order_and_chats_concurrently(tmp_path):
     async with Gateway(tmp_path) as gw:
         gw.fake.gate = asyncio.Event()
         chats = [str(i) for i in range(8)]
-        for n in range(3):
-            for chat in chats:
-                await gw.adapter.inject(f"c{chat} m{n}", chat_id=chat, user_id=chat)
+        # all at once (each intake waits for its inbox commit: sequential awaits would let each
+        # first turn start before the next message arrives)
+        await asyncio.gather(
+            *(gw.adapter.inject(f"c{chat} m{n}", chat_id=chat, user_id=chat) for n in range(3) for chat in chats)
+        )
         # every chat's first turn is in flight at once: chats do not wait for each other
         await gw.fake.wait_requests(len(chats))
         await wait_until(lambda: pending(gw) == 2 * len(chats))  # the rest taken in, waiting
@@ -191,15 +192,14 @@ async def test_a_read_only_command_waits_for_a_command_before_it(tmp_path):
     async with Gateway(tmp_path) as gw:
         await gw.say("the capital of Mongolia is Ulaanbaatar")
         old = gw.session_id()
-        # Hold the DB writer so `/new` is still running when `/search` arrives.
-        writer_free = threading.Event()
-        held = asyncio.ensure_future(gw.db.awrite(lambda conn, events: writer_free.wait(5)))
-        await gw.adapter.inject("/new")
-        await wait_until(lambda: any(lane.busy for lane in gw.runner.lanes.values()))
-        await gw.adapter.inject("/search Mongolia capital")
-        await wait_until(lambda: pending(gw) == 1)  # taken in, and waiting behind /new
-        writer_free.set()
-        await held
+        # Hold the chat's lock so `/new` is provably still running when `/search` arrives (each
+        # intake is committed to the inbox first; the lane then waits for the lock).
+        key = gw.db.get_session(old)["session_key"]
+        async with gw.runner.store.lock(key):
+            await gw.adapter.inject("/new")
+            await wait_until(lambda: any(lane.busy for lane in gw.runner.lanes.values()))
+            await gw.adapter.inject("/search Mongolia capital")
+            await wait_until(lambda: pending(gw) == 1)  # taken in, and waiting behind /new
         await gw.runner.drain()
         started, found = gw.adapter.texts()[-2:]
         assert started.startswith("Started a new conversation") and gw.session_id() != old

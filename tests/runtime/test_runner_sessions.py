@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from datetime import datetime, timezone
 
-from gateway.runtime.runner import ERROR_TEXT
+import pytest
+
 from gateway.sessions.reset import ResetPolicies, ResetPolicy
 from tests.fakes.gateway_harness import Clock, Gateway
 from tests.fakes.openai_server import Reply, ToolCall
@@ -83,25 +85,25 @@ async def test_dedup_survives_restart(tmp_path):
 
 
 async def test_a_message_that_could_not_be_stored_is_answered_when_redelivered(tmp_path):
-    """The seen mark is written with the message itself: when the disk is full and storing fails,
-    the message is not remembered as handled, so the platform's redelivery is answered later."""
+    """The inbox commit comes before the acknowledgement: when the disk is full and storing fails,
+    the intake raises (the adapter does not acknowledge), nothing is remembered, and the
+    platform's redelivery is answered later, once."""
     db_path = tmp_path / "shared.db"
     async with Gateway(tmp_path / "a", db_path=db_path) as gw:
         assert await gw.say("warm up", message_id="evt-1") == ["echo: warm up"]
         pages = gw.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
         gw.db.write(lambda conn, ev: conn.execute(f"PRAGMA max_page_count = {pages + 1}"))  # the disk fills up
         big = gw.adapter.message("a long message " + "x" * 50_000, message_id="evt-2")
-        await gw.adapter.deliver(big)
+        with pytest.raises(sqlite3.OperationalError):
+            await gw.adapter.deliver(big)  # not stored: not acknowledged
         await gw.runner.drain()
-        assert gw.adapter.texts()[-1] == ERROR_TEXT  # told; nothing half-stored
+        assert gw.adapter.texts() == ["echo: warm up"]  # nothing half-done
         gw.db.write(lambda conn, ev: conn.execute("PRAGMA max_page_count = 1073741823"))
-        assert not gw.db.is_event_seen("telegram", "evt-2")
     async with Gateway(tmp_path / "b", db_path=db_path) as gw:  # restarted; the platform redelivers
         await gw.adapter.deliver(big)
         await gw.runner.drain()
         answer = gw.adapter.texts()
         assert "".join(answer) == "echo: " + big.text  # (in several parts: it is long)
-        assert gw.db.is_event_seen("telegram", "evt-2")
         await gw.adapter.deliver(big)  # and only once
         await gw.runner.drain()
         assert gw.adapter.texts() == answer
@@ -193,8 +195,6 @@ async def test_redelivery_during_the_turn_changes_nothing(tmp_path):
         await gw.runner.drain()
         assert gw.adapter.texts() == ["the one answer"]
         rows = gw.db.read(
-            lambda conn: conn.execute(
-                "SELECT platform, event_id FROM processed_events WHERE event_id = 'evt-9'"
-            ).fetchall()
+            lambda conn: conn.execute("SELECT platform, event_id FROM inbox WHERE event_id = 'evt-9'").fetchall()
         )
-        assert [tuple(r) for r in rows] == [("telegram", "evt-9")]
+        assert [tuple(r) for r in rows] == [("telegram", "evt-9")]  # the inbox's one entry is the dedup

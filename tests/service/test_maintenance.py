@@ -131,3 +131,25 @@ def test_upkeep_keeps_media_under_its_cap_oldest_ended_first_and_sweeps_orphans(
     assert report.media_files_removed == 2  # the ended session's file (over the cap) and the orphan
     assert store.exists(live_file.sha256) and not store.exists(old_file.sha256) and not store.exists(orphan.sha256)
     assert db.media_bytes() == 600
+
+
+async def test_upkeep_prunes_done_inbox_entries_and_sent_replies_past_the_horizon(db):
+    import time
+
+    from gateway.service.maintenance import run_maintenance
+    from gateway.storage import inbox, outbox
+
+    old = time.time() - 3 * 24 * 3600
+    done_old = await db.ainbox_add("telegram", "a", "k", "{}", old)
+    open_old = await db.ainbox_add("telegram", "b", "k", "{}", old)
+    done_new = await db.ainbox_add("telegram", "c", "k", "{}", time.time())
+    db.write(lambda conn, ev: inbox.finish(conn, [done_old], now=old))
+    await db.ainbox_finish([done_new])
+    sent = db.write(lambda conn, ev: outbox.add(conn, platform="t", chat_key="k", target="{}", text="x", now=old))
+    db.write(lambda conn, ev: outbox.record_parts(conn, sent, 1, ["m"], True, now=old))
+    unsent = db.write(lambda conn, ev: outbox.add(conn, platform="t", chat_key="k", target="{}", text="y", now=old))
+    report = run_maintenance(db, retention_days=0)
+    assert (report.inbox_pruned, report.outbox_pruned) == (1, 1)
+    left = db.read(lambda conn: [r[0] for r in conn.execute("SELECT id FROM inbox ORDER BY id")])
+    assert left == [open_old, done_new]  # never an open entry, never a fresh one
+    assert [r["id"] for r in db.outbox_unsent()] == [unsent]

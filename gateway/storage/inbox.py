@@ -1,0 +1,84 @@
+"""The inbox: every inbound platform event, committed before the platform is told it arrived.
+
+One row per (platform, event id): that unique key is the de-duplication, so a redelivery (Feishu
+retries an event for hours, Telegram resends every update it got no 2xx for) is refused by the
+INSERT itself, whether the first copy is still queued, running, or long answered. A row is
+`queued` until its turn stores the person's message (`started_at`, `user_message_id`), and done
+when the turn is finished (`done_at`, with the reply's outbox row in the same transaction). On
+start, rows without `done_at` are taken up again, in `id` order (arrival order).
+
+Plain SQL functions of a connection; the caller runs them in the single writer's transaction
+(gateway.storage.writer), so with group commit an inbound event costs a share of one fsync
+(bench/gateway.py measures it). Done rows are kept for DONE_TTL_SECONDS, past any platform's
+redelivery horizon, then pruned in batches.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Iterable
+
+DONE_TTL_SECONDS = 2 * 24 * 3600  # Feishu redelivers for ~6 h, Telegram keeps an update 24 h
+PRUNE_BATCH = 5000
+
+
+def add(
+    conn: sqlite3.Connection,
+    platform: str,
+    event_id: str,
+    chat_key: str,
+    message: str,
+    received_at: float | None = None,
+) -> int | None:
+    """Store one inbound event; its row id, or None when (platform, event id) was seen before
+    (here, or in the pre-inbox `processed_events` table of an upgraded database)."""
+    cur = conn.execute(
+        "INSERT OR IGNORE INTO inbox (platform, event_id, chat_key, message, received_at) "
+        "SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS "
+        "(SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?)",
+        (platform, event_id, chat_key, message, received_at or time.time(), platform, event_id),
+    )
+    return cur.lastrowid if cur.rowcount == 1 else None
+
+
+def start(conn: sqlite3.Connection, entry_id: int, user_message_id: int | None, now: float | None = None) -> None:
+    """The entry's turn stored the person's message (`user_message_id`): from here a crash leaves
+    a turn cut short, which start-up reruns or reports (gateway.interrupted_turns)."""
+    conn.execute(
+        "UPDATE inbox SET started_at = ?, user_message_id = COALESCE(?, user_message_id), attempts = attempts + 1 "
+        "WHERE id = ?",
+        (now or time.time(), user_message_id, entry_id),
+    )
+
+
+def finish(
+    conn: sqlite3.Connection, entry_ids: Iterable[int], outcome: str = "answered", now: float | None = None
+) -> int:
+    """Mark entries done (answered, refused, stopped ...); returns how many were still open."""
+    ids = [int(i) for i in entry_ids]
+    if not ids:
+        return 0
+    marks = ", ".join("?" * len(ids))
+    return conn.execute(
+        f"UPDATE inbox SET done_at = ?, outcome = ? WHERE done_at IS NULL AND id IN ({marks})",
+        (now or time.time(), outcome, *ids),
+    ).rowcount
+
+
+def unfinished(conn: sqlite3.Connection) -> list[dict]:
+    """Every entry not done, oldest first: the work a start-up takes up again."""
+    rows = conn.execute("SELECT * FROM inbox WHERE done_at IS NULL ORDER BY id")
+    return [dict(r) for r in rows]
+
+
+def backlog(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT COUNT(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
+
+
+def prune(conn: sqlite3.Connection, cutoff: float, limit: int = PRUNE_BATCH) -> int:
+    """Forget up to `limit` done entries finished before `cutoff` (one batch of upkeep)."""
+    return conn.execute(
+        "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox WHERE done_at IS NOT NULL AND done_at < ? LIMIT ?)",
+        (cutoff, limit),
+    ).rowcount

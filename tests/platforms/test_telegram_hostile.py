@@ -1,0 +1,36 @@
+"""A Telegram update whose text holds a lone surrogate (valid JSON: `"\\ud800"` escaped) goes through
+the real python-telegram-bot adapter and the gateway and is answered, with valid text."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.platform_stack import running
+from tests.fakes.telegram_server import FakeTelegram
+from tests.platforms.test_telegram_e2e import ANN, Stack
+
+
+@pytest.fixture
+async def stack(tmp_path):
+    telegram = await FakeTelegram().start()
+    async with running(telegram, lambda llm: Stack(tmp_path, telegram, llm)) as s:
+        yield s
+
+
+async def test_update_text_with_a_lone_surrogate_is_answered(stack):
+    tg = stack.telegram
+    tg.push_message(tg.private_chat(ANN), ANN, "hi \ud800 there", auto_entities=False)
+    [reply] = await stack.wait_replies(42, 1)
+    assert reply["text"] == "echo: hi \ufffd there"
+
+
+async def test_title_with_a_lone_surrogate_gets_a_reply(stack):
+    tg = stack.telegram
+    chat = tg.private_chat(ANN)
+    tg.push_message(chat, ANN, "hello", auto_entities=False)
+    await stack.wait_replies(42, 1)
+    tg.push_message(chat, ANN, "/title \udc00 trip", auto_entities=False)
+    tg.push_message(chat, ANN, "/search \ud800hello", auto_entities=False)
+    replies = await stack.wait_replies(42, 3)
+    assert "trip" in replies[1]["text"]
+    assert replies[2]["text"]

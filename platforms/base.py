@@ -124,6 +124,12 @@ class PlatformAdapter(abc.ABC):
     async def send_typing(self, source: SessionSource) -> None:
         """Show a typing/working hint. Default: nothing."""
 
+    def reopen(self, msg: InboundMessage, attachment: Attachment) -> Callable[[], AsyncIterator[bytes]] | None:
+        """How to download `attachment` of `msg` again from what the inbox kept of it (its
+        platform file id), for a message taken up after a restart. Default: not possible (the
+        person is told the file could not be downloaded; its name and the text are kept)."""
+        return None
+
     def webhook_handlers(self) -> dict[str, WebhookHandler]:
         """Routes (path -> aiohttp handler) this adapter serves on the gateway's HTTP port."""
         return {}

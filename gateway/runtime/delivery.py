@@ -31,7 +31,7 @@ from gateway.db import SessionDB
 from gateway.source import SessionSource
 from gateway.storage import inbox, outbox
 from gateway.storage.events import Events
-from platforms.base import InboundMessage, PlatformAdapter
+from platforms.base import Attachment, InboundMessage, PlatformAdapter
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,18 @@ def encode_message(msg: InboundMessage) -> str:
             "reply_to_bot": msg.reply_to_bot,
             "reply_to_message_id": msg.reply_to_message_id,
             "timestamp": msg.timestamp,
+            # what each file is (its bytes are fetched when the turn runs; after a restart the
+            # adapter opens them again from the platform's file id: PlatformAdapter.reopen)
+            "attachments": [
+                {
+                    "kind": a.kind,
+                    "mime_type": a.mime_type,
+                    "size": a.size,
+                    "file_name": a.file_name,
+                    "platform_file_id": a.platform_file_id,
+                }
+                for a in msg.attachments
+            ],
         },
         ensure_ascii=False,
     )
@@ -64,6 +76,12 @@ def decode_message(text: str, inbox_id: int | None = None) -> InboundMessage:
         reply_to_message_id=data.get("reply_to_message_id"),
         timestamp=float(data.get("timestamp") or 0.0),
         inbox_id=inbox_id,
+        attachments=[
+            Attachment(
+                a["kind"], None, a.get("mime_type"), a.get("size"), a.get("file_name"), a.get("platform_file_id")
+            )
+            for a in data.get("attachments") or []
+        ],
     )
 
 

@@ -134,6 +134,10 @@ class GatewayRunner:
         stored the person's message was cut short: rerun or reported when its job runs."""
         entries = await asyncio.to_thread(self.inbox.unfinished)
         for row, msg in entries:
+            adapter = self.adapters.get(msg.source.platform.value)
+            if adapter is not None:
+                for attachment in msg.attachments:
+                    attachment.open = adapter.reopen(msg, attachment)
             self._resumed.add(row["id"])
             self._taken_up.add(row["id"])
             if row["started_at"] is not None and parse_command(msg.text) is None:

@@ -21,14 +21,22 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
 import lark_oapi as lark
 
 from gateway.source import Platform, SessionSource
-from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, WebhookHandler
+from platforms.base import (
+    Attachment,
+    Backoff,
+    InboundMessage,
+    MessageHandler,
+    PlatformAdapter,
+    Watchdog,
+    WebhookHandler,
+)
 from platforms.feishu.api import FeishuApi, FeishuApiError, resolve_domain
-from platforms.feishu.events import MESSAGE_EVENT, MalformedEvent, message_from_event
+from platforms.feishu.events import MESSAGE_EVENT, MalformedEvent, message_from_event, resource_opener, resource_type
 from platforms.feishu.settings import FeishuSettings
 from platforms.feishu.webhook import WebhookKeys, make_handler
 from platforms.feishu.ws import HookedWsClient, WsHooks, WsSession
@@ -279,6 +287,12 @@ class FeishuAdapter(PlatformAdapter):
         self._chains[key] = task
         task.add_done_callback(lambda t: self._chains.pop(key) if self._chains.get(key) is t else None)
         return task
+
+    def reopen(self, msg: InboundMessage, attachment: Attachment) -> Callable[[], AsyncIterator[bytes]] | None:
+        key = attachment.platform_file_id
+        if not key:
+            return None
+        return resource_opener(self._fetch_resource, msg.message_id, key, resource_type(attachment.kind))
 
     async def _fetch_resource(self, message_id: str, file_key: str, resource_type: str) -> bytes:
         return await self.api.message_resource(message_id, file_key, resource_type)

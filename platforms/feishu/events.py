@@ -102,7 +102,7 @@ def message_from_event(
     text = render_content(msg_type, content)
     text, mentioned = resolve_mentions(text, mentions, bot_open_id)
     attachments = [
-        Attachment(kind, _opener(fetch, message_id, key, rtype) if fetch else None, mime, None, name, key)
+        Attachment(kind, resource_opener(fetch, message_id, key, rtype) if fetch else None, mime, None, name, key)
         for kind, key, rtype, mime, name in file_resources(msg_type, content)
     ]
 
@@ -151,7 +151,12 @@ def file_resources(
     return found
 
 
-def _opener(fetch: FetchResource, message_id: str, key: str, rtype: str) -> Callable[[], AsyncIterator[bytes]]:
+def resource_type(kind: str) -> str:
+    """The message resource API's `type` for a file of this kind."""
+    return "image" if kind == "image" else "file"
+
+
+def resource_opener(fetch: FetchResource, message_id: str, key: str, rtype: str) -> Callable[[], AsyncIterator[bytes]]:
     async def chunks() -> AsyncIterator[bytes]:
         yield await fetch(message_id, key, rtype)
 

@@ -19,7 +19,7 @@ import hmac
 import logging
 import re
 import warnings
-from typing import Any, Awaitable, Callable, Mapping, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
 from aiohttp import web
 from telegram import BotCommand, ReplyParameters, Update
@@ -38,6 +38,7 @@ from telegram.ext import Application, ApplicationBuilder
 
 from gateway.source import Platform, SessionSource
 from platforms.base import (
+    Attachment,
     Backoff,
     InboundMessage,
     MessageHandler,
@@ -55,7 +56,7 @@ from platforms.telegram.calls import (
     retry_after_seconds,
 )
 from platforms.telegram.format import to_markdown_v2
-from platforms.telegram.inbound import message_key, parse_message_key, update_to_inbound
+from platforms.telegram.inbound import file_opener, message_key, parse_message_key, update_to_inbound
 from platforms.telegram.redact import redact_token
 from platforms.telegram.settings import TelegramSettings
 
@@ -399,6 +400,10 @@ class TelegramAdapter(PlatformAdapter):
         if inbound is None:
             log.debug("telegram: update %s carries no user text; skipped", raw.get("update_id"))
         return inbound
+
+    def reopen(self, msg: InboundMessage, attachment: Attachment) -> Callable[[], AsyncIterator[bytes]] | None:
+        file_id = attachment.platform_file_id
+        return file_opener(self._fetch_file, file_id) if file_id else None  # a file_id stays valid
 
     async def _fetch_file(self, file_id: str) -> bytes:
         """getFile, then the download from `base_file_url` (python-telegram-bot builds the URL)."""

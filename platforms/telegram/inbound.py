@@ -131,7 +131,7 @@ def message_attachments(msg: Message, fetch: FetchFile | None) -> list[Attachmen
     return [
         Attachment(
             kind=kind,
-            open=_opener(fetch, item.file_id) if fetch is not None else None,
+            open=file_opener(fetch, item.file_id) if fetch is not None else None,
             mime_type=mime,
             size=item.file_size,
             file_name=name,
@@ -141,7 +141,7 @@ def message_attachments(msg: Message, fetch: FetchFile | None) -> list[Attachmen
     ]
 
 
-def _opener(fetch: FetchFile, file_id: str) -> Callable[[], AsyncIterator[bytes]]:
+def file_opener(fetch: FetchFile, file_id: str) -> Callable[[], AsyncIterator[bytes]]:
     async def chunks() -> AsyncIterator[bytes]:
         yield await fetch(file_id)
 

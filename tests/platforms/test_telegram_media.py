@@ -105,3 +105,23 @@ async def test_a_message_with_neither_text_nor_file_is_still_skipped(fake: FakeT
         assert got.text == "after the sticker" and got.attachments == []
     finally:
         await adapter.stop()
+
+
+async def test_a_file_kept_in_the_inbox_is_opened_again_after_a_restart(fake: FakeTelegram) -> None:
+    """The inbox keeps what a file is, not how to read it; after a restart the adapter opens it
+    again from its file_id."""
+    from gateway.runtime.delivery import decode_message, encode_message
+
+    doc = fake.add_file(b"report body", mime_type="text/plain", file_name="report.txt")
+    inbound, _ = await _receive(fake, _message(fake, document=doc, caption="read this"))
+    restored = decode_message(encode_message(inbound), inbox_id=7)
+    [att] = restored.attachments
+    assert (att.kind, att.file_name, att.platform_file_id, att.open) == ("file", "report.txt", doc["file_id"], None)
+    adapter = TelegramAdapter(cfg(fake, base_file_url=fake.base_file_url))
+    await adapter.start(asyncio.Queue().put)
+    try:
+        opener = adapter.reopen(restored, att)
+        assert opener is not None
+        assert b"".join([chunk async for chunk in opener()]) == b"report body"
+    finally:
+        await adapter.stop()

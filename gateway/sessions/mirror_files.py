@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from gateway.storage.schema import MESSAGE_FIELDS
+
 __all__ = [
     "MESSAGE_KEYS",
     "ENTRY_KEYS",
@@ -25,23 +27,8 @@ __all__ = [
 ]
 
 
-MESSAGE_KEYS = (
-    "id",
-    "session_id",
-    "role",
-    "content",
-    "tool_call_id",
-    "tool_calls",
-    "tool_name",
-    "timestamp",
-    "token_count",
-    "finish_reason",
-    "reasoning",
-    "platform_message_id",
-    "user_id",
-    "active",
-    "compacted",
-)
+# a transcript line: the message row as stored, in the table's column order
+MESSAGE_KEYS = ("id", "session_id", "role", "content", *MESSAGE_FIELDS, "active", "compacted")
 ENTRY_KEYS = ("session_id", "origin", "created_at", "updated_at", "reason")
 
 

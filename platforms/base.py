@@ -3,6 +3,11 @@
 An adapter turns platform events into `InboundMessage`s and sends replies; routing, sessions and
 commands stay in the gateway. Adapters know `gateway.source` and this module, nothing else of the
 gateway.
+
+A streamed reply is a `ReplyStream` (`adapter.begin_reply`): `update` with the whole text so far,
+`status` for a short line while a tool runs, then exactly one of `finish` (the final text, formatted
+by the platform) or `fail` (the turn ended early: what was shown stays, with a note). An adapter that
+cannot edit what it sent gets `SendOnFinish`, which sends once at the end, exactly as a plain reply.
 """
 
 from __future__ import annotations
@@ -31,9 +36,68 @@ class InboundMessage:
     timestamp: float = field(default_factory=time.time)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    # Where answers go when not into the chat (a Discord slash command answers its interaction):
+    # a factory of ReplyStreams, one per reply sent, set by the adapter that made the message.
+    reply_target: "Callable[[], ReplyStream] | None" = field(default=None, repr=False)
+
     @property
     def is_command(self) -> bool:
         return self.text.lstrip().startswith("/")
+
+
+class RateLimited(Exception):
+    """The platform asked us to wait `retry_after` seconds before the next call (HTTP 429)."""
+
+    def __init__(self, retry_after: float, what: str = "") -> None:
+        super().__init__(f"rate limited{' on ' + what if what else ''}; retry after {retry_after:.2f}s")
+        self.retry_after = max(0.0, float(retry_after))
+
+
+class ReplyStream(abc.ABC):
+    """One reply being written while the model writes it (see the module docstring).
+
+    `first_shown` is set once the person can see something (the runtime stops the typing hint then).
+    Calls after `finish`/`fail` are ignored. None of the methods raise for a platform refusal of an
+    intermediate update; `finish` raises only when the final text could not be delivered at all.
+    """
+
+    def __init__(self) -> None:
+        self.first_shown = asyncio.Event()
+        self.message_ids: list[str] = []
+
+    async def update(self, text: str) -> None:
+        """The whole reply text so far (not a delta)."""
+
+    async def status(self, line: str | None) -> None:
+        """A short status line shown under the text while a tool runs; None removes it."""
+
+    @abc.abstractmethod
+    async def finish(self, text: str) -> list[str]:
+        """Show `text` as the final reply (platform formatting applied); return message ids."""
+
+    @abc.abstractmethod
+    async def fail(self, note: str | None = None) -> list[str]:
+        """The turn ended without a final text: keep what was shown, add `note` if given."""
+
+
+class SendOnFinish(ReplyStream):
+    """The default stream for adapters that cannot edit: nothing until the end, then one send."""
+
+    def __init__(self, adapter: "PlatformAdapter", source: SessionSource, reply_to: str | None = None) -> None:
+        super().__init__()
+        self.adapter, self.source, self.reply_to = adapter, source, reply_to
+        self._done = False
+
+    async def finish(self, text: str) -> list[str]:
+        if self._done or not text:
+            return []
+        self._done = True
+        self.message_ids = await self.adapter.send(self.source, text, reply_to=self.reply_to)
+        self.first_shown.set()
+        return self.message_ids
+
+    async def fail(self, note: str | None = None) -> list[str]:
+        return await self.finish(note) if note else []
 
 
 MessageHandler = Callable[[InboundMessage], Awaitable[None]]
@@ -83,6 +147,10 @@ class PlatformAdapter(abc.ABC):
 
     async def send_typing(self, source: SessionSource) -> None:
         """Show a typing/working hint. Default: nothing."""
+
+    def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
+        """Start a streamed reply in the chat of `source`. Default: send once at the end."""
+        return SendOnFinish(self, source, reply_to)
 
     def webhook_handlers(self) -> dict[str, WebhookHandler]:
         """Routes (path -> aiohttp handler) this adapter serves on the gateway's HTTP port."""

@@ -14,6 +14,9 @@ With nothing queued, the reply is "echo: <last user message>". `fake.delay` slow
 `fake.gate` (an asyncio.Event) makes every reply wait until it is set; `Reply.wait` does the same
 for one reply. `await fake.wait_requests(n)` waits until n requests have arrived.
 Streaming (`"stream": true`) is served as server-sent events, in chunks, like the real API.
+`fake.chunk_delay` (or `Reply.chunk_delay`) sleeps between streamed chunks, so a reply can take
+seconds to write; `Reply.pause_after=n` with `Reply.resume` (an asyncio.Event) stops a stream after
+its first n characters until the event is set (`await fake.paused.wait()` says it got there).
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     reasoning: str | None = None  # sent as `reasoning_content` like several compatible servers
     raw: str | None = None  # a raw (possibly broken) response body, sent with `status`
+    chunk_delay: float | None = None  # seconds between streamed chunks (default: the fake's)
+    pause_after: int | None = None  # streamed characters after which the stream waits for `resume`
+    resume: asyncio.Event | None = None
 
 
 Script = Union[Reply, str, Callable[[dict[str, Any]], Any]]
@@ -77,6 +83,9 @@ class FakeOpenAI:
         self.delay: float = 0.0
         self.gate: asyncio.Event | None = None
         self.chunk_size = 4  # characters per streamed content chunk
+        self.chunk_delay = 0.0  # seconds between streamed chunks
+        self.paused = asyncio.Event()  # set when a stream stops at its Reply.pause_after
+        self.streams_done = 0  # streamed replies written to the end
         self._script: deque[Script] = deque()
         self._arrived = asyncio.Condition()
         self._served: Served | None = None
@@ -228,7 +237,14 @@ class FakeOpenAI:
 
         await send({"role": "assistant", "content": ""})
         text = reply.text or ""
+        delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
         for i in range(0, len(text), self.chunk_size):
+            if reply.pause_after is not None and i >= reply.pause_after and not self.paused.is_set():
+                self.paused.set()
+                if reply.resume is not None:
+                    await reply.resume.wait()
+            if delay and i:
+                await asyncio.sleep(delay)
             await send({"content": text[i : i + self.chunk_size]})
         for index, (cid, call) in enumerate(zip(self._ids(reply), reply.tool_calls)):
             args = self._args(call)
@@ -252,4 +268,5 @@ class FakeOpenAI:
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+        self.streams_done += 1
         return response

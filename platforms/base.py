@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from gateway.source import Platform, SessionSource
 
@@ -80,6 +81,61 @@ class ReplyStream(abc.ABC):
         """The turn ended without a final text: keep what was shown, add `note` if given."""
 
 
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+class EditPacer:
+    """At most `limit` platform calls per `window` seconds per key (sliding), and holds after a 429.
+
+    It reads an injectable `Clock`, so tests of streamed replies run on virtual time."""
+
+    def __init__(self, limit: int, window: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        if limit < 1 or window <= 0:
+            raise ValueError("pacer needs limit >= 1 and window > 0")
+        self.limit, self.window, self.clock = limit, window, clock
+        self._calls: dict[str, collections.deque[float]] = {}
+        self._held: dict[str, float] = {}
+
+    def delay(self, key: str) -> float:
+        """Seconds until a call for `key` is allowed."""
+        now = self.clock.now()
+        calls = self._calls.get(key)
+        wait = max(0.0, self._held.get(key, 0.0) - now)
+        if calls:
+            while calls and calls[0] <= now - self.window:
+                calls.popleft()
+            if len(calls) >= self.limit:
+                wait = max(wait, calls[0] + self.window - now)
+        return wait
+
+    async def wait(self, key: str) -> None:
+        while (wait := self.delay(key)) > 0:
+            await self.clock.sleep(wait)
+
+    def record(self, key: str) -> None:
+        calls = self._calls.setdefault(key, collections.deque())
+        calls.append(self.clock.now())
+        if len(self._calls) > 10_000:  # keys of chats long quiet: forget the oldest
+            self._calls.pop(next(iter(self._calls)))
+
+    def hold(self, key: str, seconds: float) -> None:
+        self._held[key] = max(self._held.get(key, 0.0), self.clock.now() + seconds)
+
+
 class SendOnFinish(ReplyStream):
     """The default stream for adapters that cannot edit: nothing until the end, then one send."""
 
@@ -122,8 +178,11 @@ class PlatformAdapter(abc.ABC):
 
     platform: Platform
     max_message_length: int = 4000
+    clock: Clock = SYSTEM_CLOCK  # what streamed replies pace themselves by (tests set a virtual one)
+    stream_first_delay = 1.0  # seconds of text before a streamed reply shows without a full sentence
 
     def __init__(self) -> None:
+        self._pacers: dict[str, EditPacer] = {}
         self._ready = False
         self._ready_detail = "not started"
         self.last_alive: float | None = None
@@ -147,6 +206,12 @@ class PlatformAdapter(abc.ABC):
 
     async def send_typing(self, source: SessionSource) -> None:
         """Show a typing/working hint. Default: nothing."""
+
+    def pacer(self, name: str, limit: int, window: float) -> EditPacer:
+        """This adapter's pacer `name` (made on first use): replies in one chat share its budget."""
+        if name not in self._pacers:
+            self._pacers[name] = EditPacer(limit, window, self.clock)
+        return self._pacers[name]
 
     def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
         """Start a streamed reply in the chat of `source`. Default: send once at the end."""

@@ -10,78 +10,23 @@ are no longer touched. Intermediate text is sent plain; `finish` applies the pla
 formatting in the final edit. A 429 holds the chat's pacer for its `retry_after` and the update
 is merged into the next one; nothing is dropped from the final text.
 
-`EditPacer` is the rate rule (at most `limit` calls per `window` seconds per chat, sliding); it
-reads an injectable `Clock`, so tests run the whole flow on virtual time without sleeping.
+The rate rule is the adapter's `EditPacer` (platforms.base), on the adapter's injectable clock, so
+tests run the whole flow on virtual time without sleeping.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import re
-import time
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable
 
-from platforms.base import RateLimited, ReplyStream
+from platforms.base import EditPacer, RateLimited, ReplyStream
 
 log = logging.getLogger(__name__)
 
 FINAL_ATTEMPTS = 5  # a final edit refused this often (429 each time) is given up
 _SENTENCE = re.compile(r"[.!?…:\n]\s|[。！？]")
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    def now(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-SYSTEM_CLOCK = SystemClock()
-
-
-class EditPacer:
-    """At most `limit` platform calls per `window` seconds per key, and holds after a 429."""
-
-    def __init__(self, limit: int, window: float, clock: Clock = SYSTEM_CLOCK) -> None:
-        if limit < 1 or window <= 0:
-            raise ValueError("pacer needs limit >= 1 and window > 0")
-        self.limit, self.window, self.clock = limit, window, clock
-        self._calls: dict[str, collections.deque[float]] = {}
-        self._held: dict[str, float] = {}
-
-    def delay(self, key: str) -> float:
-        """Seconds until a call for `key` is allowed."""
-        now = self.clock.now()
-        calls = self._calls.get(key)
-        wait = max(0.0, self._held.get(key, 0.0) - now)
-        if calls:
-            while calls and calls[0] <= now - self.window:
-                calls.popleft()
-            if len(calls) >= self.limit:
-                wait = max(wait, calls[0] + self.window - now)
-        return wait
-
-    async def wait(self, key: str) -> None:
-        while (wait := self.delay(key)) > 0:
-            await self.clock.sleep(wait)
-
-    def record(self, key: str) -> None:
-        calls = self._calls.setdefault(key, collections.deque())
-        calls.append(self.clock.now())
-        if len(self._calls) > 10_000:  # keys of chats long quiet: forget the oldest
-            self._calls.pop(next(iter(self._calls)))
-
-    def hold(self, key: str, seconds: float) -> None:
-        self._held[key] = max(self._held.get(key, 0.0), self.clock.now() + seconds)
 
 
 SendPart = Callable[[str, "str | None", bool], Awaitable[str]]  # (text, reply_to, final) -> message id

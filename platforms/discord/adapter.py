@@ -23,11 +23,23 @@ import discord
 import yarl
 
 from gateway.source import Platform, SessionSource
-from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, cancel_and_wait
+from platforms.base import (
+    Backoff,
+    InboundMessage,
+    MessageHandler,
+    PlatformAdapter,
+    ReplyStream,
+    Watchdog,
+    cancel_and_wait,
+)
+from platforms.edited_reply import EditedReply
 
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
+# Discord lets a bot edit messages about 5 times per 5 s per channel; the budget is shared by
+# sends and edits of every reply streaming into that channel.
+CHANNEL_PACE = (5, 5.0)
 # plain user messages and replies; joins, pins, thread-created notices etc. are not conversation
 _CONVERSATION_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 _TEXT_CHANNELS = (discord.TextChannel, discord.VoiceChannel, discord.StageChannel)
@@ -386,6 +398,34 @@ class DiscordAdapter(PlatformAdapter):
             await message.edit(content=text)
         except discord.HTTPException as exc:
             raise RuntimeError(f"discord edit of {message_id} failed: {exc.status} {exc.text}") from exc
+
+    def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
+        """Send, then edit in place (5 per 5 s per channel); past 2000 characters, a new message.
+        Discord renders markdown as it is written, so the final text needs no formatting edit."""
+        channel_id = str(source.thread_id or source.chat_id)
+
+        async def send_part(text: str, reply_to: str | None, final: bool) -> str:
+            ids = await self.send(source, text, reply_to=reply_to)
+            return ids[0]
+
+        async def edit_part(message_id: str, text: str, final: bool) -> None:
+            await self.edit(source, message_id, text)
+
+        async def delete_part(message_id: str) -> None:
+            await self._channel(source).get_partial_message(int(message_id)).delete()
+
+        return EditedReply(
+            key=channel_id,
+            pacer=self.pacer("channel", *CHANNEL_PACE),
+            split=self.split,
+            send_part=send_part,
+            edit_part=edit_part,
+            delete_part=delete_part,
+            reply_to=reply_to,
+            first_delay=self.stream_first_delay,
+            final_differs=False,
+            what="discord reply",
+        )
 
     async def send_typing(self, source: SessionSource) -> None:
         try:

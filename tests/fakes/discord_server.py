@@ -12,7 +12,9 @@ The real discord.py client is pointed at it (`discord.http.Route.BASE` and
 It records every call and gateway frame, injects inbound events, and scripts failures: 429 with
 `retry_after` (and the `Via` header discord.py expects of a genuine rate limit), 5xx, dropped and
 stalled gateway connections, and a revoked token. Like Discord, it echoes the bot's own sent
-messages back as MESSAGE_CREATE.
+messages back as MESSAGE_CREATE. With `pace_channels=True` it enforces Discord's message rate per
+channel (5 creates/edits/deletes per 5 s, on `clock`): calls beyond it get a 429 (counted in
+`rate_refusals`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Call:
     body: Any
     headers: dict[str, str]
     status: int = 0
+    at: float = 0.0
 
 
 @dataclass
@@ -86,8 +89,14 @@ class FakeDiscord:
         bot_name: str = "chinwag",
         heartbeat_interval_ms: int = 41250,
         allow_privileged: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        pace_channels: bool = False,
     ) -> None:
         self.token = token
+        self.clock = clock
+        self.pace_channels = pace_channels
+        self.rate_refusals = 0
+        self._channel_calls: dict[int, list[float]] = {}
         self.bot_id = bot_id
         self.bot_name = bot_name
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -103,6 +112,7 @@ class FakeDiscord:
         self.calls: list[Call] = []
         self.sent: list[dict[str, Any]] = []  # messages the bot created (POST), in order
         self.edits: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
         self.typing: list[int] = []
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
@@ -452,11 +462,32 @@ class FakeDiscord:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = raw.decode(errors="replace")
-        call = Call(request.method, path, body, dict(request.headers))
+        call = Call(request.method, path, body, dict(request.headers), at=self.clock())
         self.calls.append(call)
-        response = self._scripted_failure(request.method, path) or await self._route(request, path, body)
+        response = (
+            self._scripted_failure(request.method, path)
+            or self._channel_pace(request.method, path)
+            or await self._route(request, path, body)
+        )
         call.status = response.status
         return response
+
+    def _channel_pace(self, method: str, path: str) -> web.Response | None:
+        m = re.fullmatch(r"/channels/(\d+)/messages(/\d+)?", path)
+        if not self.pace_channels or m is None or method not in ("POST", "PATCH", "DELETE"):
+            return None
+        now = self.clock()
+        recent = [t for t in self._channel_calls.get(int(m.group(1)), []) if t > now - 5.0]
+        if len(recent) >= 5:
+            self.rate_refusals += 1
+            retry = recent[0] + 5.0 - now
+            return _json(
+                {"message": "You are being rate limited.", "retry_after": retry, "global": False},
+                429,
+                {"Via": "1.1 google", "Retry-After": str(max(1, round(retry))), "X-RateLimit-Scope": "shared"},
+            )
+        self._channel_calls[int(m.group(1))] = [*recent, now]
+        return None
 
     def _scripted_failure(self, method: str, path: str) -> web.Response | None:
         for failure in self._failures:
@@ -525,6 +556,11 @@ class FakeDiscord:
         m = re.fullmatch(r"/messages/(\d+)", rest)
         if method == "PATCH" and m:
             return self._edit_message(int(m.group(1)), body)
+        if method == "DELETE" and m:
+            if self.messages.pop(int(m.group(1)), None) is None:
+                return _json({"message": "Unknown Message", "code": 10008}, 404)
+            self.deleted.append(m.group(1))
+            return web.Response(status=204)
         return _json({"message": "405: Method Not Allowed", "code": 0}, 405)
 
     async def _create_message(self, channel_id: int, body: Any) -> web.Response:

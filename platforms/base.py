@@ -157,6 +157,8 @@ class SendOnFinish(ReplyStream):
 
 
 MessageHandler = Callable[[InboundMessage], Awaitable[None]]
+# (who asks, command name, what they typed so far) -> [(label, value)] for a command option picker
+CommandSuggester = Callable[[SessionSource, str, str], Awaitable[list[tuple[str, str]]]]
 # aiohttp handler for a webhook route; typed loosely so this module needs no aiohttp import.
 WebhookHandler = Callable[[Any], Awaitable[Any]]
 
@@ -223,6 +225,9 @@ class PlatformAdapter(abc.ABC):
 
     def bot_commands(self, commands: dict[str, str]) -> None:
         """Receive the gateway's command list (name -> help) e.g. for a bot menu. Default: ignore."""
+
+    def command_suggestions(self, suggest: CommandSuggester) -> None:
+        """Receive the gateway's option suggester (e.g. /resume's sessions for a picker). Default: ignore."""
 
     # -- length ----------------------------------------------------------------------------
     def message_length(self, text: str) -> int:

@@ -25,6 +25,7 @@ import yarl
 from gateway.source import Platform, SessionSource
 from platforms.base import (
     Backoff,
+    CommandSuggester,
     InboundMessage,
     MessageHandler,
     PlatformAdapter,
@@ -32,6 +33,8 @@ from platforms.base import (
     Watchdog,
     cancel_and_wait,
 )
+from platforms.discord.slash import EPHEMERAL as _EPHEMERAL
+from platforms.discord.slash import InteractionAnswer, build_tree, command_message
 from platforms.edited_reply import EditedReply
 
 log = logging.getLogger(__name__)
@@ -96,9 +99,12 @@ class _Client(discord.Client):
     def __init__(self, adapter: "DiscordAdapter", **options: Any) -> None:
         super().__init__(**options)
         self.adapter = adapter
+        self.tree: discord.app_commands.CommandTree | None = None  # chinwag's slash commands
+        self.synced = False
 
     async def on_ready(self) -> None:
         self.adapter._connected("ready")
+        await self.adapter._sync_commands(self)
 
     async def on_resumed(self) -> None:
         self.adapter._connected("resumed")
@@ -135,6 +141,7 @@ class DiscordAdapter(PlatformAdapter):
         # how long discord.py waits for the GUILD_CREATEs after READY before it calls us ready
         self.guild_ready_timeout = float(config.get("guild_ready_timeout", 2.0))
         self.ignore_bots = bool(config.get("ignore_bots", True))
+        self._command_guilds = config.get("command_guilds") or []
         self.client: _Client | None = None
         self._on_message: MessageHandler | None = None
         self._task: asyncio.Task | None = None
@@ -187,6 +194,8 @@ class DiscordAdapter(PlatformAdapter):
                 allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True),
             )
             _guard_parsers(client)
+            if self._menu:
+                client.tree = build_tree(self, client, self._menu)
             self.client = client
             self._phase = "connect"
             try:
@@ -248,6 +257,55 @@ class DiscordAdapter(PlatformAdapter):
         self._backoff.reset()
         self.mark_alive()
         self.set_ready(True, f"gateway {how}")
+
+    # -- slash commands (platforms.discord.slash) --------------------------------------------
+    _menu: dict[str, str] = {}
+    _suggest: CommandSuggester | None = None
+    _sync_failed = False  # logged once, not at every reconnect
+
+    def bot_commands(self, commands: dict[str, str]) -> None:
+        self._menu = dict(commands)
+
+    def command_suggestions(self, suggest: CommandSuggester) -> None:
+        self._suggest = suggest
+
+    @property
+    def command_guilds(self) -> list[int]:
+        """Guilds to register the commands in (at once) instead of globally."""
+        raw = getattr(self, "_command_guilds", None) or []
+        return [int(g) for g in raw if str(g).isdigit()]
+
+    async def _sync_commands(self, client: _Client) -> None:
+        if client.tree is None or client.synced:
+            return
+        try:
+            guilds = self.command_guilds
+            if guilds:
+                for guild_id in guilds:
+                    guild = discord.Object(id=guild_id)
+                    client.tree.copy_global_to(guild=guild)
+                    await client.tree.sync(guild=guild)
+            else:
+                await client.tree.sync()
+            client.synced = True
+            log.info(
+                "discord: %d slash commands registered %s", len(self._menu), f"in {guilds}" if guilds else "globally"
+            )
+        except Exception as exc:  # typed commands still work; never stop the adapter over this
+            if not self._sync_failed:
+                log.warning("discord: registering slash commands failed (%s); typed commands still work", exc)
+            self._sync_failed = True
+
+    async def _slash(self, interaction: discord.Interaction, name: str, args: str) -> None:
+        self.mark_alive()
+        answer = InteractionAnswer(self, interaction, ephemeral=name in _EPHEMERAL)
+        try:
+            await interaction.response.defer(ephemeral=answer.ephemeral, thinking=True)
+        except discord.HTTPException as exc:
+            log.warning("discord: could not acknowledge /%s (%s); skipped", name, exc.status)
+            return
+        if self._on_message is not None:
+            await self._on_message(command_message(interaction, name, args, answer))
 
     # -- inbound -----------------------------------------------------------------------------
     async def _handle(self, message: discord.Message) -> None:

@@ -26,7 +26,7 @@ from platforms.base import EditPacer, RateLimited, ReplyStream
 log = logging.getLogger(__name__)
 
 FINAL_ATTEMPTS = 5  # a final edit refused this often (429 each time) is given up
-_SENTENCE = re.compile(r"[.!?…:\n]\s|[。！？]")
+_SENTENCE = re.compile(r"[.!?…\n]\s|[。！？]")
 
 
 SendPart = Callable[[str, "str | None", bool], Awaitable[str]]  # (text, reply_to, final) -> message id

@@ -59,8 +59,15 @@ def _section(config: Any, *path: str) -> Mapping[str, Any]:
 
 
 def streaming_enabled(config: Any, platform: str) -> bool:
-    """Does `platform` stream replies? Per-platform setting, else `gateway.streaming` (default auto)."""
-    value = _section(config, "platforms", platform).get("streaming")
+    """Does `platform` stream replies? Per-platform setting, else `gateway.streaming` (default auto).
+    The typed view resolves the two where it declares them; the raw sections are the fallback."""
+    value = None
+    try:
+        value = getattr(config.platform(platform), "streaming", None)
+    except Exception:  # no typed view of this platform (a bare mapping, an unknown name)
+        value = None
+    if value in (None, ""):
+        value = _section(config, "platforms", platform).get("streaming")
     if value in (None, ""):
         value = _section(config, "gateway").get("streaming")
     if value in (None, "", True):

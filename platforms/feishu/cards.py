@@ -8,6 +8,8 @@ Three ways, best first, and the adapter remembers which one this app may use:
 - Card patches: an interactive card message (`update_multi`) replaced as the text grows.
 - Plain text, when cards are refused altogether: nothing until the end, then one post (Feishu caps
   how often a text message may be edited, so live edits of text would stop working mid-reply).
+An answer that was complete before anything was shown goes as an ordinary post, as without
+streaming; a card is only for text that grows in front of the reader.
 Rates: CardKit allows 10 operations a second per card and a message patch 5 a second; the pacers
 stay well under (5/s and 2/s per chat) and coalesce what arrives meanwhile. A reply longer than the
 adapter's part limit continues in a new card.
@@ -92,6 +94,9 @@ class FeishuCardReply(EditedReply):
 
     async def _send_part(self, text: str, reply_to: str | None, final: bool) -> str:
         api, chat = self.adapter.api, self.source.chat_id
+        if final and not self._cards and not self._patched:
+            # Nothing was streamed (a quick answer): an ordinary post, as a reply without streaming.
+            return await self.adapter._send_one(chat, text, reply_to, self.in_thread)
         if self.adapter.card_mode == "cardkit":
             try:
                 card_id = await api.create_card(card_json(text, streaming=not final))

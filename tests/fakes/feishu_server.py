@@ -344,7 +344,7 @@ class FakeFeishu:
                 "reply_in_thread": bool(body.get("reply_in_thread")),
                 "msg_type": body.get("msg_type"),
                 "content": content,
-                "text": _text_of(body.get("msg_type"), content),
+                "text": _text_of(body.get("msg_type"), content, self.cards),
             }
         )
         return web.json_response({"code": 0, "msg": "success", "data": {"message_id": mid, "chat_id": chat_id}})
@@ -463,6 +463,12 @@ class FakeFeishu:
         entity["ops"].append((self.clock(), sequence))
         return entity, None
 
+    def _card_changed(self, card_id: str) -> None:
+        """A message showing this card entity shows its new text."""
+        for msg in self.sent:
+            if msg["msg_type"] == "interactive" and (msg["content"].get("data") or {}).get("card_id") == card_id:
+                msg["text"] = self.card_text(msg)
+
     async def _card_content(self, request: web.Request) -> web.Response:
         call, failed = await self._record("card_content", request)
         if failed or (failed := self._denied()):
@@ -477,6 +483,7 @@ class FakeFeishu:
         for element in entity["card"]["body"]["elements"]:
             if element.get("element_id") == request.match_info["eid"]:
                 element["content"] = body.get("content", "")
+                self._card_changed(request.match_info["cid"])
                 return web.json_response({"code": 0, "msg": "success", "data": {}})
         return web.json_response({"code": 300311, "msg": "element not found"}, status=400)
 
@@ -490,6 +497,7 @@ class FakeFeishu:
             return refused
         assert entity is not None
         entity["card"] = json.loads((body.get("card") or {}).get("data") or "{}")
+        self._card_changed(request.match_info["cid"])
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _get(self, request: web.Request) -> web.Response:
@@ -564,7 +572,12 @@ class FakeFeishu:
         return ws
 
 
-def _text_of(msg_type: str | None, content: dict[str, Any]) -> str:
+def _text_of(msg_type: str | None, content: dict[str, Any], cards: dict[str, Any] | None = None) -> str:
+    if msg_type == "interactive":
+        card = content
+        if content.get("type") == "card" and cards is not None:
+            card = cards.get(str((content.get("data") or {}).get("card_id")), {}).get("card", {})
+        return "".join(e.get("content", "") for e in (card.get("body") or {}).get("elements", []))
     if msg_type == "text":
         return str(content.get("text", ""))
     if msg_type == "post":

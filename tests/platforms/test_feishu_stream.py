@@ -97,3 +97,10 @@ async def test_a_long_reply_continues_in_a_second_card(adapter, fake):
     assert len(fake.sent) >= 2
     shown = "".join(fake.card_text(m) for m in fake.sent)
     assert "".join(shown.split()) == "".join(text.split())
+
+
+async def test_a_quick_answer_is_an_ordinary_post(adapter, fake):
+    stream = adapter.begin_reply(DM)
+    await stream.finish("Short **and** sweet.")
+    [message] = fake.sent
+    assert message["msg_type"] == "post" and message["text"] == "Short **and** sweet." and not fake.cards

@@ -103,6 +103,7 @@ async def test_past_4096_units_the_reply_continues_in_a_new_message(adapter, fak
 async def test_refused_markdown_in_the_final_edit_falls_back_to_plain(adapter, fake):
     stream = adapter.begin_reply(DM)
     await write(stream, "Some text. More text here.")
+    await fake.wait_for(lambda: fake.sent(42) and fake.sent(42)[0]["text"] == "Some text. More text here.")
     fake.fail("editMessageText", "parse_entities")
     await stream.finish("Some text. More text *here*.")
     [message] = fake.sent(42)

@@ -123,7 +123,7 @@ class EditPacer:
         return wait
 
     async def wait(self, key: str) -> None:
-        while (wait := self.delay(key)) > 0:
+        while (wait := self.delay(key)) > 1e-6:  # (float rounding must not loop forever)
             await self.clock.sleep(wait)
 
     def record(self, key: str) -> None:

@@ -5,7 +5,8 @@ One writer task per reply does every platform call, so calls never overlap and u
 arrive while it waits are coalesced into the next call (a model writes ~50 pieces a second; a
 platform takes one edit a second). The first message goes out once the text holds a sentence or
 has been growing for `first_delay` seconds: a one-word message that is then rewritten reads as
-flicker. Past the platform's length limit the reply continues in a new message; finished parts
+flicker; and not before `min_first` (0.4 s), so an answer the model writes in one go is sent
+once, formatted, with no edit at all (streaming costs such a turn nothing). Past the platform's length limit the reply continues in a new message; finished parts
 are no longer touched. Intermediate text is sent plain; `finish` applies the platform's
 formatting in the final edit. A 429 holds the chat's pacer for its `retry_after` and the update
 is merged into the next one; nothing is dropped from the final text.
@@ -54,6 +55,7 @@ class EditedReply(ReplyStream):
         delete_part: DeletePart | None = None,
         reply_to: str | None = None,
         first_delay: float = 1.0,
+        min_first: float = 0.4,
         final_differs: bool = True,
         what: str = "reply",
     ) -> None:
@@ -61,6 +63,7 @@ class EditedReply(ReplyStream):
         self.key, self.pacer, self.clock = key, pacer, pacer.clock
         self._split, self._send, self._edit, self._delete = split, send_part, edit_part, delete_part
         self.reply_to, self.first_delay, self.what = reply_to, first_delay, what
+        self.min_first = min(min_first, first_delay)
         self.final_differs = final_differs  # the final formatting differs from the live plain text
         self._text = ""
         self._status: str | None = None
@@ -128,11 +131,14 @@ class EditedReply(ReplyStream):
         return text
 
     def _ready_for_first(self) -> float:
-        """Seconds until the first message may go out (0: now)."""
-        if self._status or _SENTENCE.search(self._text + " ") and len(self._text.strip()) > 1:
-            return 0.0
+        """Seconds until the first message may go out (0: now): a sentence (or a tool's status)
+        once `min_first` has passed, any text after `first_delay`. An answer complete within
+        `min_first` is sent once, formatted, with no live edit at all."""
         assert self._first_at is not None
-        return max(0.0, self._first_at + self.first_delay - self.clock.now())
+        age = self.clock.now() - self._first_at
+        if self._status or (_SENTENCE.search(self._text + " ") and len(self._text.strip()) > 1):
+            return max(0.0, self.min_first - age)
+        return max(0.0, self.first_delay - age)
 
     async def _write_live(self) -> None:
         while self._final is None and self._live:
@@ -141,7 +147,7 @@ class EditedReply(ReplyStream):
                 return
             if not self._shown:
                 wait = self._ready_for_first()
-                if wait > 0:
+                if wait > 1e-6:  # (float rounding of clock arithmetic must not loop forever)
                     await self._sleep_or_close(wait)
                     continue
             await self.pacer.wait(self.key)
@@ -160,14 +166,19 @@ class EditedReply(ReplyStream):
                 self._live = False
 
     async def _sleep_or_close(self, seconds: float) -> None:
-        """Sleep, but wake early when finish/fail arrives."""
-        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
-        closer = asyncio.ensure_future(self._closed.wait())
+        """Sleep, but wake early when new text (it may hold a sentence) or finish/fail arrives."""
+        self._dirty.clear()
+        waits = [
+            asyncio.ensure_future(self.clock.sleep(seconds)),
+            asyncio.ensure_future(self._closed.wait()),
+            asyncio.ensure_future(self._dirty.wait()),
+        ]
         try:
-            await asyncio.wait({sleeper, closer}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            sleeper.cancel()
-            closer.cancel()
+            for waiting in waits:
+                waiting.cancel()
+        self._dirty.set()  # look again: send now, or wait the rest
 
     async def _write_final(self, text: str) -> None:
         for _attempt in range(FINAL_ATTEMPTS):

@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
 # Discord lets a bot edit messages about 5 times per 5 s per channel; the budget is shared by
-# sends and edits of every reply streaming into that channel.
-CHANNEL_PACE = (5, 5.0)
+# sends and edits of every reply streaming into that channel, and spent evenly (one a second):
+# a burst of five would make the next reply's first message wait up to 5 s.
+CHANNEL_PACE = (1, 1.0)
 # plain user messages and replies; joins, pins, thread-created notices etc. are not conversation
 _CONVERSATION_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 _TEXT_CHANNELS = (discord.TextChannel, discord.VoiceChannel, discord.StageChannel)

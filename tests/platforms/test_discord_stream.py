@@ -65,7 +65,8 @@ async def test_one_message_is_edited_in_place_at_most_five_times_per_five_second
     text = "Streaming into **Discord**, sentence by sentence. " * 15
     stream = adapter.begin_reply(CHANNEL, reply_to=None)
     await write(stream, text)
-    assert stream.first_shown.is_set() and len(fake.sent) == 1
+    await fake.wait_for(stream.first_shown.is_set)
+    assert len(fake.sent) == 1
     await stream.finish(text.strip())
     assert len(fake.sent) == 1 and len(fake.edits) >= 2
     assert fake.messages[int(fake.sent[0]["id"])]["content"] == text.strip()

@@ -51,7 +51,7 @@ TEXT = "## Plan\n\n1. **Read** the logs.\n2. Fix the `config`.\n\nThat should do
 async def test_cardkit_streams_one_card_with_increasing_sequence_and_ends_with_the_markdown(adapter, fake):
     stream = adapter.begin_reply(DM)
     await write(stream, TEXT)
-    assert stream.first_shown.is_set()
+    await fake.wait_for(stream.first_shown.is_set)  # visible before the reply is finished
     await stream.finish(TEXT.strip())
     [message] = fake.sent
     assert message["msg_type"] == "interactive" and message["content"]["type"] == "card"

@@ -59,7 +59,8 @@ async def test_one_message_is_edited_in_place_within_the_flood_limit_and_ends_fo
     text = "Here is **the answer** you asked for. " * 12
     stream = adapter.begin_reply(DM)
     await write(stream, text)
-    assert stream.first_shown.is_set() and len(fake.sent(42)) == 1  # visible before the model is done
+    await fake.wait_for(stream.first_shown.is_set)  # visible before the model is done
+    assert len(fake.sent(42)) == 1
     ids = await stream.finish(text.strip())
     [message] = fake.sent(42)
     assert ids == [f"42:{message['message_id']}"]

@@ -192,7 +192,8 @@ async def measure(platform: Platform, streaming: bool, args: argparse.Namespace)
                 llm.chunk_delay = args.seconds / max(1, len(text) // llm.chunk_size)
             else:
                 llm.delay = args.seconds  # the same model, answering all at once after writing
-            config = make_config(Path(tmp) / "home", llm, {platform.name: section} if section else {})
+            platforms = {platform.name: section} if section else {}
+            config = make_config(Path(tmp) / "home", llm, platforms, model_options={"timeout_seconds": 60})
             db = SessionDB(config.db_path)
             adapter = platform.adapter(config.adapter_config(platform.name) if section else {})
             runner = build_runner(config, db, build_store(config, db), [adapter])
@@ -203,6 +204,7 @@ async def measure(platform: Platform, streaming: bool, args: argparse.Namespace)
             try:
                 await asyncio.sleep(0.5)  # connections settle
                 for turn in range(args.turns):
+                    await asyncio.sleep(1.0)  # the person reads the answer before asking again
                     llm.push(text)
                     began = time.monotonic()
                     await platform.say(turn)

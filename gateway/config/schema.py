@@ -93,6 +93,8 @@ SCHEMA: dict[str, Any] = {
         "agent_cache": {"max_agents": _i(64, minimum=1), "idle_ttl_minutes": _f(30, minimum=0)},
         "single_owner": Field("tristate", "auto"),
         "shutdown_timeout_seconds": _f(10, minimum=0),
+        "streaming": _c("auto", "auto", "off"),  # read by gateway.runtime.reply_feed
+        "tool_status": _c("on", "on", "off"),
     },
     "recall": {"deadline_seconds": _f(60, minimum=1), "recaps": _b(True)},
     "memory": {"memory_chars": _i(2200, minimum=100), "user_chars": _i(1375, minimum=100)},
@@ -112,6 +114,7 @@ COMMON_PLATFORM_KEYS: dict[str, Field] = {
     "group_blacklist": _l(),
     "require_mention": _b(True),
     "busy_mode": Field("choice", None, choices=BUSY_MODES),
+    "streaming": Field("choice", None, choices=("auto", "off")),
 }
 
 _ADAPTER_COMMON = {
@@ -160,6 +163,7 @@ ADAPTER_KEYS: dict[str, dict[str, Field]] = {
         gateway_url=_s(),
         guild_ready_timeout=_f(2.0, minimum=0),
         ignore_bots=_b(True),
+        command_guilds=_l(),
     ),
 }
 
@@ -264,6 +268,9 @@ def _coerce(value: Any, spec: Field, where: str, err: Callable[[str, str], None]
             err(where, f"must be at most {spec.maximum:g} (got {value!r})")
         return number
     if kind == "choice":
+        if isinstance(value, bool) and "off" in spec.choices:
+            # YAML reads a bare off/on as a boolean: `streaming: off` means the choice "off"
+            value = "off" if not value else ("on" if "on" in spec.choices else spec.default)
         text = str(value).strip()
         if text not in spec.choices:
             lowered = text.lower() if spec.choices[0].islower() else text.upper()

@@ -18,11 +18,11 @@ from typing import Any
 import openai
 
 from agent.llm import ModelSettings, complete, describe_error, is_transient
+from agent.transcript import SUMMARY, render
 
 log = logging.getLogger(__name__)
 
 MESSAGE_OVERHEAD = 4  # tokens per message for role and framing
-TOOL_CUT = 250  # characters kept from each end of a tool result in the transcript
 SUMMARY_MAX_TOKENS = 2000
 
 # Han, kana, hangul and CJK punctuation: roughly one token per character, not one per four.
@@ -63,33 +63,9 @@ def needs_compression(messages: list[dict[str, Any]], context_window: int, thres
     return estimate_tokens(messages) > context_window * threshold
 
 
-def _cut(text: str, keep: int = TOOL_CUT) -> str:
-    if len(text) <= 2 * keep:
-        return text
-    return f"{text[:keep]} [... {len(text) - 2 * keep} characters cut ...] {text[-keep:]}"
-
-
 def render_transcript(messages: list[dict[str, Any]]) -> str:
-    """The conversation as plain text: tool output cut at both ends, tool calls with short arguments."""
-    lines = []
-    for message in messages:
-        role = message.get("role")
-        content = message.get("content") or ""
-        if not isinstance(content, str):
-            content = json.dumps(content, ensure_ascii=False)
-        if role == "system":
-            lines.append(f"[EARLIER SUMMARY]\n{content}")
-        elif role == "tool":
-            lines.append(f"[TOOL RESULT {message.get('name') or ''}]\n{_cut(content)}")
-        elif role == "assistant":
-            if content:
-                lines.append(f"[ASSISTANT]\n{content}")
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
-                lines.append(f"[ASSISTANT CALLS {function.get('name')}] {_cut(function.get('arguments') or '', 100)}")
-        else:
-            lines.append(f"[{str(role).upper()}]\n{content}")
-    return "\n\n".join(lines)
+    """The conversation as the summariser reads it (agent.transcript, its SUMMARY style)."""
+    return render(messages, SUMMARY).text
 
 
 def _fit(transcript: str, settings: ModelSettings) -> str:

@@ -98,6 +98,7 @@ class Agent:
         retries: int = 2,
         retry_backoff: float = 1.0,
         temperature: float | None = None,
+        owns_client: bool = False,
     ) -> None:
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
@@ -109,9 +110,13 @@ class Agent:
         self.retries = retries
         self.retry_backoff = retry_backoff
         self.temperature = temperature
+        # Agents normally borrow the gateway's shared client (gateway.runtime.agent_factory):
+        # closing it here would break every other agent's next call.
+        self.owns_client = owns_client
 
     async def close(self) -> None:
-        if self.client is not None:
+        """Close the model client if this agent owns it; a borrowed one stays open."""
+        if self.client is not None and self.owns_client:
             await self.client.close()
 
     async def run_turn(

@@ -17,6 +17,7 @@ import asyncio
 import collections
 import logging
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
@@ -24,6 +25,10 @@ from typing import Any, Awaitable, Callable, Protocol
 from gateway.source import Platform, SessionSource
 
 log = logging.getLogger(__name__)
+
+# A command is `/name` or `/name@botname` as the first word (Telegram groups add the bot's name);
+# a first word that looks like a path (`/usr/bin/env`) is not one. gateway.commands parses with it.
+COMMAND_PATTERN = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
 
 
 @dataclass
@@ -43,7 +48,7 @@ class InboundMessage:
 
     @property
     def is_command(self) -> bool:
-        return self.text.lstrip().startswith("/")
+        return COMMAND_PATTERN.match(self.text.lstrip()) is not None
 
 
 class RateLimited(Exception):

@@ -11,7 +11,6 @@ services.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Protocol
@@ -20,9 +19,7 @@ from agent.llm import ModelSettings
 from gateway.db import SessionDB
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
-from platforms.base import InboundMessage
-
-_COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
+from platforms.base import COMMAND_PATTERN, InboundMessage
 
 ALIASES = {"reset": "new", "h": "help", "start": "help"}
 
@@ -37,7 +34,7 @@ class ParsedCommand:
 def parse_command(text: str) -> ParsedCommand | None:
     """`/name[@bot] args` -> ParsedCommand; anything else (including paths) -> None."""
     stripped = (text or "").lstrip()
-    match = _COMMAND.match(stripped)
+    match = COMMAND_PATTERN.match(stripped)
     if not match:
         return None
     name = match.group(1).lower()

@@ -14,7 +14,7 @@ A failed sync is logged once and the adapter carries on (typed commands still wo
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable, Optional
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Optional
 
 import discord
 from discord import app_commands
@@ -101,7 +101,9 @@ def build_tree(adapter: "DiscordAdapter", client: discord.Client, menu: dict[str
             log.warning("discord: command %r cannot be a slash command (a-z, 0-9, -, _)", name)
             continue
         description = (help_text or name).strip()[:100] or name
-        command = app_commands.Command(name=name, description=description, callback=_callback(name, invoke))
+        command: app_commands.Command[Any, ..., None] = app_commands.Command(
+            name=name, description=description, callback=_callback(name, invoke)
+        )
         if name == "resume":
             command.autocomplete("which")(_resume_choices(adapter))
         tree.add_command(command)
@@ -112,7 +114,7 @@ def _NAME_OK(name: str) -> bool:
     return bool(name) and len(name) <= 32 and all(c.islower() or c.isdigit() or c in "-_" for c in name)
 
 
-def _callback(name: str, invoke: Invoke) -> Callable[..., Awaitable[None]]:
+def _callback(name: str, invoke: Invoke) -> Callable[..., Coroutine[Any, Any, None]]:
     """The callback whose signature gives the command its options (discord.py reads it)."""
     if name == "new":
 
@@ -158,7 +160,9 @@ def _callback(name: str, invoke: Invoke) -> Callable[..., Awaitable[None]]:
     return plain
 
 
-def _resume_choices(adapter: "DiscordAdapter") -> Callable[..., Awaitable[list[app_commands.Choice[str]]]]:
+def _resume_choices(
+    adapter: "DiscordAdapter",
+) -> Callable[[discord.Interaction, str], Coroutine[Any, Any, list[app_commands.Choice[str]]]]:
     async def choices(interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
         suggest = adapter._suggest
         if suggest is None:

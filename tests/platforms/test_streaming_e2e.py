@@ -185,3 +185,20 @@ async def test_slash_new_search_and_resume_autocomplete_respect_privacy(dc):
     await d.user_says(GENERAL, ann, content="/new typed works too")
     await d.wait_for(lambda: len(dc.replies(GENERAL)) > typed, 8)
     assert "typed works too" in dc.replies(GENERAL)[-1]["content"]
+
+
+async def test_a_stopped_streamed_answer_keeps_what_was_shown_and_stores_no_answer(tg):
+    fake = tg.telegram
+    resume = asyncio.Event()
+    tg.llm.push(Reply(text=ANSWER, pause_after=60, resume=resume))
+    chat = fake.private_chat(ANN)
+    fake.push_message(chat, ANN, "where is the deploy script?")
+    await asyncio.wait_for(tg.llm.paused.wait(), 8)
+    await fake.wait_for(lambda: fake.sent(42), 8)
+    fake.push_message(chat, ANN, "/stop")
+    await fake.wait_for(lambda: any(m["text"].startswith("Stopped") for m in fake.sent(42)), 8)
+    resume.set()
+    await asyncio.wait_for(tg.runner.drain(), 8)
+    partial = fake.sent(42)[0]["text"]
+    assert partial and ANSWER.replace("**", "").startswith(partial.rstrip()) and partial != ANSWER.replace("**", "")
+    assert assistant_messages(tg) == []  # only a finished answer is stored

@@ -11,6 +11,10 @@ Contract with the caller (the gateway runner):
   by `on_message` (the caller's own persistence failing) propagates too.
 - `steer`: texts put on the queue while the turn runs join the conversation as user messages before
   the next model call. Texts still queued when the turn ends stay there for the caller.
+- `stream` (optional, a `TurnStream`): the model is called with streaming and its text reaches
+  the caller as it is written: `step()` before each model call (a retried or later call starts a
+  new text), `text(piece)` per piece, `tool(name)` before each tool runs. Only the final answer is
+  a message (`on_message`); streamed pieces are never stored.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 import openai
 
@@ -37,6 +41,16 @@ log = logging.getLogger(__name__)
 
 OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_RETRY_WAIT = 10.0  # seconds; a longer Retry-After is better answered with an apology
+
+
+class TurnStream(Protocol):
+    """Where a streaming turn's text goes while the model writes it (see the module docstring)."""
+
+    async def step(self) -> None: ...
+
+    async def text(self, piece: str) -> None: ...
+
+    async def tool(self, name: str) -> None: ...
 
 
 @dataclass
@@ -112,6 +126,7 @@ class Agent:
         ctx: ToolContext,
         on_message: OnMessage,
         steer: asyncio.Queue[str] | None = None,
+        stream: TurnStream | None = None,
     ) -> TurnResult:
         result = TurnResult(text="")
 
@@ -141,7 +156,7 @@ class Agent:
                 conversation.extend(steered)
             result.iterations += 1
             try:
-                completion = await self._call(conversation, schemas)
+                completion = await self._call(conversation, schemas, stream)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any model failure ends the turn with an apology
@@ -165,6 +180,8 @@ class Agent:
             for call in calls:
                 function = call.get("function") or {}
                 name = function.get("name") or ""
+                if stream is not None:
+                    await stream.tool(name)
                 output = await self.tools.call(name, function.get("arguments"), ctx)
                 step.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": output})
             await emit(*step)
@@ -175,16 +192,31 @@ class Agent:
         result.text = final["content"]
         return result
 
-    async def _call(self, conversation: list[dict[str, Any]], schemas: list[dict[str, Any]] | None) -> Completion:
+    async def _call(
+        self,
+        conversation: list[dict[str, Any]],
+        schemas: list[dict[str, Any]] | None,
+        stream: TurnStream | None = None,
+    ) -> Completion:
         """One model call, retried on transient errors (429, 5xx, dropped connection) with back-off."""
         assert self.client is not None
         attempt = 0
         while True:
             try:
+                if stream is not None:
+                    await stream.step()  # a retry starts its text afresh
                 # The client has its own timeout; this is the backstop for a server that trickles bytes.
-                async with asyncio.timeout(self.settings.timeout + 5):
+                # A streamed reply may take longer than that in all: each piece re-arms the backstop.
+                limit = self.settings.timeout + 5
+                async with asyncio.timeout(limit) as backstop:
+                    on_delta = _rearming(stream, backstop, limit) if stream is not None else None
                     return await complete(
-                        self.client, self.settings, conversation, tools=schemas, temperature=self.temperature
+                        self.client,
+                        self.settings,
+                        conversation,
+                        tools=schemas,
+                        temperature=self.temperature,
+                        on_delta=on_delta,
                     )
             except TimeoutError:
                 raise  # a slow model is not retried: the person has already waited the whole timeout
@@ -198,6 +230,14 @@ class Agent:
                 attempt += 1
                 log.info("model call failed transiently (%s); retry %d in %.1fs", describe_error(exc), attempt, wait)
                 await asyncio.sleep(wait)
+
+
+def _rearming(stream: TurnStream, backstop: asyncio.Timeout, limit: float) -> Callable[[str], Awaitable[None]]:
+    async def on_delta(piece: str) -> None:
+        backstop.reschedule(asyncio.get_running_loop().time() + limit)
+        await stream.text(piece)
+
+    return on_delta
 
 
 async def _emit_group(on_message: OnMessage, messages: list[dict[str, Any]]) -> None:

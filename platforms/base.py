@@ -3,18 +3,24 @@
 An adapter turns platform events into `InboundMessage`s and sends replies; routing, sessions and
 commands stay in the gateway. Adapters know `gateway.source` and this module, nothing else of the
 gateway.
+
+A streamed reply is a `ReplyStream` (`adapter.begin_reply`): `update` with the whole text so far,
+`status` for a short line while a tool runs, then exactly one of `finish` (the final text, formatted
+by the platform) or `fail` (the turn ended early: what was shown stays, with a note). An adapter that
+cannot edit what it sent gets `SendOnFinish`, which sends once at the end, exactly as a plain reply.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import logging
 import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
 from gateway.source import Platform, SessionSource
 
@@ -57,9 +63,126 @@ class InboundMessage:
     attachments: list[Attachment] = field(default_factory=list)  # the text is then the caption
     inbox_id: int | None = None  # set by the gateway once the message is committed to its inbox
 
+    # Where answers go when not into the chat (a Discord slash command answers its interaction):
+    # a factory of ReplyStreams, one per reply sent, set by the adapter that made the message.
+    reply_target: "Callable[[], ReplyStream] | None" = field(default=None, repr=False)
+
     @property
     def is_command(self) -> bool:
         return COMMAND_PATTERN.match(self.text.lstrip()) is not None
+
+
+class RateLimited(Exception):
+    """The platform asked us to wait `retry_after` seconds before the next call (HTTP 429)."""
+
+    def __init__(self, retry_after: float, what: str = "") -> None:
+        super().__init__(f"rate limited{' on ' + what if what else ''}; retry after {retry_after:.2f}s")
+        self.retry_after = max(0.0, float(retry_after))
+
+
+class ReplyStream(abc.ABC):
+    """One reply being written while the model writes it (see the module docstring).
+
+    `first_shown` is set once the person can see something (the runtime stops the typing hint then).
+    Calls after `finish`/`fail` are ignored. None of the methods raise for a platform refusal of an
+    intermediate update; `finish` raises only when the final text could not be delivered at all.
+    """
+
+    def __init__(self) -> None:
+        self.first_shown = asyncio.Event()
+        self.message_ids: list[str] = []
+
+    async def update(self, text: str) -> None:
+        """The whole reply text so far (not a delta)."""
+
+    async def status(self, line: str | None) -> None:
+        """A short status line shown under the text while a tool runs; None removes it."""
+
+    @abc.abstractmethod
+    async def finish(self, text: str) -> list[str]:
+        """Show `text` as the final reply (platform formatting applied); return message ids."""
+
+    @abc.abstractmethod
+    async def fail(self, note: str | None = None) -> list[str]:
+        """The turn ended without a final text: keep what was shown, add `note` if given."""
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+class EditPacer:
+    """At most `limit` platform calls per `window` seconds per key (sliding), and holds after a 429.
+
+    It reads an injectable `Clock`, so tests of streamed replies run on virtual time."""
+
+    def __init__(self, limit: int, window: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        if limit < 1 or window <= 0:
+            raise ValueError("pacer needs limit >= 1 and window > 0")
+        self.limit, self.window, self.clock = limit, window, clock
+        self._calls: dict[str, collections.deque[float]] = {}
+        self._held: dict[str, float] = {}
+
+    def delay(self, key: str) -> float:
+        """Seconds until a call for `key` is allowed."""
+        now = self.clock.now()
+        calls = self._calls.get(key)
+        wait = max(0.0, self._held.get(key, 0.0) - now)
+        if calls:
+            while calls and calls[0] <= now - self.window:
+                calls.popleft()
+            if len(calls) >= self.limit:
+                wait = max(wait, calls[0] + self.window - now)
+        return wait
+
+    async def wait(self, key: str) -> None:
+        while (wait := self.delay(key)) > 1e-6:  # (float rounding must not loop forever)
+            await self.clock.sleep(wait)
+
+    def record(self, key: str) -> None:
+        calls = self._calls.setdefault(key, collections.deque())
+        calls.append(self.clock.now())
+        if len(self._calls) > 10_000:  # keys of chats long quiet: forget the oldest
+            self._calls.pop(next(iter(self._calls)))
+
+    def hold(self, key: str, seconds: float) -> None:
+        self._held[key] = max(self._held.get(key, 0.0), self.clock.now() + seconds)
+
+
+class SendOnFinish(ReplyStream):
+    """The default stream for adapters that cannot edit: nothing until the end, then one send."""
+
+    def __init__(self, adapter: "PlatformAdapter", source: SessionSource, reply_to: str | None = None) -> None:
+        super().__init__()
+        self.adapter, self.source, self.reply_to = adapter, source, reply_to
+        self._done = False
+
+    async def finish(self, text: str) -> list[str]:
+        if self._done or not text:
+            return []
+        self._done = True
+        reply_to = self.reply_to
+        for part in self.adapter.split(text):  # the contract: `send` takes one piece at a time
+            self.message_ids += await self.adapter.send(self.source, part, reply_to=reply_to)
+            reply_to = None
+        self.first_shown.set()
+        return self.message_ids
+
+    async def fail(self, note: str | None = None) -> list[str]:
+        return await self.finish(note) if note else []
 
 
 # The gateway's intake. Awaiting it returns once the gateway has committed the message to its inbox
@@ -68,6 +191,8 @@ class InboundMessage:
 # after the await returns; if it raises, nothing was stored: do not acknowledge, let the platform
 # redeliver. It never waits for the answer, so awaiting it in the webhook handler is fast.
 MessageHandler = Callable[[InboundMessage], Awaitable[None]]
+# (who asks, command name, what they typed so far) -> [(label, value)] for a command option picker
+CommandSuggester = Callable[[SessionSource, str, str], Awaitable[list[tuple[str, str]]]]
 # aiohttp handler for a webhook route; typed loosely so this module needs no aiohttp import.
 WebhookHandler = Callable[[Any], Awaitable[Any]]
 
@@ -97,8 +222,11 @@ class PlatformAdapter(abc.ABC):
     max_message_length: int = 4000
     answers_in_order: bool = False
     operator_is_admin: bool = False
+    clock: Clock = SYSTEM_CLOCK  # what streamed replies pace themselves by (tests set a virtual one)
+    stream_first_delay = 1.0  # seconds of text before a streamed reply shows without a full sentence
 
     def __init__(self) -> None:
+        self._pacers: dict[str, EditPacer] = {}
         self._ready = False
         self._ready_detail = "not started"
         self.last_alive: float | None = None
@@ -130,12 +258,25 @@ class PlatformAdapter(abc.ABC):
         person is told the file could not be downloaded; its name and the text are kept)."""
         return None
 
+    def pacer(self, name: str, limit: int, window: float) -> EditPacer:
+        """This adapter's pacer `name` (made on first use): replies in one chat share its budget."""
+        if name not in self._pacers:
+            self._pacers[name] = EditPacer(limit, window, self.clock)
+        return self._pacers[name]
+
+    def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
+        """Start a streamed reply in the chat of `source`. Default: send once at the end."""
+        return SendOnFinish(self, source, reply_to)
+
     def webhook_handlers(self) -> dict[str, WebhookHandler]:
         """Routes (path -> aiohttp handler) this adapter serves on the gateway's HTTP port."""
         return {}
 
     def bot_commands(self, commands: dict[str, str]) -> None:
         """Receive the gateway's command list (name -> help) e.g. for a bot menu. Default: ignore."""
+
+    def command_suggestions(self, suggest: CommandSuggester) -> None:
+        """Receive the gateway's option suggester (e.g. /resume's sessions for a picker). Default: ignore."""
 
     # -- length ----------------------------------------------------------------------------
     def message_length(self, text: str) -> int:

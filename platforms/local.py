@@ -5,6 +5,9 @@ recall work exactly as on any other platform. Works with piped stdin (tests, scr
 read by a daemon thread (a regular file or a TTY cannot be watched by the event loop portably,
 and a blocked read must never hold up shutdown), and `input_closed` is set once every line has
 been handed to the gateway after end of input.
+
+A streamed reply is printed as it is written, piece by piece; a tool's status line shows on its own
+line (on a terminal it is erased again when the text resumes).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 from typing import IO, Any
 
 from gateway.source import Platform, SessionSource
-from platforms.base import InboundMessage, MessageHandler, PlatformAdapter, cancel_and_wait
+from platforms.base import InboundMessage, MessageHandler, PlatformAdapter, ReplyStream, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +133,85 @@ class LocalAdapter(PlatformAdapter):
         self._show_prompt()
         return [f"out-{self._session_tag}-{next(self._ids)}"]
 
+    def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
+        return TerminalReply(self)
+
+    def _write(self, text: str) -> None:
+        with self._write_lock:
+            self.output.write(text)
+            self.output.flush()
+
     def _show_prompt(self) -> None:
         if self.prompt and not self.input_closed.is_set():
             with self._write_lock:
                 self.output.write(self.prompt)
                 self.output.flush()
+
+
+class TerminalReply(ReplyStream):
+    """Prints the new part of the text at each update; the final text completes the line."""
+
+    def __init__(self, adapter: LocalAdapter) -> None:
+        super().__init__()
+        self.adapter = adapter
+        self.printed = ""  # the reply text printed so far (status lines not included)
+        self.status_open = False  # a status line is on screen (a terminal erases it)
+        self.done = False
+
+    def _clear_status(self) -> None:
+        if self.status_open and self.adapter.interactive:
+            self.adapter._write("\r\x1b[2K")
+        self.status_open = False
+
+    def _show(self, text: str) -> None:
+        self._clear_status()
+        if text.startswith(self.printed):
+            self.adapter._write(text[len(self.printed) :])
+        else:  # a new model step rewrote the text: start it on a fresh line
+            self.adapter._write("\n" + text)
+        self.printed = text
+        if text:
+            self.first_shown.set()
+
+    async def update(self, text: str) -> None:
+        if not self.done:
+            self._show(text)
+
+    async def status(self, line: str | None) -> None:
+        if self.done or not line:
+            self._clear_status()
+            return
+        self._clear_status()
+        lead = "\n" if self.printed and not self.printed.endswith("\n") else ""
+        if self.adapter.interactive:
+            self.adapter._write(f"{lead}\x1b[2m{line}\x1b[0m")
+            self.printed += lead
+        else:
+            self.adapter._write(f"{lead}[{line}]\n")
+            self.printed += lead + "\n" if lead else ""
+        self.status_open = True
+        self.first_shown.set()
+
+    async def finish(self, text: str) -> list[str]:
+        if self.done:
+            return []
+        self.done = True
+        if text:
+            self._show(text.rstrip("\n"))
+        else:
+            self._clear_status()
+        self.adapter._write("\n\n" if self.adapter.interactive else "\n")
+        self.adapter._show_prompt()
+        return [f"out-{self.adapter._session_tag}-{next(self.adapter._ids)}"]
+
+    async def fail(self, note: str | None = None) -> list[str]:
+        if self.done:
+            return []
+        if not self.printed and not note:
+            self.done = True
+            self._clear_status()
+            return []
+        return await self.finish(self.printed.rstrip() + (f"\n\n{note}" if note else ""))
 
 
 def _isatty(stream: Any) -> bool:

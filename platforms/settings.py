@@ -34,6 +34,8 @@ def setting(
 def value_type(cls: type, name: str) -> type:
     """The plain type of a field (`float | None` -> float)."""
     hint = typing.get_type_hints(cls)[name]
+    if typing.get_origin(hint) is tuple:  # a list of values (`tuple[str, ...]`)
+        return tuple
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
 
@@ -58,6 +60,8 @@ def settings_from(
                 values[f.name] = raw.strip().lower() in _TRUE
             elif kind in (int, float, bool, str):
                 values[f.name] = kind(raw)
+            elif kind is tuple:
+                values[f.name] = tuple(str(v) for v in (raw if isinstance(raw, (list, tuple)) else [raw]))
             else:
                 values[f.name] = raw
         except (TypeError, ValueError) as exc:

@@ -16,6 +16,7 @@ from gateway.commands.context import when as _when
 from gateway.db import VISIBLE, SessionDB, TitleTaken, sanitize_title
 from gateway.recall.rank import find_sessions, recent_sessions
 from gateway.sessions.access import may_see_session, title_refusal
+from gateway.source import SessionSource
 
 RESUME_LIST = 10
 SNIPPET_CHARS = 120
@@ -62,14 +63,36 @@ async def _visible(ctx: CommandContext, session: dict[str, Any]) -> bool:
 
 async def _listing(ctx: CommandContext) -> list[dict[str, Any]]:
     """The person's recent titled sessions, newest first (everyone's for an admin/single owner)."""
-    person = None if ctx.see_all else ctx.source.person_id
-    if person is None and not ctx.see_all:
-        return []
     current = ctx.existing()
-    rows: list[dict[str, Any]] = await ctx.services.db.aread(
-        "list_sessions_rich", user_id=person, limit=RESUME_LIST + 1, exclude_sources=["tool"], titled_only=True
-    )
+    rows = await titled_sessions(ctx.services.db, ctx.source, ctx.see_all, RESUME_LIST + 1)
     return [r for r in rows if current is None or r["id"] != current.session_id][:RESUME_LIST]
+
+
+async def titled_sessions(db: SessionDB, source: SessionSource, see_all: bool, limit: int) -> list[dict[str, Any]]:
+    """The titled sessions `source`'s person may resume, newest first: the one rule for /resume's
+    list and for a platform's /resume picker."""
+    person = None if see_all else source.person_id
+    if person is None and not see_all:
+        return []
+    rows: list[dict[str, Any]] = await db.aread(
+        "list_sessions_rich", user_id=person, limit=limit, exclude_sources=["tool"], titled_only=True
+    )
+    return rows
+
+
+async def resume_choices(
+    db: SessionDB, source: SessionSource, see_all: bool, typed: str, limit: int = 25
+) -> list[tuple[str, str]]:
+    """(label, value) pairs for a /resume picker: the person's titled sessions matching `typed`."""
+    typed = typed.strip().lower()
+    rows = await titled_sessions(db, source, see_all, 200 if typed else limit)
+    out = []
+    for row in rows:
+        title = row.get("title") or ""
+        if typed and typed not in title.lower() and not row["id"].startswith(typed):
+            continue
+        out.append((f"{title} — {row.get('message_count', 0)} messages", title))
+    return out[:limit]
 
 
 def _latest_in_chain(db: SessionDB, session_id: str) -> str:

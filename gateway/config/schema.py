@@ -107,6 +107,7 @@ SCHEMA: dict[str, Any] = {
         "shutdown_timeout_seconds": _f(10, minimum=0),
         "streaming": _c("auto", *STREAMING_MODES),
         "interrupted_turns": _c("rerun", *INTERRUPTED_TURNS),
+        "tool_status": _c("on", "on", "off"),
     },
     "recall": {"deadline_seconds": _f(60, minimum=1), "recaps": _b(True)},
     "memory": {"memory_chars": _i(2200, minimum=100), "user_chars": _i(1375, minimum=100)},
@@ -155,7 +156,7 @@ def fields_of(settings_class: type) -> dict[str, Field]:
     return out
 
 
-_KINDS = {str: "str", int: "int", float: "float", bool: "bool"}
+_KINDS = {str: "str", int: "int", float: "float", bool: "bool", tuple: "list"}
 
 # Adapter-specific keys: declared by each adapter's settings class; handed to the adapter after
 # substitution and type checks.
@@ -260,6 +261,9 @@ def _coerce(value: Any, spec: Field, where: str, err: Callable[[str, str], None]
             err(where, f"must be at most {spec.maximum:g} (got {value!r})")
         return number
     if kind == "choice":
+        if isinstance(value, bool) and "off" in spec.choices:
+            # YAML reads a bare off/on as a boolean: `streaming: off` means the choice "off"
+            value = "off" if not value else ("on" if "on" in spec.choices else spec.default)
         text = str(value).strip()
         if text not in spec.choices:
             lowered = text.lower() if spec.choices[0].islower() else text.upper()

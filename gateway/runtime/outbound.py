@@ -3,6 +3,10 @@
 Both the runner (notices, command replies) and the turn runner (answers, typing hints) send; each
 gets this object's methods as callables instead of the other's whole self. A failed send is logged
 and counted as not sent: a platform hiccup must not fail the turn that produced the text.
+
+A message that names its own answer target (a Discord slash command's interaction) is answered
+there. `begin_reply` starts a streamed answer where the platform streams (gateway.runtime.reply_feed
+reads the setting); None means "send once at the end", exactly as without streaming.
 """
 
 from __future__ import annotations
@@ -13,15 +17,37 @@ from typing import Any
 
 from gateway.source import SessionSource
 from gateway.text import valid_text
-from platforms.base import InboundMessage, PlatformAdapter
+from platforms.base import InboundMessage, PlatformAdapter, ReplyStream
 
 log = logging.getLogger(__name__)
 
 
 class Outbound:
-    def __init__(self, adapters: list[PlatformAdapter], metrics: Any = None) -> None:  # gateway.service.metrics
+    def __init__(
+        self,
+        adapters: list[PlatformAdapter],
+        metrics: Any = None,  # gateway.service.metrics
+        streaming: dict[str, bool] | None = None,  # platform -> streams replies (absent: no)
+    ) -> None:
         self.adapters: dict[str, PlatformAdapter] = {a.platform.value: a for a in adapters}
         self.metrics = metrics
+        self.streaming = dict(streaming or {})
+
+    def begin_reply(self, msg: InboundMessage) -> ReplyStream | None:
+        """A streamed answer to `msg`, or None where replies are sent once at the end."""
+        platform = msg.source.platform.value
+        adapter = self.adapters.get(platform)
+        if adapter is None or not self.streaming.get(platform):
+            return msg.reply_target() if msg.reply_target is not None else None
+        if msg.reply_target is not None:
+            return msg.reply_target()
+        reply_to = msg.message_id if msg.source.chat_type != "dm" else None
+        return adapter.begin_reply(msg.source, reply_to)
+
+    def count_out(self, msg: InboundMessage, parts: int = 1) -> None:
+        if self.metrics is not None:
+            for _ in range(parts):
+                self.metrics.inc("messages_out_total", {"platform": msg.source.platform.value})
 
     def adapter(self, source: SessionSource) -> PlatformAdapter | None:
         return self.adapters.get(source.platform.value)
@@ -32,6 +58,14 @@ class Outbound:
         if adapter is None or not text:
             return
         text = valid_text(text)
+        if msg.reply_target is not None:  # answered where the message asked (an interaction)
+            try:
+                self.count_out(msg, len(await msg.reply_target().finish(text)))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("answering on %s failed", msg.source.platform.value)
+            return
         reply_to = msg.message_id if msg.source.chat_type != "dm" else None
         for chunk in adapter.split(text):
             try:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from agent.llm import ModelSettings
 from gateway.commands import COMMANDS, CommandContext, ParsedCommand, command_menu, parse_command, run_command
+from gateway.commands.sessions import resume_choices
 from gateway.db import SessionDB
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.lanes import ChatLane, Job
@@ -31,7 +32,7 @@ from gateway.runtime.outbound import Outbound
 from gateway.runtime.turn import TurnRunner
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
-from gateway.source import InvalidSessionSource, Platform
+from gateway.source import InvalidSessionSource, Platform, SessionSource
 from gateway.text import valid_text
 from platforms.base import AdapterHealth, InboundMessage
 
@@ -112,6 +113,7 @@ class GatewayRunner:
         try:
             for adapter in self.adapters.values():
                 adapter.bot_commands(menu)
+                adapter.command_suggestions(self.suggest)
                 await adapter.start(self.handle_inbound)
             await self.outbox.deliver_unsent()
             await self._resume()
@@ -150,6 +152,16 @@ class GatewayRunner:
                 len(self._interrupted),
                 self.interrupted_mode,
             )
+
+    async def suggest(self, source: SessionSource, command: str, typed: str) -> list[tuple[str, str]]:
+        """Choices for a platform's command picker (Discord's /resume autocomplete): only for someone
+        allowed to use commands here, and only sessions they may resume, as typed /resume lists."""
+        if command != "resume":
+            return []
+        if not self.access.check(source, mentioned=True, reply_to_bot=False, is_command=True).allowed:
+            return []
+        see_all = self.access.is_admin(source) or self.single_owner
+        return await resume_choices(self.db, source, see_all, typed)
 
     async def drain(self) -> None:
         """Wait until every chat's queue is empty and no turn or command is running."""
@@ -438,6 +450,10 @@ class GatewayRunner:
             return
         text = valid_text(text)
         row_id = await self.outbox.commit(msg, text, [msg], outcome)
+        if msg.reply_target is not None:  # an interaction (a Discord slash command) is answered in place
+            await self.outbound.send(msg, text)
+            await self.db.aoutbox_record(row_id, 1, [], True)
+            return
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
         await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to))
 

@@ -10,6 +10,11 @@ one transaction).
 The TurnRunner is built with its collaborators (agent cache, factory, DB, conversation cache,
 store, a send callable, the clock, the model settings) rather than the runner, so it can be read,
 and tested, on its own; the factory is seen through the `AgentFactory` Protocol below.
+
+Streaming (`begin_reply` gives a ReplyStream for the message, or None): the model's text goes to the
+reply as it is written (gateway.runtime.reply_feed), the typing hint stops once text is visible, and
+the final text replaces it. A stopped or failed turn leaves what was shown; only the final answer
+is stored, as without streaming.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.lanes import ChatLane
 from gateway.runtime.media import MediaIntake
+from gateway.runtime.reply_feed import ReplyFeed
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
 from gateway.storage.media import AttachmentRow
 from gateway.text import valid_text
-from platforms.base import InboundMessage
+from platforms.base import InboundMessage, ReplyStream
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,9 @@ COMPRESS_THRESHOLD = 0.8  # of the context window
 
 Send = Callable[[InboundMessage, str], Awaitable[None]]
 SendTyping = Callable[[SessionSource], Awaitable[None]]
+BeginReply = Callable[[InboundMessage], "ReplyStream | None"]
+CountOut = Callable[[InboundMessage, int], None]
+CLOSE_TIMEOUT = 15.0  # seconds a stopped turn's reply may take to settle (a platform's rate limit)
 
 
 class AgentFactory(Protocol):
@@ -82,9 +91,12 @@ class _Typing:
     """The platform's typing hint while a turn runs: first after TYPING_DELAY, then every
     TYPING_INTERVAL, until the turn ends."""
 
-    def __init__(self, send_typing: SendTyping | None, source: SessionSource) -> None:
+    def __init__(
+        self, send_typing: SendTyping | None, source: SessionSource, until: asyncio.Event | None = None
+    ) -> None:
         self.send_typing = send_typing
         self.source = source
+        self.until = until  # the streamed reply became visible: no more hints
         self.task: asyncio.Task | None = None
         self.handle: asyncio.TimerHandle | None = None
         if send_typing is not None:
@@ -98,14 +110,18 @@ class _Typing:
 
     async def _loop(self) -> None:
         assert self.send_typing is not None
-        while True:
+        while self.until is None or not self.until.is_set():
             try:
                 await self.send_typing(self.source)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a typing hint is cosmetic; never fail the turn over it
                 log.debug("typing indicator failed", exc_info=True)
-            await asyncio.sleep(TYPING_INTERVAL)
+            if self.until is None:
+                await asyncio.sleep(TYPING_INTERVAL)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.until.wait(), TYPING_INTERVAL)
 
     async def stop(self) -> None:
         if self.handle is not None:
@@ -134,6 +150,9 @@ class TurnRunner:
         send_typing: SendTyping | None = None,
         media: MediaIntake | None = None,  # attachments -> stored files, text and image parts
         outbox: Outbox | None = None,
+        begin_reply: BeginReply | None = None,  # a streamed reply for a message, or None
+        count_out: CountOut | None = None,  # messages a streamed reply sent (metrics)
+        tool_status: bool = True,  # show "searching past conversations…" while a tool runs
     ) -> None:
         self.cache = cache
         self.factory = factory
@@ -151,6 +170,9 @@ class TurnRunner:
         # The reply goes through the outbox, committed with the answer (gateway.runtime.delivery);
         # without one (a bare TurnRunner in a test) it is sent straight away.
         self.outbox = outbox
+        self.begin_reply = begin_reply
+        self.count_out = count_out
+        self.tool_status = tool_status
 
     async def forget(self, session_id: str) -> None:
         """Drop what is kept warm for exactly this session (its agent and its conversation copy):
@@ -185,7 +207,7 @@ class TurnRunner:
         # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
         warm = self.conversations
         answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
-        reply: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
+        committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
 
         async def persist(message: dict[str, Any]) -> None:
             nonlocal first_user
@@ -210,13 +232,15 @@ class TurnRunner:
                 # The answer: its reply is committed with it, and its inbox entries are done.
                 text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
                 after, row = self.outbox.reply_op(msg, text, list(answered))
-                reply.update(row=row, text=text)
+                committed.update(row=row, text=text)
             await db.aappend_message(
                 session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
             )
             warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
 
-        typing = _Typing(self.send_typing, msg.source)
+        stream = self.begin_reply(msg) if self.begin_reply is not None else None
+        feed = ReplyFeed(stream, tool_status=self.tool_status) if stream is not None else None
+        typing = _Typing(self.send_typing, msg.source, stream.first_shown if stream is not None else None)
         try:
             history = warm.get(session_id, lane.key)
             if history is None:
@@ -236,7 +260,11 @@ class TurnRunner:
                 },
             )
             content = received.model_content() if received is not None else text
-            result = await session_agent.agent.run_turn(history, content, ctx, persist, steer)
+            result = await session_agent.agent.run_turn(history, content, ctx, persist, steer, feed)
+        except BaseException:
+            if stream is not None:  # stopped, interrupted or crashed: what was shown stays
+                await _settle(stream.fail())
+            raise
         finally:
             lane.steer_queue = None  # from here on a new message queues instead of steering
             await typing.stop()
@@ -245,26 +273,54 @@ class TurnRunner:
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:
             await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
-        await self._reply(msg, reply, result.text or "(no reply)", answered)
+        await self._reply(msg, stream, committed, result.text or "(no reply)", answered)
         if result.error is None and self._near_window(session_agent.agent.system_prompt, history + result.messages):
             notice = await self.compress(msg, session_id, auto=True)
             if notice:
                 await self.send(msg, notice)
 
     async def _reply(
-        self, msg: InboundMessage, committed: dict[str, Any], text: str, answered: list[InboundMessage]
+        self,
+        msg: InboundMessage,
+        stream: ReplyStream | None,
+        committed: dict[str, Any],
+        text: str,
+        answered: list[InboundMessage],
     ) -> None:
         """Deliver the turn's reply: the outbox row committed with the answer, or (an apology, no
-        model) one committed now. Shielded: a cancel must not cut a reply between its parts."""
+        model) one committed now; a streamed reply is finished in place and then recorded as sent.
+        Shielded: a cancel must not cut a reply between its parts."""
         if self.outbox is None:
-            await self.send(msg, text)
+            if stream is not None:
+                await self._finish(stream, msg, text)
+            else:
+                await self.send(msg, text)
             return
         if committed:
             row_id, text = committed["row"]["id"], committed["text"]
         else:
             row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered")
+        if stream is not None:
+            ids = await self._finish(stream, msg, text)
+            if ids is not None:
+                await self.db.aoutbox_record(row_id, len(ids), ids, True)
+                return
+            # the stream could not show the final text: the outbox sends it as a message
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
         await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to))
+
+    async def _finish(self, stream: ReplyStream, msg: InboundMessage, text: str) -> list[str] | None:
+        """Show the final text in the streamed reply; its message ids, or None when it failed."""
+        try:
+            ids = await stream.finish(text)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # as a failed send: logged, and the turn (already stored) stands
+            log.exception("finishing a streamed reply on %s failed", msg.source.platform.value)
+            return None
+        if self.count_out is not None:
+            self.count_out(msg, len(ids))
+        return ids
 
     def _near_window(self, system_prompt: str, conversation: list[dict[str, Any]]) -> bool:
         """Is the conversation near the model's context window? A character count bounds the token
@@ -317,6 +373,16 @@ class TurnRunner:
             f"{lead} summarised it into a new session {name} and we continue there. "
             "The earlier messages stay searchable."
         )
+
+
+async def _settle(closing: Awaitable[Any]) -> None:
+    """Let a stopped turn's reply settle (bounded), never raising over it."""
+    try:
+        await asyncio.wait_for(closing, CLOSE_TIMEOUT)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.warning("a stopped turn's reply could not be settled", exc_info=True)
 
 
 def _as_stored(message: dict[str, Any]) -> dict[str, Any]:

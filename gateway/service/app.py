@@ -38,6 +38,7 @@ from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.media import MediaIntake, vision_enabled
 from gateway.runtime.outbound import Outbound
+from gateway.runtime.reply_feed import streaming_enabled, tool_status_enabled
 from gateway.runtime.runner import GatewayRunner
 from gateway.runtime.turn import AgentFactory as AgentFactoryProtocol
 from gateway.runtime.turn import TurnRunner
@@ -254,7 +255,8 @@ def build_runner(
     # A session with a turn running is "busy": the store does not reset it under the turn.
     store.is_busy = cache.is_running
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
-    outbound = Outbound(adapters, metrics)
+    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
+    outbound = Outbound(adapters, metrics, streaming=streaming)
     outbox = Outbox(db, outbound.adapters, metrics)
     turns = TurnRunner(
         cache=cache,
@@ -271,6 +273,9 @@ def build_runner(
         send_typing=outbound.send_typing,
         media=build_media_intake(config),
         outbox=outbox,
+        begin_reply=outbound.begin_reply,
+        count_out=outbound.count_out,
+        tool_status=tool_status_enabled(config),
     )
     return GatewayRunner(config, db, store, outbound, turns, access, Inbox(db), outbox, clock=clock, metrics=metrics)
 

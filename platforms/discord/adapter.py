@@ -27,18 +27,27 @@ from platforms.base import (
     Attachment,
     AttachmentKind,
     Backoff,
+    CommandSuggester,
     InboundMessage,
     MessageHandler,
     PlatformAdapter,
+    ReplyStream,
     Watchdog,
     cancel_and_wait,
 )
 from platforms.discord.settings import DiscordSettings
+from platforms.discord.slash import EPHEMERAL as _EPHEMERAL
+from platforms.discord.slash import InteractionAnswer, build_tree, command_message
+from platforms.edited_reply import EditedReply
 from platforms.settings import settings_from
 
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
+# Discord lets a bot edit messages about 5 times per 5 s per channel; the budget is shared by
+# sends and edits of every reply streaming into that channel, and spent evenly (one a second):
+# a burst of five would make the next reply's first message wait up to 5 s.
+CHANNEL_PACE = (1, 1.0)
 # plain user messages and replies; joins, pins, thread-created notices etc. are not conversation
 _CONVERSATION_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 _TEXT_CHANNELS = (discord.TextChannel, discord.VoiceChannel, discord.StageChannel)
@@ -95,9 +104,12 @@ class _Client(discord.Client):
     def __init__(self, adapter: "DiscordAdapter", **options: Any) -> None:
         super().__init__(**options)
         self.adapter = adapter
+        self.tree: discord.app_commands.CommandTree | None = None  # chinwag's slash commands
+        self.synced = False
 
     async def on_ready(self) -> None:
         self.adapter._connected("ready")
+        await self.adapter._sync_commands(self)
 
     async def on_resumed(self) -> None:
         self.adapter._connected("resumed")
@@ -134,6 +146,7 @@ class DiscordAdapter(PlatformAdapter):
         # how long discord.py waits for the GUILD_CREATEs after READY before it calls us ready
         self.guild_ready_timeout = cfg.guild_ready_timeout
         self.ignore_bots = cfg.ignore_bots
+        self._command_guilds = list(cfg.command_guilds)
         self.client: _Client | None = None
         self._on_message: MessageHandler | None = None
         self._task: asyncio.Task | None = None
@@ -186,6 +199,8 @@ class DiscordAdapter(PlatformAdapter):
                 allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True),
             )
             _guard_parsers(client)
+            if self._menu:
+                client.tree = build_tree(self, client, self._menu)
             self.client = client
             self._phase = "connect"
             try:
@@ -247,6 +262,55 @@ class DiscordAdapter(PlatformAdapter):
         self._backoff.reset()
         self.mark_alive()
         self.set_ready(True, f"gateway {how}")
+
+    # -- slash commands (platforms.discord.slash) --------------------------------------------
+    _menu: dict[str, str] = {}
+    _suggest: CommandSuggester | None = None
+    _sync_failed = False  # logged once, not at every reconnect
+
+    def bot_commands(self, commands: dict[str, str]) -> None:
+        self._menu = dict(commands)
+
+    def command_suggestions(self, suggest: CommandSuggester) -> None:
+        self._suggest = suggest
+
+    @property
+    def command_guilds(self) -> list[int]:
+        """Guilds to register the commands in (at once) instead of globally."""
+        raw = getattr(self, "_command_guilds", None) or []
+        return [int(g) for g in raw if str(g).isdigit()]
+
+    async def _sync_commands(self, client: _Client) -> None:
+        if client.tree is None or client.synced:
+            return
+        try:
+            guilds = self.command_guilds
+            if guilds:
+                for guild_id in guilds:
+                    guild = discord.Object(id=guild_id)
+                    client.tree.copy_global_to(guild=guild)
+                    await client.tree.sync(guild=guild)
+            else:
+                await client.tree.sync()
+            client.synced = True
+            log.info(
+                "discord: %d slash commands registered %s", len(self._menu), f"in {guilds}" if guilds else "globally"
+            )
+        except Exception as exc:  # typed commands still work; never stop the adapter over this
+            if not self._sync_failed:
+                log.warning("discord: registering slash commands failed (%s); typed commands still work", exc)
+            self._sync_failed = True
+
+    async def _slash(self, interaction: discord.Interaction, name: str, args: str) -> None:
+        self.mark_alive()
+        answer = InteractionAnswer(self, interaction, ephemeral=name in _EPHEMERAL)
+        try:
+            await interaction.response.defer(ephemeral=answer.ephemeral, thinking=True)
+        except discord.HTTPException as exc:
+            log.warning("discord: could not acknowledge /%s (%s); skipped", name, exc.status)
+            return
+        if self._on_message is not None:
+            await self._on_message(command_message(interaction, name, args, answer))
 
     # -- inbound -----------------------------------------------------------------------------
     async def _handle(self, message: discord.Message) -> None:
@@ -398,6 +462,34 @@ class DiscordAdapter(PlatformAdapter):
             await message.edit(content=text)
         except discord.HTTPException as exc:
             raise RuntimeError(f"discord edit of {message_id} failed: {exc.status} {exc.text}") from exc
+
+    def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
+        """Send, then edit in place (5 per 5 s per channel); past 2000 characters, a new message.
+        Discord renders markdown as it is written, so the final text needs no formatting edit."""
+        channel_id = str(source.thread_id or source.chat_id)
+
+        async def send_part(text: str, reply_to: str | None, final: bool) -> str:
+            ids = await self.send(source, text, reply_to=reply_to)
+            return ids[0]
+
+        async def edit_part(message_id: str, text: str, final: bool) -> None:
+            await self.edit(source, message_id, text)
+
+        async def delete_part(message_id: str) -> None:
+            await self._channel(source).get_partial_message(int(message_id)).delete()
+
+        return EditedReply(
+            key=channel_id,
+            pacer=self.pacer("channel", *CHANNEL_PACE),
+            split=self.split,
+            send_part=send_part,
+            edit_part=edit_part,
+            delete_part=delete_part,
+            reply_to=reply_to,
+            first_delay=self.stream_first_delay,
+            final_differs=False,
+            what="discord reply",
+        )
 
     async def send_typing(self, source: SessionSource) -> None:
         try:

@@ -15,6 +15,7 @@ class DiscordSettings:
     gateway_url: str = setting("", "gateway websocket URL; empty: Discord's")
     guild_ready_timeout: float = setting(2.0, "seconds to wait for the guilds after READY", minimum=0)
     ignore_bots: bool = setting(True, "ignore messages from other bots")
+    command_guilds: tuple[str, ...] = setting((), "guild ids to register slash commands in at once; empty: globally")
     watchdog_seconds: float = setting(120, "reconnect after this long without a sign of life", minimum=1)
     reconnect_base: float = setting(1.0, "first reconnect delay, seconds", minimum=0.01)
     reconnect_cap: float = setting(60.0, "longest reconnect delay, seconds", minimum=0.01)

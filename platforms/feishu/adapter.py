@@ -32,10 +32,12 @@ from platforms.base import (
     InboundMessage,
     MessageHandler,
     PlatformAdapter,
+    ReplyStream,
     Watchdog,
     WebhookHandler,
 )
 from platforms.feishu.api import FeishuApi, FeishuApiError, resolve_domain
+from platforms.feishu.cards import FeishuCardReply
 from platforms.feishu.events import MESSAGE_EVENT, MalformedEvent, message_from_event, resource_opener, resource_type
 from platforms.feishu.settings import FeishuSettings
 from platforms.feishu.webhook import WebhookKeys, make_handler
@@ -352,6 +354,15 @@ class FeishuAdapter(PlatformAdapter):
         mid = await self.api.send_message(chat_id, "text", {"text": text}, reply_to, in_thread)
         self._sent_ids.remember(mid)
         return mid
+
+    # How streamed replies are shown (platforms.feishu.cards): "cardkit", "patch" or "text"; moves
+    # down (never up) when Feishu refuses a way, so one refusal is not paid for on every reply.
+    card_mode = "cardkit"
+
+    def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
+        if reply_to is None and source.thread_id is not None:
+            reply_to = self._latest.get(_chat_key(source))  # a thread is entered by replying in it
+        return FeishuCardReply(self, source, reply_to)
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         if not self.rich_text:

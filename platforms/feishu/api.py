@@ -20,6 +20,15 @@ from typing import Any, Callable
 
 import lark_oapi as lark
 import requests
+from lark_oapi.api.cardkit.v1 import (
+    Card,
+    ContentCardElementRequest,
+    ContentCardElementRequestBody,
+    CreateCardRequest,
+    CreateCardRequestBody,
+    UpdateCardRequest,
+    UpdateCardRequestBody,
+)
 from lark_oapi.api.im.v1 import (
     CreateMessageReactionRequest,
     CreateMessageReactionRequestBody,
@@ -29,6 +38,8 @@ from lark_oapi.api.im.v1 import (
     Emoji,
     GetMessageRequest,
     GetMessageResourceRequest,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
     UpdateMessageRequest,
@@ -241,6 +252,77 @@ class FeishuApi:
             return self.client.im.v1.message.update(req)
 
         await self.call("edit", do)
+
+    async def patch_card_message(self, message_id: str, card: dict[str, Any]) -> None:
+        """Replace the card of an interactive message (the card must say update_multi)."""
+        body = json.dumps(card, ensure_ascii=False)
+
+        def do() -> Any:
+            req = (
+                PatchMessageRequest.builder()
+                .message_id(message_id)
+                .request_body(PatchMessageRequestBody.builder().content(body).build())
+                .build()
+            )
+            return self.client.im.v1.message.patch(req)
+
+        await self.call("card patch", do)
+
+    # -- CardKit: a card entity, sent once, then updated by sequence number --------------------------
+    async def create_card(self, card: dict[str, Any]) -> str:
+        data = json.dumps(card, ensure_ascii=False)
+
+        def do() -> Any:
+            req = (
+                CreateCardRequest.builder()
+                .request_body(CreateCardRequestBody.builder().type("card_json").data(data).build())
+                .build()
+            )
+            return self.client.cardkit.v1.card.create(req)
+
+        resp = await self.call("card create", do)
+        return resp.data.card_id
+
+    async def stream_card_text(self, card_id: str, element_id: str, text: str, sequence: int) -> None:
+        """The whole text so far into a markdown element; Feishu types out what is new."""
+
+        def do() -> Any:
+            req = (
+                ContentCardElementRequest.builder()
+                .card_id(card_id)
+                .element_id(element_id)
+                .request_body(
+                    ContentCardElementRequestBody.builder()
+                    .content(text)
+                    .sequence(sequence)
+                    .uuid(f"{card_id}-{sequence}")
+                    .build()
+                )
+                .build()
+            )
+            return self.client.cardkit.v1.card_element.content(req)
+
+        await self.call("card stream", do)
+
+    async def update_card(self, card_id: str, card: dict[str, Any], sequence: int) -> None:
+        data = json.dumps(card, ensure_ascii=False)
+
+        def do() -> Any:
+            req = (
+                UpdateCardRequest.builder()
+                .card_id(card_id)
+                .request_body(
+                    UpdateCardRequestBody.builder()
+                    .card(Card.builder().type("card_json").data(data).build())
+                    .sequence(sequence)
+                    .uuid(f"{card_id}-{sequence}")
+                    .build()
+                )
+                .build()
+            )
+            return self.client.cardkit.v1.card.update(req)
+
+        await self.call("card update", do)
 
     async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
         def do() -> Any:

@@ -43,6 +43,8 @@ from platforms.base import (
     InboundMessage,
     MessageHandler,
     PlatformAdapter,
+    RateLimited,
+    ReplyStream,
     Watchdog,
     WebhookHandler,
     utf16_length,
@@ -59,6 +61,7 @@ from platforms.telegram.format import to_markdown_v2
 from platforms.telegram.inbound import file_opener, message_key, parse_message_key, update_to_inbound
 from platforms.telegram.redact import redact_token
 from platforms.telegram.settings import TelegramSettings
+from platforms.telegram.stream import telegram_reply
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +426,18 @@ class TelegramAdapter(PlatformAdapter):
             ids.append(sent)
         return ids
 
-    async def _send_chunk(self, source: SessionSource, chunk: str, reply_to: str | None) -> str | None:
+    async def _send_chunk(
+        self,
+        source: SessionSource,
+        chunk: str,
+        reply_to: str | None,
+        *,
+        markup: bool = True,
+        flood_raises: bool = False,
+    ) -> str | None:
+        """Send one part (MarkdownV2 with the plain fallback, or plain with `markup` False).
+        None: the chat cannot be written to. `flood_raises`: a 429 raises RateLimited at once
+        (a streamed reply's pacer waits it out) instead of being slept through here."""
         chat_id: int | str = chat_id_param(source.chat_id)
         kwargs: dict[str, Any] = {}
         if source.chat_type == "forum" and source.thread_id:
@@ -432,9 +446,13 @@ class TelegramAdapter(PlatformAdapter):
             kwargs["reply_parameters"] = ReplyParameters(
                 message_id=parse_message_key(reply_to)[1], allow_sending_without_reply=True
             )
+        call = self._call_raising if flood_raises else self._call
         try:
+            if not markup:
+                msg = await call(lambda: self.bot.send_message(chat_id, chunk, **kwargs))
+                return message_key(msg.chat_id, msg.message_id)
             try:
-                msg = await self._call(
+                msg = await call(
                     lambda: self.bot.send_message(
                         chat_id, to_markdown_v2(chunk), parse_mode=ParseMode.MARKDOWN_V2, **kwargs
                     )
@@ -443,7 +461,7 @@ class TelegramAdapter(PlatformAdapter):
                 if not is_markup_error(exc):
                     raise
                 log.info("telegram: MarkdownV2 refused (%s); sending as plain text", brief(exc))
-                msg = await self._call(lambda: self.bot.send_message(chat_id, chunk, **kwargs))
+                msg = await call(lambda: self.bot.send_message(chat_id, chunk, **kwargs))
         except Forbidden as exc:
             # blocked by the user, kicked from the group: nothing to deliver to; not our crash
             log.warning("telegram: cannot send to chat %s: %s", source.chat_id, brief(exc))
@@ -451,35 +469,51 @@ class TelegramAdapter(PlatformAdapter):
         except ChatMigrated as exc:
             log.warning("telegram: chat %s moved to %s; resending there", source.chat_id, exc.new_chat_id)
             moved = SessionSource(**{**source.to_dict(), "chat_id": str(exc.new_chat_id)})
-            return await self._send_chunk(moved, chunk, None)
+            return await self._send_chunk(moved, chunk, None, markup=markup, flood_raises=flood_raises)
         return message_key(msg.chat_id, msg.message_id)
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         chunks = self.split(text) or [text]
-        chat, mid = parse_message_key(message_id)
-        chat_id = chat_id_param(chat or source.chat_id)
         try:
-            try:
-                await self._call(
-                    lambda: self.bot.edit_message_text(
-                        to_markdown_v2(chunks[0]),
-                        chat_id=chat_id,
-                        message_id=mid,
-                        parse_mode=ParseMode.MARKDOWN_V2,
-                    )
-                )
-            except BadRequest as exc:
-                if "not modified" in str(exc).lower():
-                    return
-                if not is_markup_error(exc):
-                    raise
-                await self._call(lambda: self.bot.edit_message_text(chunks[0], chat_id=chat_id, message_id=mid))
+            await self._edit_chunk(source, message_id, chunks[0])
         except Forbidden as exc:
             log.warning("telegram: cannot edit in chat %s: %s", source.chat_id, brief(exc))
             return
         for extra in chunks[1:]:  # an edit cannot grow past the limit: the rest follows as messages
             if await self._send_chunk(source, extra, None) is None:
                 return
+
+    async def _edit_chunk(
+        self, source: SessionSource, message_id: str, chunk: str, *, markup: bool = True, flood_raises: bool = False
+    ) -> None:
+        """editMessageText with one part (MarkdownV2 with the plain fallback, or plain)."""
+        chat, mid = parse_message_key(message_id)
+        chat_id = chat_id_param(chat or source.chat_id)
+        call = self._call_raising if flood_raises else self._call
+        try:
+            if not markup:
+                await call(lambda: self.bot.edit_message_text(chunk, chat_id=chat_id, message_id=mid))
+                return
+            try:
+                await call(
+                    lambda: self.bot.edit_message_text(
+                        to_markdown_v2(chunk), chat_id=chat_id, message_id=mid, parse_mode=ParseMode.MARKDOWN_V2
+                    )
+                )
+            except BadRequest as exc:
+                if "not modified" in str(exc).lower() or not is_markup_error(exc):
+                    raise
+                await call(lambda: self.bot.edit_message_text(chunk, chat_id=chat_id, message_id=mid))
+        except BadRequest as exc:
+            if "not modified" not in str(exc).lower():
+                raise
+
+    def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
+        return telegram_reply(self, source, reply_to)
+
+    async def _delete(self, source: SessionSource, message_id: str) -> None:
+        chat, mid = parse_message_key(message_id)
+        await self._call_raising(lambda: self.bot.delete_message(chat_id_param(chat or source.chat_id), mid))
 
     async def send_typing(self, source: SessionSource) -> None:
         kwargs: dict[str, Any] = {}
@@ -517,6 +551,17 @@ class TelegramAdapter(PlatformAdapter):
         return await call_with_retries(
             make, self.send_attempts, Backoff(self.reconnect_base, self.reconnect_cap), self.max_retry_after
         )
+
+    async def _call_raising(self, make: Callable[[], Awaitable[T]]) -> T:
+        """As `_call`, but a flood wait raises RateLimited instead of being slept through."""
+
+        async def once() -> T:
+            try:
+                return await make()
+            except RetryAfter as exc:
+                raise RateLimited(retry_after_seconds(exc), "telegram") from None
+
+        return await self._call(once)
 
 
 async def _cancel(task: asyncio.Task | None) -> None:

@@ -9,10 +9,19 @@ The real discord.py client is pointed at it (`discord.http.Route.BASE` and
 - REST: users/@me, oauth2/applications/@me, gateway(/bot), channels/{id}, create/edit message,
   typing; JSON bodies with `Content-Type: application/json` exactly (discord.py compares it).
 
+Application commands: bulk registration (PUT applications/{app}/commands, and per guild) is stored
+in `commands` (scope None = global, else the guild id); `slash()` / `autocomplete()` dispatch an
+INTERACTION_CREATE as a person's client would; the interaction callback
+(POST interactions/{id}/{token}/callback) and the follow-up webhook (POST webhooks/{app}/{token},
+PATCH .../messages/@original or /{id}) are recorded in `interactions[id]` ("responses",
+"original", "followups"). Webhook routes are authorised by the interaction token, not the bot's.
+
 It records every call and gateway frame, injects inbound events, and scripts failures: 429 with
 `retry_after` (and the `Via` header discord.py expects of a genuine rate limit), 5xx, dropped and
 stalled gateway connections, and a revoked token. Like Discord, it echoes the bot's own sent
-messages back as MESSAGE_CREATE.
+messages back as MESSAGE_CREATE. With `pace_channels=True` it enforces Discord's message rate per
+channel (5 creates/edits/deletes per 5 s, on `clock`): calls beyond it get a 429 (counted in
+`rate_refusals`).
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ class Call:
     body: Any
     headers: dict[str, str]
     status: int = 0
+    at: float = 0.0
 
 
 @dataclass
@@ -86,8 +96,14 @@ class FakeDiscord:
         bot_name: str = "chinwag",
         heartbeat_interval_ms: int = 41250,
         allow_privileged: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        pace_channels: bool = False,
     ) -> None:
         self.token = token
+        self.clock = clock
+        self.pace_channels = pace_channels
+        self.rate_refusals = 0
+        self._channel_calls: dict[int, list[float]] = {}
         self.bot_id = bot_id
         self.bot_name = bot_name
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -103,6 +119,10 @@ class FakeDiscord:
         self.calls: list[Call] = []
         self.sent: list[dict[str, Any]] = []  # messages the bot created (POST), in order
         self.edits: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self.commands: dict[int | None, list[dict[str, Any]]] = {}  # scope -> registered commands
+        self.interactions: dict[str, dict[str, Any]] = {}  # interaction id -> what the bot answered
+        self._tokens: dict[str, str] = {}  # interaction token -> interaction id
         self.typing: list[int] = []
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
@@ -468,11 +488,32 @@ class FakeDiscord:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = raw.decode(errors="replace")
-        call = Call(request.method, path, body, dict(request.headers))
+        call = Call(request.method, path, body, dict(request.headers), at=self.clock())
         self.calls.append(call)
-        response = self._scripted_failure(request.method, path) or await self._route(request, path, body)
+        response = (
+            self._scripted_failure(request.method, path)
+            or self._channel_pace(request.method, path)
+            or await self._route(request, path, body)
+        )
         call.status = response.status
         return response
+
+    def _channel_pace(self, method: str, path: str) -> web.Response | None:
+        m = re.fullmatch(r"/channels/(\d+)/messages(/\d+)?", path)
+        if not self.pace_channels or m is None or method not in ("POST", "PATCH", "DELETE"):
+            return None
+        now = self.clock()
+        recent = [t for t in self._channel_calls.get(int(m.group(1)), []) if t > now - 5.0]
+        if len(recent) >= 5:
+            self.rate_refusals += 1
+            retry = recent[0] + 5.0 - now
+            return _json(
+                {"message": "You are being rate limited.", "retry_after": retry, "global": False},
+                429,
+                {"Via": "1.1 google", "Retry-After": str(max(1, round(retry))), "X-RateLimit-Scope": "shared"},
+            )
+        self._channel_calls[int(m.group(1))] = [*recent, now]
+        return None
 
     def _scripted_failure(self, method: str, path: str) -> web.Response | None:
         for failure in self._failures:
@@ -497,6 +538,8 @@ class FakeDiscord:
         return None
 
     async def _route(self, request: web.Request, path: str, body: Any) -> web.Response:
+        if path.startswith(("/interactions/", "/webhooks/")):
+            return self._interaction_route(request.method, path, body)
         if request.headers.get("Authorization") != f"Bot {self.token}":
             return _json({"message": "401: Unauthorized", "code": 0}, 401)
         method = request.method
@@ -524,6 +567,9 @@ class FakeDiscord:
                     "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1},
                 }
             )
+        m = re.fullmatch(r"/applications/(\d+)(?:/guilds/(\d+))?/commands", path)
+        if m and method == "PUT":
+            return self._register_commands(m.group(2), body)
         m = re.fullmatch(r"/channels/(\d+)(/.*)?", path)
         if not m:
             return _json({"message": "404: Not Found", "code": 0}, 404)
@@ -541,6 +587,11 @@ class FakeDiscord:
         m = re.fullmatch(r"/messages/(\d+)", rest)
         if method == "PATCH" and m:
             return self._edit_message(int(m.group(1)), body)
+        if method == "DELETE" and m:
+            if self.messages.pop(int(m.group(1)), None) is None:
+                return _json({"message": "Unknown Message", "code": 10008}, 404)
+            self.deleted.append(m.group(1))
+            return web.Response(status=204)
         return _json({"message": "405: Method Not Allowed", "code": 0}, 405)
 
     async def _create_message(self, channel_id: int, body: Any) -> web.Response:
@@ -585,3 +636,177 @@ class FakeDiscord:
         message["edited_timestamp"] = _iso()
         self.edits.append({"id": str(message_id), "content": content})
         return _json({k: v for k, v in message.items() if k != "request"})
+
+    # -- application commands and interactions ----------------------------------------------------
+    def _register_commands(self, guild_id: str | None, body: Any) -> web.Response:
+        if not isinstance(body, list):
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        stored = []
+        for command in body:
+            name = command.get("name", "")
+            if not re.fullmatch(r"[-_a-z0-9]{1,32}", name) or not 1 <= len(command.get("description", "")) <= 100:
+                return _json({"message": "Invalid Form Body", "code": 50035, "errors": {"name": name}}, 400)
+            stored.append(
+                {
+                    "type": 1,
+                    "options": [],
+                    "default_member_permissions": None,
+                    "nsfw": False,
+                    **command,
+                    "id": str(self.snowflake()),
+                    "application_id": str(self.application_id),
+                    "version": str(self.snowflake()),
+                    **({"guild_id": guild_id} if guild_id else {}),
+                }
+            )
+        self.commands[int(guild_id) if guild_id else None] = stored
+        return _json(stored)
+
+    def command_named(self, name: str, guild_id: int | None = None) -> dict[str, Any] | None:
+        for scope in (guild_id, None):
+            for command in self.commands.get(scope, []):
+                if command["name"] == name:
+                    return command
+        return None
+
+    async def slash(
+        self,
+        channel_id: int,
+        user: dict,
+        name: str,
+        options: dict[str, Any] | None = None,
+        *,
+        focused: str | None = None,
+        kind: int = 2,
+    ) -> str:
+        """A person runs `/name` (kind 2) or types into an option (`autocomplete`, kind 4) in a
+        channel; returns the interaction id. Option types come from the registered command."""
+        channel = self.channels[channel_id]
+        guild_id = int(channel["guild_id"]) if channel.get("guild_id") else None
+        command = self.command_named(name, guild_id)
+        if command is None:
+            raise AssertionError(f"/{name} is not registered")
+        kinds = {o["name"]: o["type"] for o in command.get("options") or []}
+        opts = []
+        for key, value in (options or {}).items():
+            option: dict[str, Any] = {"name": key, "type": kinds[key], "value": value}
+            if key == focused:
+                option["focused"] = True
+            opts.append(option)
+        interaction_id = str(self.snowflake())
+        token = f"itok-{uuid.uuid4().hex}"
+        self._tokens[token] = interaction_id
+        self.interactions[interaction_id] = {
+            "responses": [],
+            "original": None,
+            "followups": [],
+            "token": token,
+            "channel_id": channel_id,
+        }
+        data: dict[str, Any] = {
+            "id": interaction_id,
+            "application_id": str(self.application_id),
+            "type": kind,
+            "token": token,
+            "version": 1,
+            "data": {"id": command["id"], "name": name, "type": 1, "options": opts},
+            "channel_id": str(channel_id),
+            "channel": channel,
+            "locale": "en-US",
+            "app_permissions": "2248473465835073",
+            "entitlements": [],
+            "attachment_size_limit": 8388608,
+            "authorizing_integration_owners": {"0": str(guild_id)} if guild_id else {"1": user["id"]},
+            "context": 0 if guild_id else 1,
+        }
+        if guild_id:
+            data["guild_id"] = str(guild_id)
+            data["guild_locale"] = "en-US"
+            data["member"] = {
+                "user": user,
+                "roles": [],
+                "joined_at": _iso(),
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+                "permissions": "2248473465835073",
+            }
+            data["data"]["guild_id"] = str(guild_id)
+        else:
+            data["user"] = user
+        await self.dispatch("INTERACTION_CREATE", data)
+        return interaction_id
+
+    async def autocomplete(self, channel_id: int, user: dict, name: str, option: str, typed: str) -> str:
+        return await self.slash(channel_id, user, name, {option: typed}, focused=option, kind=4)
+
+    def _interaction_route(self, method: str, path: str, body: Any) -> web.Response:
+        m = re.fullmatch(r"/interactions/(\d+)/([^/]+)/callback", path)
+        if m and method == "POST":
+            record = self.interactions.get(m.group(1))
+            if record is None or record["token"] != m.group(2):
+                return _json({"message": "Unknown interaction", "code": 10062}, 404)
+            if record["responses"]:
+                return _json({"message": "Interaction has already been acknowledged.", "code": 40060}, 400)
+            record["responses"].append(body)
+            kind = (body or {}).get("type")
+            flags = ((body or {}).get("data") or {}).get("flags") or 0
+            record["ephemeral"] = bool(flags & 64)
+            if kind == 4:  # answered at once with a message
+                record["original"] = {"content": body["data"].get("content", ""), "flags": flags}
+            return _json(
+                {
+                    "interaction": {
+                        "id": m.group(1),
+                        "type": 2,
+                        "response_message_loading": kind == 5,
+                        "response_message_ephemeral": bool(flags & 64),
+                    },
+                    "resource": {"type": kind},
+                }
+            )
+        m = re.fullmatch(r"/webhooks/(\d+)/([^/]+)(?:/messages/(@original|\d+))?", path)
+        if not m or m.group(2) not in self._tokens:
+            return _json({"message": "Unknown Webhook", "code": 10015}, 404)
+        record = self.interactions[self._tokens[m.group(2)]]
+        channel_id = int(record["channel_id"])
+        content = (body or {}).get("content") or ""
+        if len(content) > 2000:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        target = m.group(3)
+        if method == "POST" and target is None:
+            flags = (body or {}).get("flags") or 0
+            message = self.message_payload(channel_id, self.bot_user, content)
+            message["flags"] = flags
+            message["webhook_id"] = str(self.application_id)
+            record["followups"].append(message)
+            self.messages[int(message["id"])] = message
+            return _json(message)
+        if method == "PATCH" and target == "@original":
+            if not record["responses"]:
+                return _json({"message": "Unknown Message", "code": 10008}, 404)
+            original = record.get("original") or {}
+            if "id" not in original:
+                original = {
+                    **self.message_payload(channel_id, self.bot_user, content),
+                    "flags": original.get("flags", 0),
+                }
+                original["webhook_id"] = str(self.application_id)
+            original["content"] = content
+            original.setdefault("edits", 0)
+            original["edits"] += 1
+            record["original"] = original
+            return _json({k: v for k, v in original.items() if k != "edits"})
+        if method == "PATCH" and target:
+            message = self.messages.get(int(target))
+            if message is None:
+                return _json({"message": "Unknown Message", "code": 10008}, 404)
+            message["content"] = content
+            return _json(message)
+        return _json({"message": "405: Method Not Allowed", "code": 0}, 405)
+
+    def answer_text(self, interaction_id: str) -> list[str]:
+        """What the person sees as the interaction's answer: the original response, then follow-ups."""
+        record = self.interactions[interaction_id]
+        out = [record["original"]["content"]] if record.get("original") and "content" in record["original"] else []
+        return out + [m["content"] for m in record["followups"]]

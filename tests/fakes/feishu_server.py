@@ -5,6 +5,12 @@ Serves what the adapter (through lark-oapi) talks to:
 - GET  /open-apis/bot/v3/info                              the bot's open_id
 - POST /open-apis/im/v1/messages[?receive_id_type]          send; /{id}/reply reply; PUT /{id} edit
 - POST/DELETE /open-apis/im/v1/messages/{id}/reactions[/{rid}]
+- PATCH /open-apis/im/v1/messages/{id}                     replace an interactive card (needs
+  `update_multi`; 5 per second per message, on `clock`, else 429 code 99991400)
+- POST /open-apis/cardkit/v1/cards, PUT .../cards/{id}, PUT .../cards/{id}/elements/{eid}/content
+  CardKit card entities: created from JSON 2.0, sent once by card_id, updated with strictly
+  increasing `sequence` (else code 300317), 10 operations a second per card; `cardkit_denied`
+  answers the missing-scope error, `reject_cards` refuses interactive messages altogether
 - POST /callback/ws/endpoint + GET /ws                     the long connection, speaking the SDK's
   protobuf frames (pbbp2.Frame): pushes events, records the client's acks, answers pings
 and plays Feishu's sending side for webhooks (encrypts, signs: see `webhook_request`).
@@ -80,8 +86,15 @@ class FakeFeishu:
         bot_open_id: str = "ou_bot",
         bot_name: str = "chinwag",
         ping_interval: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app_id, self.app_secret = app_id, app_secret
+        self.clock = clock
+        self.cardkit_denied = False
+        self.reject_cards = False
+        self.cards: dict[str, dict[str, Any]] = {}  # card_id -> {"card", "sequence", "ops", "sent"}
+        self.rate_refusals = 0
+        self._op_times: dict[str, list[float]] = {}  # message or card id -> recent update times
         self.bot_open_id, self.bot_name = bot_open_id, bot_name
         self.ping_interval = ping_interval
         self.calls: list[Call] = []
@@ -111,6 +124,10 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages", self._create)
         app.router.add_post("/open-apis/im/v1/messages/{mid}/reply", self._reply)
         app.router.add_put("/open-apis/im/v1/messages/{mid}", self._update)
+        app.router.add_patch("/open-apis/im/v1/messages/{mid}", self._patch)
+        app.router.add_post("/open-apis/cardkit/v1/cards", self._card_create)
+        app.router.add_put("/open-apis/cardkit/v1/cards/{cid}", self._card_update)
+        app.router.add_put("/open-apis/cardkit/v1/cards/{cid}/elements/{eid}/content", self._card_content)
         app.router.add_get("/open-apis/im/v1/messages/{mid}", self._get)
         app.router.add_get("/open-apis/im/v1/messages/{mid}/resources/{key}", self._resource)
         app.router.add_post("/open-apis/im/v1/messages/{mid}/reactions", self._react)
@@ -329,6 +346,10 @@ class FakeFeishu:
             content = json.loads(body.get("content", ""))
         except (TypeError, json.JSONDecodeError):
             return web.json_response({"code": 230001, "msg": "content is not JSON"}, status=400)
+        if body.get("msg_type") == "interactive":
+            refused = self._check_card_message(content)
+            if refused is not None:
+                return refused
         mid = f"om_bot_{next(self._ids)}"
         if body.get("uuid"):
             self._uuids[body["uuid"]] = mid
@@ -341,7 +362,7 @@ class FakeFeishu:
                 "reply_in_thread": bool(body.get("reply_in_thread")),
                 "msg_type": body.get("msg_type"),
                 "content": content,
-                "text": _text_of(body.get("msg_type"), content),
+                "text": _text_of(body.get("msg_type"), content, self.cards),
             }
         )
         return web.json_response({"code": 0, "msg": "success", "data": {"message_id": mid, "chat_id": chat_id}})
@@ -373,6 +394,129 @@ class FakeFeishu:
                 msg["text"] = _text_of(body.get("msg_type"), msg["content"])
                 return web.json_response({"code": 0, "msg": "success", "data": {}})
         return web.json_response({"code": 230011, "msg": "message not found"}, status=400)
+
+    # -- cards ------------------------------------------------------------------------------------
+    def card_text(self, message: dict[str, Any]) -> str:
+        """What an interactive message shows now: its markdown, from the card entity when it has one."""
+        content = message["content"]
+        card = content
+        if content.get("type") == "card":
+            card = self.cards[content["data"]["card_id"]]["card"]
+        return "".join(e.get("content", "") for e in card.get("body", {}).get("elements", []))
+
+    def _check_card_message(self, content: dict[str, Any]) -> web.Response | None:
+        if self.reject_cards:
+            return web.json_response({"code": 230099, "msg": "Failed to create card content"}, status=400)
+        if content.get("type") == "card":
+            entity = self.cards.get(str((content.get("data") or {}).get("card_id")))
+            if entity is None:
+                return web.json_response({"code": 230099, "msg": "card_id not found"}, status=400)
+            if entity["sent"]:
+                return web.json_response({"code": 230099, "msg": "card entity can only be sent once"}, status=400)
+            entity["sent"] = True
+        return None
+
+    def _paced(self, key: str, limit: int) -> web.Response | None:
+        now = self.clock()
+        recent = [t for t in self._op_times.get(key, []) if t > now - 1.0]
+        if len(recent) >= limit:
+            self.rate_refusals += 1
+            return web.json_response(
+                {"code": 99991400, "msg": "request trigger frequency limit"},
+                status=429,
+                headers={"x-ogw-ratelimit-reset": "1"},
+            )
+        self._op_times[key] = [*recent, now]
+        return None
+
+    async def _patch(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("patch", request)
+        if failed:
+            return failed
+        mid = request.match_info["mid"]
+        msg = next((m for m in self.sent if m["message_id"] == mid), None)
+        if msg is None or msg["msg_type"] != "interactive":
+            return web.json_response({"code": 230011, "msg": "message not found or not a card"}, status=400)
+        card = json.loads((call.body or {}).get("content") or "{}")
+        if not (card.get("config") or {}).get("update_multi"):
+            return web.json_response({"code": 230099, "msg": "card must set update_multi"}, status=400)
+        paced = self._paced(mid, 5)
+        if paced is not None:
+            return paced
+        msg["content"] = card
+        msg["text"] = self.card_text(msg)
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
+
+    def _denied(self) -> web.Response | None:
+        if self.cardkit_denied:
+            body = {
+                "code": 99991672,
+                "msg": "Access denied. One of the following scopes is required: [cardkit:card:write]",
+            }
+            return web.json_response(body, status=400)
+        return None
+
+    async def _card_create(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("card_create", request)
+        if failed or (failed := self._denied()):
+            return failed
+        body = call.body or {}
+        card = json.loads(body.get("data") or "{}")
+        if body.get("type") != "card_json" or card.get("schema") != "2.0":
+            return web.json_response({"code": 300301, "msg": "invalid card json"}, status=400)
+        card_id = f"ck_{next(self._ids)}"
+        self.cards[card_id] = {"card": card, "sequence": 0, "ops": [], "sent": False}
+        return web.json_response({"code": 0, "msg": "success", "data": {"card_id": card_id}})
+
+    def _card_op(self, card_id: str, sequence: Any) -> tuple[dict[str, Any] | None, web.Response | None]:
+        entity = self.cards.get(card_id)
+        if entity is None:
+            return None, web.json_response({"code": 300309, "msg": "card not found"}, status=400)
+        if not isinstance(sequence, int) or sequence <= entity["sequence"]:
+            return None, web.json_response({"code": 300317, "msg": "sequence number compare failed"}, status=400)
+        paced = self._paced(card_id, 10)
+        if paced is not None:
+            return None, paced
+        entity["sequence"] = sequence
+        entity["ops"].append((self.clock(), sequence))
+        return entity, None
+
+    def _card_changed(self, card_id: str) -> None:
+        """A message showing this card entity shows its new text."""
+        for msg in self.sent:
+            if msg["msg_type"] == "interactive" and (msg["content"].get("data") or {}).get("card_id") == card_id:
+                msg["text"] = self.card_text(msg)
+
+    async def _card_content(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("card_content", request)
+        if failed or (failed := self._denied()):
+            return failed
+        body = call.body or {}
+        entity, refused = self._card_op(request.match_info["cid"], body.get("sequence"))
+        if refused is not None:
+            return refused
+        assert entity is not None
+        if not entity["card"].get("config", {}).get("streaming_mode"):
+            return web.json_response({"code": 300310, "msg": "card is not in streaming mode"}, status=400)
+        for element in entity["card"]["body"]["elements"]:
+            if element.get("element_id") == request.match_info["eid"]:
+                element["content"] = body.get("content", "")
+                self._card_changed(request.match_info["cid"])
+                return web.json_response({"code": 0, "msg": "success", "data": {}})
+        return web.json_response({"code": 300311, "msg": "element not found"}, status=400)
+
+    async def _card_update(self, request: web.Request) -> web.Response:
+        call, failed = await self._record("card_update", request)
+        if failed or (failed := self._denied()):
+            return failed
+        body = call.body or {}
+        entity, refused = self._card_op(request.match_info["cid"], body.get("sequence"))
+        if refused is not None:
+            return refused
+        assert entity is not None
+        entity["card"] = json.loads((body.get("card") or {}).get("data") or "{}")
+        self._card_changed(request.match_info["cid"])
+        return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _get(self, request: web.Request) -> web.Response:
         _call, failed = await self._record("get", request)
@@ -446,7 +590,12 @@ class FakeFeishu:
         return ws
 
 
-def _text_of(msg_type: str | None, content: dict[str, Any]) -> str:
+def _text_of(msg_type: str | None, content: dict[str, Any], cards: dict[str, Any] | None = None) -> str:
+    if msg_type == "interactive":
+        card = content
+        if content.get("type") == "card" and cards is not None:
+            card = cards.get(str((content.get("data") or {}).get("card_id")), {}).get("card", {})
+        return "".join(e.get("content", "") for e in (card.get("body") or {}).get("elements", []))
     if msg_type == "text":
         return str(content.get("text", ""))
     if msg_type == "post":

@@ -20,6 +20,10 @@ word adds ±1 to a dimension chosen by its hash, so texts sharing words are clos
 text always gets the same vector); `fake.embed = fn(texts, model) -> vectors` puts another model
 behind it; `fake.embedding_status = 500` makes every embeddings call fail. Bodies are kept in
 `fake.embedding_requests`. Both `encoding_format` "float" and "base64" are served.
+
+`fake.chunk_delay` (or `Reply.chunk_delay`) sleeps between streamed chunks, so a reply can take
+seconds to write; `Reply.pause_after=n` with `Reply.resume` (an asyncio.Event) stops a stream after
+its first n characters until the event is set (`await fake.paused.wait()` says it got there).
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     reasoning: str | None = None  # sent as `reasoning_content` like several compatible servers
     raw: str | None = None  # a raw (possibly broken) response body, sent with `status`
+    chunk_delay: float | None = None  # seconds between streamed chunks (default: the fake's)
+    pause_after: int | None = None  # streamed characters after which the stream waits for `resume`
+    resume: asyncio.Event | None = None
 
 
 Script = Union[Reply, str, Callable[[dict[str, Any]], Any]]
@@ -100,6 +107,9 @@ class FakeOpenAI:
         self.delay: float = 0.0
         self.gate: asyncio.Event | None = None
         self.chunk_size = 4  # characters per streamed content chunk
+        self.chunk_delay = 0.0  # seconds between streamed chunks
+        self.paused = asyncio.Event()  # set when a stream stops at its Reply.pause_after
+        self.streams_done = 0  # streamed replies written to the end
         self._script: deque[Script] = deque()
         # /audio/transcriptions: each upload recorded as {"model", "file_name", "mime_type", "data"};
         # the reply is `transcript` (or an HTTP error when `transcription_status` >= 400)
@@ -308,7 +318,14 @@ class FakeOpenAI:
 
         await send({"role": "assistant", "content": ""})
         text = reply.text or ""
+        delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
         for i in range(0, len(text), self.chunk_size):
+            if reply.pause_after is not None and i >= reply.pause_after and not self.paused.is_set():
+                self.paused.set()
+                if reply.resume is not None:
+                    await reply.resume.wait()
+            if delay and i:
+                await asyncio.sleep(delay)
             await send({"content": text[i : i + self.chunk_size]})
         for index, (cid, call) in enumerate(zip(self._ids(reply), reply.tool_calls)):
             args = self._args(call)
@@ -332,4 +349,5 @@ class FakeOpenAI:
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+        self.streams_done += 1
         return response

@@ -11,6 +11,11 @@ entities"; 4096 UTF-16 unit limit after entity parsing), editMessageText, sendCh
 setMyCommands, deleteWebhook, setWebhook (updates are then POSTed to the webhook URL with the
 secret header), getWebhookInfo.
 
+Flood control (opt in with `pace_chats=True`): like Telegram, a chat takes about one message or
+edit a second (private) and one per 3 s (groups) -- sendMessage, editMessageText and deleteMessage
+coming quicker get 429 with `retry_after`, counted in `flood_refusals`. Time is `clock` (default
+time.monotonic; tests pass a virtual clock's `now`), which also stamps `calls`.
+
 Test controls: `push_message` / `push_raw` inject updates, `calls` records every request,
 `fail(method, kind)` scripts failures (retry_after, server_error, parse_entities, blocked, drop,
 hang, unauthorized, migrated), `blocked_chats` makes sends to a chat fail with 403, `revoke_token()`
@@ -162,8 +167,22 @@ class Failure:
 class FakeTelegram:
     """One fake bot. `base_url` is what goes into the adapter's `base_url` setting."""
 
-    def __init__(self, token: str = "123456:TEST-secret-token", username: str = "chinwag_bot") -> None:
+    PACED = ("sendmessage", "editmessagetext", "deletemessage")
+    PACE = {"private": 1.0, "group": 3.0}  # seconds between paced calls per chat
+
+    def __init__(
+        self,
+        token: str = "123456:TEST-secret-token",
+        username: str = "chinwag_bot",
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        pace_chats: bool = False,
+    ) -> None:
         self.token = token
+        self.clock = clock
+        self.pace_chats = pace_chats
+        self.flood_refusals = 0
+        self._last_paced: dict[int, float] = {}
         self.valid_tokens = {token}
         self.bot_user = {
             "id": int(token.split(":")[0]),
@@ -357,7 +376,7 @@ class FakeTelegram:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
         params = await _read_params(request)
-        self.calls.append(Call(method, params))
+        self.calls.append(Call(method, params, at=self.clock()))
         if request.match_info["token"] not in self.valid_tokens:
             return _error(401, "Unauthorized")
         scripted = self.failures.get(method.lower())
@@ -369,6 +388,10 @@ class FakeTelegram:
         handler = getattr(self, "_api_" + method.lower(), None)
         if handler is None:
             return _error(404, "Not Found")
+        if self.pace_chats and method.lower() in self.PACED:
+            refused = self._flood_check(params)
+            if refused is not None:
+                return refused
         try:
             result = await handler(params)
         except ApiError as exc:
@@ -401,6 +424,20 @@ class FakeTelegram:
             await self._release.wait()
             return None
         raise ValueError(f"unknown failure kind {f.kind}")
+
+    def _flood_check(self, p: dict) -> web.Response | None:
+        try:
+            chat_id = int(p.get("chat_id"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return None
+        kind = "private" if (self.chats.get(chat_id) or {}).get("type", "private") == "private" else "group"
+        now, last = self.clock(), self._last_paced.get(chat_id)
+        if last is not None and now - last < self.PACE[kind] - 1e-9:
+            self.flood_refusals += 1
+            wait = max(1, int(-(-(self.PACE[kind] - (now - last)) // 1)))
+            return _error(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait})
+        self._last_paced[chat_id] = now
+        return None
 
     # -- Bot API methods ----------------------------------------------------------------------
     async def _api_getfile(self, p: dict) -> dict:
@@ -509,6 +546,12 @@ class FakeTelegram:
             text=rendered, edit_date=int(time.time()), _raw_text=p.get("text"), _parse_mode=p.get("parse_mode")
         )
         return {k: v for k, v in stored.items() if not k.startswith("_")}
+
+    async def _api_deletemessage(self, p: dict) -> bool:
+        key = (_chat_id(p), int(p.get("message_id") or 0))
+        if self.messages.pop(key, None) is None:
+            raise ApiError(400, "Bad Request: message to delete not found")
+        return True
 
     async def _api_sendchataction(self, p: dict) -> bool:
         _chat_id(p)

@@ -160,6 +160,7 @@ async def test_long_answer_is_split_and_working_reaction_shown(stack):
     stack.llm.delay = 0.6  # a turn long enough for the gateway to show its working hint
     asked = await stack.say("@_user_1 write it", chat_id="oc_g", chat_type="group", mentions=[BOT_MENTION])
     await stack.feishu.wait_for(lambda: any("Done." in r["text"] for r in stack.replies("oc_g")), 8)
+    await asyncio.wait_for(stack.runner.drain(), 8)  # a streamed reply shows text before the turn ends
     replies = stack.replies("oc_g")
     assert len(replies) >= 3 and all(len(r["text"]) <= 4000 for r in replies)
     assert all(r["text"].count("```") % 2 == 0 for r in replies)

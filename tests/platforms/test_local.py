@@ -90,3 +90,26 @@ async def test_message_ids_differ_between_runs() -> None:
 def test_user_name_is_key_safe() -> None:
     assert local_user_name("Jane Doe:admin") == "Jane_Doe_admin"
     assert local_user_name("") == local_user_name(None) != ""
+
+
+async def test_a_streamed_reply_is_printed_as_it_is_written_with_a_status_line() -> None:
+    out = io.StringIO()
+    adapter = LocalAdapter({"user": "alice"}, input=io.StringIO(""), output=out)
+    stream = adapter.begin_reply(adapter.source)
+    await stream.update("Hello")
+    assert out.getvalue() == "Hello" and stream.first_shown.is_set()  # visible before the end
+    await stream.update("Hello, wor")
+    assert out.getvalue() == "Hello, wor"
+    await stream.status("searching past conversations…")
+    await stream.update("Found it")  # the next model step writes anew
+    await stream.finish("Found it: the answer.")
+    assert out.getvalue() == "Hello, wor\n[searching past conversations…]\n\nFound it: the answer.\n"
+
+
+async def test_a_stopped_streamed_reply_keeps_its_text_and_the_note() -> None:
+    out = io.StringIO()
+    adapter = LocalAdapter({"user": "alice"}, input=io.StringIO(""), output=out)
+    stream = adapter.begin_reply(adapter.source)
+    await stream.update("Half an")
+    await stream.fail("(stopped)")
+    assert out.getvalue() == "Half an\n\n(stopped)\n"

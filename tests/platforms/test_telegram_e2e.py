@@ -141,6 +141,7 @@ async def test_long_answer_is_split_and_markdown_rendered(stack):
     stack.llm.push("Here is **the code**:\n```python\n" + body + "\n```\nDone.")
     tg.push_message(tg.private_chat(ANN), ANN, "write it")
     await tg.wait_for(lambda: any("Done." in r["text"] for r in stack.replies(42)), 8)
+    await asyncio.wait_for(stack.runner.drain(), 8)  # a streamed reply shows text before its final edit
     replies = stack.replies(42)
     assert len(replies) >= 3
     assert all(r["_parse_mode"] == "MarkdownV2" for r in replies)  # every part valid markup

@@ -1,0 +1,289 @@
+"""Streaming benchmark: how soon a person sees the answer, streaming on vs off, in the same run.
+
+    python -m bench.streaming [--seconds 6] [--turns 5] [--chats 20]
+
+The whole gateway (build_runner: the real runner, turn runner, agent loop and `openai` client,
+SQLite on a temp dir) with each real adapter against its fake platform on 127.0.0.1 (Telegram,
+Discord, Feishu; the terminal adapter on a pipe), and the fake model over HTTP writing a reply that
+takes `--seconds` to stream (SSE, a chunk every few ms). Per platform and mode, `--turns` turns:
+- first visible: from the person's message to the first text on the platform fake;
+- after first token: from the model's first token to that first text (streaming only; the rest is
+  the platform's first-send rule: a sentence, or 1 s of text);
+- done: from the message to the last model chunk.
+Then throughput: `--chats` chats at once, each one short answer (no delay), on the Telegram fake,
+turns per second with streaming on and off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import logging
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from aiohttp import web
+
+from gateway.db import SessionDB
+from gateway.service.app import build_runner
+from platforms.discord.adapter import DiscordAdapter
+from platforms.feishu.adapter import FeishuAdapter
+from platforms.local import LocalAdapter
+from platforms.telegram.adapter import TelegramAdapter
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.feishu_server import FakeFeishu
+from tests.fakes.gateway_harness import build_store, make_config
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+
+TEXT = (
+    "Here is the plan, step by step. First read the logs and find the failing request. Then check "
+    "the configuration for the staging host. After that, run the deploy script in dry-run mode. "
+)
+
+
+class Timed(FakeOpenAI):
+    """The fake model, noting when each streamed reply wrote its first token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_token: list[float] = []
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], reply: Any) -> web.StreamResponse:
+        self.first_token.append(time.monotonic())  # the role chunk and first text go out at once
+        return await super()._stream(request, body, reply)
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 30.0) -> float:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        await asyncio.sleep(0.002)
+    return time.monotonic()
+
+
+class Platform:
+    """One platform fake + adapter section, and how to see the bot's first text and to say something."""
+
+    name: str
+
+    async def start(self) -> dict[str, Any]: ...
+    async def stop(self) -> None: ...
+    def adapter(self, section: dict[str, Any]) -> Any: ...
+    def visible(self, turn: int) -> bool: ...
+    async def say(self, turn: int) -> None: ...
+
+
+class TelegramP(Platform):
+    name = "telegram"
+
+    async def start(self) -> dict[str, Any]:
+        self.fake = await FakeTelegram().start()
+        self.fake.private_chat(FakeTelegram.user(42, "Ann"))
+        return {"token": self.fake.token, "base_url": self.fake.base_url, "poll_timeout": 1, "allowed_users": ["*"]}
+
+    async def stop(self) -> None:
+        await self.fake.stop()
+
+    def adapter(self, section: dict[str, Any]) -> Any:
+        return TelegramAdapter(section)
+
+    def visible(self, turn: int) -> bool:
+        return len(self.fake.calls_to("sendMessage")) > turn
+
+    async def say(self, turn: int) -> None:
+        user = FakeTelegram.user(42, "Ann")
+        self.fake.push_message(self.fake.chats[42], user, f"question {turn}")
+
+
+class DiscordP(Platform):
+    name = "discord"
+
+    async def start(self) -> dict[str, Any]:
+        self.fake = FakeDiscord(heartbeat_interval_ms=5000)
+        self.fake.add_dm(700, self.fake.user(11, "ann"))
+        await self.fake.start()
+        f = self.fake
+        return {
+            "token": f.token,
+            "api_base": f.api_base,
+            "gateway_url": f.gateway_url,
+            "guild_ready_timeout": 0.05,
+            "allowed_users": ["*"],
+        }
+
+    async def stop(self) -> None:
+        await self.fake.stop()
+
+    def adapter(self, section: dict[str, Any]) -> Any:
+        return DiscordAdapter(section)
+
+    def visible(self, turn: int) -> bool:
+        return len(self.fake.sent) > turn
+
+    async def say(self, turn: int) -> None:
+        await self.fake.user_says(700, self.fake.user(11, "ann"), f"question {turn}")
+
+
+class FeishuP(Platform):
+    name = "feishu"
+
+    async def start(self) -> dict[str, Any]:
+        self.fake = FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:10]}", app_secret="s")
+        await self.fake.start()
+        return {
+            "app_id": self.fake.app_id,
+            "app_secret": "s",
+            "domain": self.fake.base_url,
+            "allowed_users": ["*"],
+            "reaction": "",
+        }
+
+    async def stop(self) -> None:
+        await self.fake.stop()
+
+    def adapter(self, section: dict[str, Any]) -> Any:
+        return FeishuAdapter(section)
+
+    def visible(self, turn: int) -> bool:
+        return len(self.fake.sent) > turn
+
+    async def say(self, turn: int) -> None:
+        await self.fake.push_event(self.fake.message_event(f"question {turn}", chat_id="oc_dm1", chat_type="p2p"))
+
+
+class LocalP(Platform):
+    name = "local"
+
+    async def start(self) -> dict[str, Any]:
+        self.out = io.StringIO()
+        self.marks: list[int] = []
+        return {}
+
+    async def stop(self) -> None:
+        pass
+
+    def adapter(self, section: dict[str, Any]) -> Any:
+        self.local = LocalAdapter({"user": "ann"}, input=io.StringIO(""), output=self.out)
+        return self.local
+
+    def visible(self, turn: int) -> bool:
+        return len(self.out.getvalue()) > self.marks[turn]
+
+    async def say(self, turn: int) -> None:
+        from platforms.base import InboundMessage
+
+        self.marks.append(len(self.out.getvalue()))
+        await self.on_message(InboundMessage(self.local.source, f"question {turn}", f"b-{uuid.uuid4().hex}"))
+
+
+async def measure(platform: Platform, streaming: bool, args: argparse.Namespace) -> dict[str, list[float]]:
+    section = await platform.start()
+    out: dict[str, list[float]] = {"visible": [], "after_token": [], "done": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        async with Timed() as llm:
+            text = TEXT * 2
+            if streaming:
+                llm.chunk_delay = args.seconds / max(1, len(text) // llm.chunk_size)
+            else:
+                llm.delay = args.seconds  # the same model, answering all at once after writing
+            platforms = {platform.name: section} if section else {}
+            config = make_config(Path(tmp) / "home", llm, platforms, model_options={"timeout_seconds": 60})
+            db = SessionDB(config.db_path)
+            adapter = platform.adapter(config.adapter_config(platform.name) if section else {})
+            runner = build_runner(config, db, build_store(config, db), [adapter])
+            runner.outbound.streaming[platform.name] = streaming
+            if isinstance(platform, LocalP):
+                platform.on_message = runner.handle_inbound  # type: ignore[attr-defined]
+            await runner.start()
+            try:
+                await asyncio.sleep(0.5)  # connections settle
+                for turn in range(args.turns):
+                    await asyncio.sleep(1.0)  # the person reads the answer before asking again
+                    llm.push(text)
+                    began = time.monotonic()
+                    await platform.say(turn)
+                    seen = await until(lambda: platform.visible(turn))
+                    await until(lambda: llm.streams_done > turn or (not streaming and len(llm.requests) > turn))
+                    await asyncio.wait_for(runner.drain(), 30)
+                    done = time.monotonic()
+                    out["visible"].append(seen - began)
+                    out["done"].append(done - began)
+                    if streaming and llm.first_token[turn:]:
+                        out["after_token"].append(seen - llm.first_token[turn])
+            finally:
+                await runner.stop(timeout=5)
+                db.close()
+    await platform.stop()
+    return out
+
+
+async def throughput(streaming: bool, chats: int) -> float:
+    fake = await FakeTelegram().start()
+    section = {"token": fake.token, "base_url": fake.base_url, "poll_timeout": 1, "allowed_users": ["*"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        async with FakeOpenAI() as llm:
+            config = make_config(Path(tmp) / "home", llm, {"telegram": section})
+            db = SessionDB(config.db_path)
+            runner = build_runner(config, db, build_store(config, db), [TelegramAdapter(section)])
+            runner.outbound.streaming["telegram"] = streaming
+            await runner.start()
+            try:
+                await asyncio.sleep(0.3)
+                for i in range(chats):
+                    llm.push("Done. " + "The answer is short and written in one go. " * 3)
+                began = time.monotonic()
+                for i in range(chats):
+                    user = FakeTelegram.user(1000 + i, f"u{i}")
+                    fake.push_message(fake.private_chat(user), user, "go")
+                await until(lambda: len({c.params.get("chat_id") for c in fake.calls_to("sendMessage")}) >= chats, 60)
+                await asyncio.wait_for(runner.drain(), 60)
+                elapsed = time.monotonic() - began
+            finally:
+                await runner.stop(timeout=5)
+                db.close()
+    await fake.stop()
+    return chats / elapsed
+
+
+def p(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    print(f"model writes for {args.seconds:.1f} s; {args.turns} turns per platform and mode (seconds)")
+    print(f"{'platform':9} {'mode':6} {'first visible p50/p99':>22} {'after 1st token p50/p99':>24} {'done p50':>9}")
+    for factory in (TelegramP, DiscordP, FeishuP, LocalP):
+        for streaming in (True, False):
+            r = await measure(factory(), streaming, args)
+            after = f"{p(r['after_token'], 0.5):.2f} / {p(r['after_token'], 0.99):.2f}" if streaming else "-"
+            print(
+                f"{factory.name:9} {'on' if streaming else 'off':6} "
+                f"{p(r['visible'], 0.5):10.2f} / {p(r['visible'], 0.99):.2f}   {after:>22} {p(r['done'], 0.5):9.2f}"
+            )
+    on = await throughput(True, args.chats)
+    off = await throughput(False, args.chats)
+    print(
+        f"throughput, {args.chats} chats at once (telegram fake): on {on:.1f} turns/s, off {off:.1f} ({on / off:.2f}x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--chats", type=int, default=20)
+    logging.basicConfig(level=logging.ERROR)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

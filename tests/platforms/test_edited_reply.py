@@ -1,0 +1,70 @@
+"""EditedReply and EditPacer on virtual time: the first-send rule, coalescing and the pacing."""
+
+from __future__ import annotations
+
+import asyncio
+
+from platforms.base import EditPacer, RateLimited
+from platforms.edited_reply import EditedReply
+from tests.fakes.virtual_clock import VirtualClock
+
+
+class Platform:
+    """Records each call with the virtual time it was made at."""
+
+    def __init__(self, clock: VirtualClock, refuse_edits: int = 0) -> None:
+        self.clock, self.calls, self.refuse_edits = clock, [], refuse_edits
+
+    async def send(self, text: str, reply_to: str | None, final: bool) -> str:
+        self.calls.append((self.clock.now(), "send", text, final))
+        return str(len(self.calls))
+
+    async def edit(self, message_id: str, text: str, final: bool) -> None:
+        if self.refuse_edits:
+            self.refuse_edits -= 1
+            raise RateLimited(4.0)
+        self.calls.append((self.clock.now(), "edit", text, final))
+
+
+def reply(platform: Platform, pacer: EditPacer) -> EditedReply:
+    return EditedReply(key="chat", pacer=pacer, split=lambda t: [t], send_part=platform.send, edit_part=platform.edit)
+
+
+async def test_an_answer_complete_before_the_first_send_rule_is_one_formatted_send():
+    clock = VirtualClock(start=1000.0)  # float rounding at this magnitude once looped forever
+    platform = Platform(clock)
+    stream = reply(platform, EditPacer(1, 1.0, clock))
+    await stream.update("Done. All of it.")
+    await stream.finish("Done. **All** of it.")
+    assert [(kind, text, final) for _at, kind, text, final in platform.calls] == [
+        ("send", "Done. **All** of it.", True)
+    ]
+
+
+async def test_updates_are_coalesced_and_paced_and_a_429_holds_the_chat():
+    clock = VirtualClock()
+    platform = Platform(clock, refuse_edits=1)
+    stream = reply(platform, EditPacer(1, 1.0, clock))
+    text = "A sentence. " * 30
+    for burst in range(0, len(text), 60):  # pieces arrive in bursts, faster than calls are made
+        for end in range(burst + 5, min(burst + 60, len(text)) + 1, 5):
+            await stream.update(text[:end])
+        await asyncio.sleep(0.005)
+    await stream.finish(text.strip())
+    times = [at for at, *_ in platform.calls]
+    assert all(b - a >= 1.0 for a, b in zip(times, times[1:]))
+    assert times[1] - times[0] >= 4.0  # the refused edit's retry_after was waited out
+    assert platform.calls[-1][1:] == ("edit", text.strip(), True)
+    assert len(platform.calls) <= 8  # coalesced: 72 pieces, a call per burst at most
+
+
+async def test_without_a_sentence_the_first_message_waits_for_the_first_delay():
+    clock = VirtualClock()
+    platform = Platform(clock)
+    stream = reply(platform, EditPacer(1, 1.0, clock))
+    began = clock.now()
+    await stream.update("no full stop yet")
+    await asyncio.sleep(0.01)
+    assert platform.calls and platform.calls[0][0] - began >= 1.0
+    await stream.fail()
+    assert platform.calls[-1][1:] == ("edit", "no full stop yet", True)

@@ -1,12 +1,10 @@
-"""Context compression: when a conversation nears the model's window, continue it in a child session.
+"""Context compression, the model's half: is a conversation near the window, and its summary.
 
-`compress_session` asks the model for a summary of the session's active messages, then:
-1. creates a child session (same source, key, chat and person; `parent_session_id` = the old one;
-   title "x" -> "x #2" via `db.next_lineage_title`) whose first message is the summary, stored with
-   role "system" (the agent loop folds it into its system prompt);
-2. marks the summarised messages of the old session compacted (hidden from the conversation,
-   still searchable), ends it with reason "compressed", and points its session key at the child.
-The summary is made before anything is written, so a failed model call changes nothing.
+`needs_compression` answers from a cheap token estimate (no tokenizer: ~4 characters per token, one
+per CJK character); `summarise` asks the model for a dense summary of the rendered transcript,
+cut to fit the summariser's own window. Moving the chat into a child session that starts from the
+summary is a session move, done in one transaction by gateway.sessions.store (`SessionStore.compress`),
+so nothing here touches the database.
 """
 
 from __future__ import annotations
@@ -20,14 +18,12 @@ from typing import Any
 import openai
 
 from agent.llm import ModelSettings, complete, describe_error, is_transient
-from gateway.db import SessionDB, UnknownSession, new_session_id
+from agent.transcript import SUMMARY, render
 
 log = logging.getLogger(__name__)
 
 MESSAGE_OVERHEAD = 4  # tokens per message for role and framing
-TOOL_CUT = 250  # characters kept from each end of a tool result in the transcript
 SUMMARY_MAX_TOKENS = 2000
-SUMMARY_PREFIX = "Summary of the earlier part of this conversation (continued from session {parent}):\n\n"
 
 # Han, kana, hangul and CJK punctuation: roughly one token per character, not one per four.
 _WIDE = re.compile(r"[\u1100-\u11ff\u2e80-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\uff00-\uffef]")
@@ -67,33 +63,9 @@ def needs_compression(messages: list[dict[str, Any]], context_window: int, thres
     return estimate_tokens(messages) > context_window * threshold
 
 
-def _cut(text: str, keep: int = TOOL_CUT) -> str:
-    if len(text) <= 2 * keep:
-        return text
-    return f"{text[:keep]} [... {len(text) - 2 * keep} characters cut ...] {text[-keep:]}"
-
-
 def render_transcript(messages: list[dict[str, Any]]) -> str:
-    """The conversation as plain text: tool output cut at both ends, tool calls with short arguments."""
-    lines = []
-    for message in messages:
-        role = message.get("role")
-        content = message.get("content") or ""
-        if not isinstance(content, str):
-            content = json.dumps(content, ensure_ascii=False)
-        if role == "system":
-            lines.append(f"[EARLIER SUMMARY]\n{content}")
-        elif role == "tool":
-            lines.append(f"[TOOL RESULT {message.get('name') or ''}]\n{_cut(content)}")
-        elif role == "assistant":
-            if content:
-                lines.append(f"[ASSISTANT]\n{content}")
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
-                lines.append(f"[ASSISTANT CALLS {function.get('name')}] {_cut(function.get('arguments') or '', 100)}")
-        else:
-            lines.append(f"[{str(role).upper()}]\n{content}")
-    return "\n\n".join(lines)
+    """The conversation as the summariser reads it (agent.transcript, its SUMMARY style)."""
+    return render(messages, SUMMARY).text
 
 
 def _fit(transcript: str, settings: ModelSettings) -> str:
@@ -138,46 +110,3 @@ async def summarise(
     if not summary:
         raise ValueError("the model returned an empty summary")
     return summary
-
-
-_CARRIED = ("user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name", "model")
-
-
-async def compress_session(
-    db: SessionDB,
-    session_id: str,
-    client: openai.AsyncOpenAI,
-    settings: ModelSettings,
-    *,
-    backoff: float = 1.0,
-) -> str:
-    """Summarise `session_id` into a new child session and return the child's id (see module doc).
-
-    Raises gateway.db.UnknownSession, ValueError (nothing to
-    compress, empty summary) or the model's error; on any of these nothing has been written.
-    """
-    session = await asyncio.to_thread(db.get_session, session_id)
-    if session is None:
-        raise UnknownSession(session_id)
-    rows = await asyncio.to_thread(db.get_messages, session_id)
-    if not rows:
-        raise ValueError(f"session {session_id} has no messages to compress")
-    conversation = await asyncio.to_thread(db.get_messages_as_conversation, session_id)
-    summary = await summarise(client, settings, conversation, backoff=backoff)
-
-    child = new_session_id()
-    title = session.get("title")
-    fields = {k: session[k] for k in _CARRIED if session.get(k) is not None}
-    fields["model"] = settings.name
-    new_title = await asyncio.to_thread(db.next_lineage_title, title) if title else None
-    await db.acreate_session(child, session["source"], parent_session_id=session_id, title=new_title, **fields)
-    await db.aappend_message(child, "system", SUMMARY_PREFIX.format(parent=session_id) + summary)
-    await asyncio.to_thread(db.mark_compacted, session_id, rows[-1]["id"])
-    await asyncio.to_thread(db.end_session, session_id, "compressed")
-    key = session.get("session_key")
-    if key:
-        entry = await asyncio.to_thread(db.get_key_entry, key)
-        if entry is None or entry.get("session_id") == session_id:
-            await asyncio.to_thread(db.set_key_entry, key, child, None, "compressed")
-    log.info("compressed session %s into %s (%d messages)", session_id, child, len(rows))
-    return child

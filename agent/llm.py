@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
+import httpx2
 import openai
 
 log = logging.getLogger(__name__)
@@ -110,8 +111,11 @@ class ModelSettings:
         )
 
 
-def make_client(settings: ModelSettings) -> openai.AsyncOpenAI:
-    """An AsyncOpenAI client for these settings; raises ModelNotConfigured when there is no endpoint."""
+def make_client(settings: ModelSettings, http_client: httpx2.AsyncClient | None = None) -> openai.AsyncOpenAI:
+    """An AsyncOpenAI client for these settings; raises ModelNotConfigured when there is no endpoint.
+
+    `http_client` is the SDK's own seam for the transport (a proxy, or an httpx2 transport that
+    answers in-process, as bench/gateway.py's instant model does); None: the SDK makes its own."""
     if not settings.is_configured:
         raise ModelNotConfigured()
     log.debug("model client for %s", settings.describe())
@@ -120,6 +124,7 @@ def make_client(settings: ModelSettings) -> openai.AsyncOpenAI:
         api_key=settings.api_key or _PLACEHOLDER_KEY,
         timeout=settings.timeout,
         max_retries=0,
+        http_client=http_client,
     )
 
 

@@ -1,19 +1,20 @@
-"""Gateway benchmark: N chats x M messages through the real GatewayRunner.
+"""Gateway benchmark: N chats x M messages through the gateway as `chinwag run` builds it.
 
-    python bench/gateway.py [--chats 1000] [--messages 20] [--known 10000] [--cache 64]
+    python -m bench.gateway [--chats 1000] [--messages 20] [--known 10000] [--cache 64]
                             [--rate 1000] [--mode instant|http|both] [--no-mirrors]
 
-Everything is the production path — SessionDB (WAL, group commit) on a temp dir, mirrors (JSONL +
-sessions.json), SessionStore (reset policy "none", so no notices mid-count), GatewayRunner with
-its lanes, persisted de-duplication, the agent cache (at its bound: far fewer slots than chats) and
-the real agent loop — except the platform (an in-memory adapter) and the model:
+Everything is the production path, wired by the one composition root (gateway.service.app.build_app)
+— SessionDB (WAL, group commit) on a temp dir, mirrors (JSONL + sessions.json), SessionStore (reset
+policy "none", so no notices mid-count), GatewayRunner with its lanes, persisted de-duplication, the
+agent cache (at its bound: far fewer slots than chats), the real agent loop and the real `openai`
+client — except the platform (an in-memory adapter) and what answers the model calls, which is
+swapped through the client's own `http_client` (bench/model.py):
 
-- `instant`: the agent's model call returns at once (an `Agent` subclass overriding `_call`), so
-  the whole latency is what the gateway adds.
-- `http`: the real `openai` client against FakeOpenAI on 127.0.0.1 (in this process, so its
-  serving cost shares the CPU). The model round trips of each turn are measured around the
-  agent's `_call` and subtracted to get the time the gateway adds. Smaller by default
-  (--http-rate, --http-messages): the HTTP model dominates.
+- `instant`: an httpx2 transport answers each request in-process at once, so the whole latency is
+  what the gateway (and the SDK building and parsing the request) adds.
+- `http`: a model server on 127.0.0.1 (in this process, so its serving cost shares the CPU). Each
+  model round trip is timed in the transport and subtracted to get the time the gateway adds.
+  Smaller by default (--http-rate, --http-messages): the HTTP model dominates.
 
 Before the runs, `--known` sessions with key entries are created, and the store's raw append rate
 is measured on the same DB: concurrent `aappend_message` (group commit) and one at a time.
@@ -30,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import contextvars
 import gc
 import logging
 import os
@@ -44,53 +44,16 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from aiohttp import web
 
-from agent.llm import Completion, ModelSettings
-from agent.loop import Agent
+from bench.model import SPENT, instant_client, serve_model, timed_client
 from gateway.config.load import parse_config
 from gateway.db import SessionDB, new_session_id
-from gateway.runtime.agent_factory import AgentFactory, default_tools
+from gateway.runtime.agent_factory import AgentFactory
 from gateway.runtime.runner import GatewayRunner
-from gateway.service.app import tune_gc
-from gateway.sessions.mirrors import Mirrors
-from gateway.sessions.store import SessionStore
+from gateway.service.app import build_app, tune_gc
 from gateway.source import Platform, SessionSource
 from platforms.base import InboundMessage, PlatformAdapter
-
-MODEL_TIME: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("model_time", default=None)
-
-
-class InstantAgent(Agent):
-    """The real agent loop with a model that answers instantly."""
-
-    async def _call(self, conversation: list[dict[str, Any]], schemas: Any) -> Completion:
-        text = conversation[-1].get("content") or ""
-        return Completion({"role": "assistant", "content": "ok: " + text[:40]}, 0, 0, "stop")
-
-
-SPENT: dict[str, float] = {}  # chat id -> model time of its last turn
-
-
-class TimedAgent(Agent):
-    """The real agent over HTTP; the model round trips of a turn are summed into SPENT[chat]."""
-
-    async def run_turn(self, history, user_text, ctx, on_message, steer=None):  # type: ignore[override]
-        token = MODEL_TIME.set([])
-        try:
-            return await super().run_turn(history, user_text, ctx, on_message, steer)
-        finally:
-            SPENT[ctx.source.chat_id] = sum(MODEL_TIME.get() or [])
-            MODEL_TIME.reset(token)
-
-    async def _call(self, conversation: list[dict[str, Any]], schemas: Any) -> Completion:
-        started = time.perf_counter()
-        try:
-            return await super()._call(conversation, schemas)
-        finally:
-            spent = MODEL_TIME.get()
-            if spent is not None:
-                spent.append(time.perf_counter() - started)
 
 
 class BenchAdapter(PlatformAdapter):
@@ -128,7 +91,7 @@ class BenchAdapter(PlatformAdapter):
             if source.chat_id in self.replied:
                 self.added_later.append(self.added[-1])
             self.replied.add(source.chat_id)
-            if not text.startswith(("ok: ", "echo: ")):
+            if not text.startswith("ok: "):
                 self.bad += 1
         return ["x"]
 
@@ -251,7 +214,7 @@ async def closed_loop(
             await adapter.on_message(InboundMessage(source, f"message {n} from chat {i}", f"{tag}-{i}-{n}"))
             reply = await asyncio.wait_for(waiter, 120)
             elapsed = time.perf_counter() - started
-            if not reply.startswith(("ok: ", "echo: ")):
+            if not reply.startswith("ok: "):
                 errors += 1
             latencies.append(elapsed)
             added.append(elapsed - SPENT.pop(source.chat_id, 0.0))
@@ -282,28 +245,18 @@ async def open_loop(
     return time.perf_counter() - started
 
 
-async def _forget_requests(fake: Any) -> None:
-    """FakeOpenAI records every request body (whole conversations): drop them, or the RSS
-    measured would be the fake's recordings, not the gateway."""
-    while True:
-        await asyncio.sleep(0.2)
-        fake.requests.clear()
-        fake.headers.clear()
-
-
 async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     home = workdir / mode
-    fake = None
+    served: web.AppRunner | None = None
     if mode == "http":
-        from tests.fakes.openai_server import FakeOpenAI
-
-        fake = await FakeOpenAI().__aenter__()
-        base_url = fake.base_url
+        served, base_url = await serve_model()
+        http_client = timed_client()
     else:
-        base_url = "http://127.0.0.1:9/v1"  # never contacted: InstantAgent answers itself
+        base_url = "http://127.0.0.1:9/v1"  # never contacted: the transport answers itself
+        http_client = instant_client()
     config = parse_config(
         {
-            "model": {"base_url": base_url, "api_key": "k", "name": "fake-model"},
+            "model": {"base_url": base_url, "api_key": "k", "name": "fake-model", "max_iterations": 4},
             "session": {"reset": {"mode": "none"}},  # no reset notices in the middle of the count
             "gateway": {
                 "busy_ack": False,
@@ -315,23 +268,18 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
         env={},
         home_override=home,
     )
-    db = SessionDB(home / "state.db")
-    mirrors = Mirrors(home, db) if args.mirrors else None
+    adapter = BenchAdapter()
+    app = build_app(config, adapters=[adapter], http=False, mirrors=args.mirrors, http_client=http_client)
+    db, runner = app.db, app.runner
     precreate(db, args.known)
     raw = await raw_append_rate(db, min(args.chats, 1000), 10)
-    if mirrors is not None:
-        mirrors.repair()  # as `chinwag run` does at start (quietly: the setup wrote no transcripts)
+    if app.mirrors is not None:
+        app.mirrors.repair()  # as `chinwag run` does at start (quietly: the setup wrote no transcripts)
     # Copy the setup's writes (tens of MB of WAL) into the database now: otherwise that one big
     # checkpoint runs during the first measured second and takes one of the CPUs from the gateway.
     with contextlib.closing(sqlite3.connect(home / "state.db")) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    store = SessionStore(db, config.session.reset_policies())
-    settings = ModelSettings.from_config(config.as_dict(), env={})
-    factory = AgentFactory(settings, home, default_tools(), max_iterations=4)
-    factory.agent_class = InstantAgent if mode == "instant" else TimedAgent
-    adapter = BenchAdapter()
-    runner = GatewayRunner(config, db, store, [adapter], agent_factory=factory)
-    tune_gc()  # as `chinwag run` does at start
+    tune_gc()  # as `chinwag run` does at start (App.start; upkeep is left out of the count)
     await runner.start()
     gc.collect()
 
@@ -344,7 +292,6 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
     messages = args.messages if mode == "instant" else args.http_messages
     rate = args.rate if mode == "instant" else args.http_rate
     result["messages"], result["rate_offered"] = messages, rate
-    forget = asyncio.create_task(_forget_requests(fake)) if fake is not None else None
     wall = await open_loop(adapter, runner, args.chats, messages, rate, "open")
     total = args.chats * messages
     result["open"] = {
@@ -380,26 +327,25 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
     result |= {
         "cache": runner.cache_size(),
         "evictions": runner.cache.evictions,
-        "agents_built": factory.built,
+        "agents_built": runner.factory.built if isinstance(runner.factory, AgentFactory) else 0,
         "sessions": db.count_sessions(),
         "db_messages": db.count_messages(),
         "commits": commits,
         "writes": writes,
         "rss": rss_mb(),
     }
-    await runner.stop()
-    if forget is not None:
-        forget.cancel()
-    if mirrors is not None:
-        mirrors.close()
-    db.close()
-    if fake is not None:
-        await fake.__aexit__(None, None, None)
+    await app.stop()  # the runner closes the model client, and with it `http_client`
+    if served is not None:
+        await served.cleanup()
     return result
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
-    what = "the model answers instantly" if r["mode"] == "instant" else "real client, FakeOpenAI over HTTP on 127.0.0.1"
+    what = (
+        "the model answers in-process, at once"
+        if r["mode"] == "instant"
+        else "real client, a model server over HTTP on 127.0.0.1"
+    )
     print(
         f"\n== {r['mode']}: {what}; {args.chats:,} chats x {r['messages']} messages per phase; "
         f"mirrors {'on' if args.mirrors else 'off'}"

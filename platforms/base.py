@@ -54,10 +54,18 @@ class PlatformAdapter(abc.ABC):
     Subclasses set `platform` and `max_message_length`, and implement `start`, `stop`, `send`.
     `mark_alive()` should be called on every event received and every successful poll; the
     watchdog (see `Watchdog`) uses it for readiness.
+
+    Traits say how the gateway treats the platform, so it never asks which platform it is:
+    - `answers_in_order`: one person's typing (or a piped script): every message is answered, in
+      order, none dropped, no busy acknowledgements, and read-only commands wait their turn too;
+    - `operator_is_admin`: whoever writes here is the machine's operator: always allowed, an admin.
+    Splitting is the gateway's: it cuts a reply with `split` and hands `send` one piece at a time.
     """
 
     platform: Platform
     max_message_length: int = 4000
+    answers_in_order: bool = False
+    operator_is_admin: bool = False
 
     def __init__(self) -> None:
         self._ready = False
@@ -76,7 +84,8 @@ class PlatformAdapter(abc.ABC):
     # -- outbound --------------------------------------------------------------------------
     @abc.abstractmethod
     async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
-        """Send `text` (already split to fit) to the chat of `source`; return platform message ids."""
+        """Send `text` (already split to fit by the gateway, with `split`) to the chat of `source`;
+        return platform message ids."""
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         """Replace the text of a message the bot sent. Default: not supported (no-op)."""

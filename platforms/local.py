@@ -41,6 +41,8 @@ def local_user_name(configured: str | None = None) -> str:
 class LocalAdapter(PlatformAdapter):
     platform = Platform.LOCAL
     max_message_length = 1_000_000  # a terminal has no limit worth splitting at
+    answers_in_order = True  # one person typing, or a piped script: every line answered, in order
+    operator_is_admin = True  # the terminal is the machine's owner
 
     def __init__(
         self,

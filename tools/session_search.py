@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
 from agent.tools import Tool, ToolContext
+from agent.transcript import RECAP, Rendered, render
 from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
 
 log = logging.getLogger(__name__)
@@ -59,65 +60,9 @@ RECAP_INSTRUCTIONS = (
 # rendering a conversation
 
 
-@dataclass
-class Rendered:
-    text: str
-    offsets: dict[int, int]  # message id -> where its block starts in `text`
-
-
-def _cut_middle(text: str, edge: int = TOOL_EDGE_CHARS) -> str:
-    if len(text) <= 2 * edge:
-        return text
-    return f"{text[:edge]}\n…[{len(text) - 2 * edge} characters cut]…\n{text[-edge:]}"
-
-
-def _call_names(tool_calls: Any) -> list[str]:
-    if isinstance(tool_calls, str):
-        try:
-            tool_calls = json.loads(tool_calls)
-        except ValueError:
-            return []
-    if isinstance(tool_calls, dict):
-        tool_calls = [tool_calls]
-    names = []
-    for call in tool_calls if isinstance(tool_calls, list) else []:
-        if isinstance(call, dict):
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-            name = fn.get("name") or call.get("name")
-            if name:
-                names.append(str(name))
-    return names
-
-
 def render_messages(messages: Iterable[dict[str, Any]]) -> Rendered:
     """A readable transcript: one block per message; tool output cut, tool calls by name only."""
-    blocks: list[str] = []
-    offsets: dict[int, int] = {}
-    position = 0
-    for msg in messages:
-        role = str(msg.get("role") or "unknown")
-        content = msg.get("content") or ""
-        if not isinstance(content, str):
-            content = json.dumps(content, ensure_ascii=False)
-        parts: list[str] = []
-        if role == "tool":
-            parts.append(f"[TOOL {msg.get('tool_name') or msg.get('name') or '?'}]: {_cut_middle(content)}")
-        elif role == "assistant":
-            names = _call_names(msg.get("tool_calls"))
-            if names:
-                parts.append(f"[ASSISTANT called: {', '.join(names)}]")
-            if content:
-                parts.append(f"[ASSISTANT]: {content}")
-        else:
-            parts.append(f"[{role.upper()}]: {content}")
-        if not parts:
-            continue
-        block = "\n".join(parts)
-        if msg.get("id") is not None:
-            offsets[int(msg["id"])] = position
-        blocks.append(block)
-        position += len(block) + 2
-    return Rendered("\n\n".join(blocks), offsets)
+    return render(messages, RECAP, TOOL_EDGE_CHARS)
 
 
 def cut_around(text: str, points: list[int], max_chars: int = MAX_SESSION_CHARS) -> str:

@@ -1,5 +1,82 @@
-"""Chat commands (/new, /resume, /search, ...): parsing, the table, and one module per family."""
+"""Chat commands: parsing, the table, and running one.
 
-from gateway.commands.table import CommandContext, ParsedCommand, command_menu, commands, parse_command, run_command
+A command is a message whose first word is `/name` (or `/name@botname`, as Telegram groups send
+it). A first word that looks like a path (`/usr/bin/env is broken`) is ordinary text. Unknown
+commands get a hint, never a model call. The handlers live by family: gateway.commands.basic (the
+current conversation) and gateway.commands.sessions (moving between conversations); both see only
+`ChatServices` (gateway.commands.context), so this table imports them at module top and is built
+once, at import.
 
-__all__ = ["CommandContext", "ParsedCommand", "command_menu", "commands", "parse_command", "run_command"]
+/help is here rather than in basic: it lists this table.
+"""
+
+from __future__ import annotations
+
+from gateway.commands import basic
+from gateway.commands import sessions as moves
+from gateway.commands.context import ChatServices, Command, CommandContext, ParsedCommand, parse_command
+from gateway.db import UnknownSession
+
+__all__ = [
+    "COMMANDS",
+    "ChatServices",
+    "Command",
+    "CommandContext",
+    "ParsedCommand",
+    "command_menu",
+    "commands",
+    "parse_command",
+    "run_command",
+]
+
+
+async def cmd_help(ctx: CommandContext) -> str:
+    lines = ["Commands:"]
+    for command in COMMANDS.values():
+        lines.append(f"{command.usage} — {command.help}")
+    lines.append("Anything else goes to the assistant.")
+    return "\n".join(lines)
+
+
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (
+        Command("new", "/new [title]", "start a new conversation (alias /reset)", moves.cmd_new),
+        Command("resume", "/resume [n|title|id]", "list your conversations, or go back to one", moves.cmd_resume),
+        Command("search", "/search <words>", "find past conversations", moves.cmd_search, immediate=True),
+        Command("title", "/title [name]", "show or set this conversation's title", basic.cmd_title),
+        Command("stop", "/stop", "stop the current reply and drop waiting messages", basic.cmd_stop),
+        Command("retry", "/retry", "answer your last message again", basic.cmd_retry),
+        Command("undo", "/undo [n]", "hide the last n exchanges (kept in history)", basic.cmd_undo),
+        Command("compress", "/compress", "summarise this conversation into a fresh one", basic.cmd_compress),
+        Command("status", "/status", "session id, title, messages, tokens", basic.cmd_status, immediate=True),
+        Command(
+            "whoami", "/whoami", "who you are here, the session key and reset policy", basic.cmd_whoami, immediate=True
+        ),
+        Command("help", "/help", "this list", cmd_help, immediate=True),
+    )
+}
+
+
+def commands() -> dict[str, Command]:
+    """The table: name -> Command."""
+    return COMMANDS
+
+
+def command_menu() -> dict[str, str]:
+    """name -> help, for adapters that show a bot menu."""
+    return {name: c.help for name, c in COMMANDS.items()}
+
+
+async def unknown(ctx: CommandContext) -> str:
+    return f"Unknown command /{ctx.command.name}. Send /help for the list of commands."
+
+
+async def run_command(ctx: CommandContext) -> str | None:
+    command = COMMANDS.get(ctx.command.name)
+    if command is None:
+        return await unknown(ctx)
+    try:
+        return await command.handler(ctx)
+    except UnknownSession:
+        return "That conversation no longer exists."

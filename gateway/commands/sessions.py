@@ -8,17 +8,14 @@ person may not see is answered exactly like one that does not exist, so ids cann
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Any
 
-from gateway.commands.table import label as _label
-from gateway.commands.table import title_taken
-from gateway.commands.table import when as _when
-from gateway.db import sanitize_title
+from gateway.commands.context import CommandContext, title_taken
+from gateway.commands.context import label as _label
+from gateway.commands.context import when as _when
+from gateway.db import SessionDB, sanitize_title
 from gateway.recall.rank import find_sessions, recent_sessions
 from gateway.sessions.access import may_see_session
-
-if TYPE_CHECKING:
-    from gateway.commands.table import CommandContext
 
 RESUME_LIST = 10
 SNIPPET_CHARS = 120
@@ -29,44 +26,45 @@ def _one_line(text: str | None, limit: int = SNIPPET_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-async def cmd_new(ctx: "CommandContext") -> str:
-    runner = ctx.runner
+async def cmd_new(ctx: CommandContext) -> str:
+    services = ctx.services
     title = sanitize_title(ctx.args) if ctx.args else None
-    if title and await asyncio.to_thread(title_taken, runner.db, title):
+    in_use: bool = bool(title) and await asyncio.to_thread(title_taken, services.db, title or "")
+    if in_use:
         return f"Another conversation is already titled “{title}”. Pick a different title, or /resume {title}."
     old = ctx.existing()
-    entry = await runner.store.reset(ctx.source, reason="new", title=title)
+    entry = await services.store.reset(ctx.source, reason="new", title=title)
     if old is not None:
-        await runner.forget(old.session_id)
+        await services.forget(old.session_id)
     text = f"Started a new conversation{f' “{title}”' if title else ''}."
     if old is not None and old.session_id != entry.session_id:
-        previous = await runner.db.aread("get_session", old.session_id)
+        previous = await services.db.aread("get_session", old.session_id)
         if previous and previous.get("message_count"):
             ref = previous.get("title") or previous["id"]
             text += f" The previous one is kept: /resume {ref}"
     return text
 
 
-async def _visible(ctx: "CommandContext", session: dict) -> bool:
+async def _visible(ctx: CommandContext, session: dict[str, Any]) -> bool:
     if ctx.see_all:
         return True
-    participants = await ctx.runner.db.aread("session_participants", session["id"])
+    participants = await ctx.services.db.aread("session_participants", session["id"])
     return may_see_session(session, participants, ctx.source, is_admin=ctx.is_admin, single_owner=False)
 
 
-async def _listing(ctx: "CommandContext") -> list[dict]:
+async def _listing(ctx: CommandContext) -> list[dict[str, Any]]:
     """The person's recent titled sessions, newest first (everyone's for an admin/single owner)."""
     person = None if ctx.see_all else ctx.source.person_id
     if person is None and not ctx.see_all:
         return []
     current = ctx.existing()
-    rows = await ctx.runner.db.aread(
+    rows: list[dict[str, Any]] = await ctx.services.db.aread(
         "list_sessions_rich", user_id=person, limit=RESUME_LIST + 1, exclude_sources=["tool"], titled_only=True
     )
     return [r for r in rows if current is None or r["id"] != current.session_id][:RESUME_LIST]
 
 
-def _latest_in_chain(db, session_id: str) -> str:
+def _latest_in_chain(db: SessionDB, session_id: str) -> str:
     """A compressed conversation continues in its newest child: resume that one."""
     seen = {session_id}
     current = session_id
@@ -78,13 +76,13 @@ def _latest_in_chain(db, session_id: str) -> str:
         seen.add(current)
 
 
-async def cmd_resume(ctx: "CommandContext") -> str:
-    runner = ctx.runner
-    db = runner.db
+async def cmd_resume(ctx: CommandContext) -> str:
+    services = ctx.services
+    db = services.db
     ref = ctx.args.strip()
     if not ref:
         rows = await _listing(ctx)
-        runner.remember_listing(ctx.lane.key, [r["id"] for r in rows])
+        services.remember_listing(ctx.key, [r["id"] for r in rows])
         if not rows:
             return (
                 "You have no titled conversations to resume yet. Give one a title with /title <name>, "
@@ -101,7 +99,7 @@ async def cmd_resume(ctx: "CommandContext") -> str:
 
     session = None
     if ref.isdigit() and len(ref) <= 3:
-        listing = runner.recall_listing(ctx.lane.key)
+        listing = services.recall_listing(ctx.key)
         if listing is None:
             listing = [r["id"] for r in await _listing(ctx)]
         index = int(ref)
@@ -122,11 +120,12 @@ async def cmd_resume(ctx: "CommandContext") -> str:
     current = ctx.existing()
     if current is not None and current.session_id == session["id"]:
         return f"You are already in {_label(session)}."
-    await runner.store.switch(ctx.source, session["id"], reason="resume")
-    await _touch(runner, session["id"])
+    # One transaction: reopen it, move the key, end the one left, and count resuming as activity
+    # (else an idle-reset policy would end the resumed session again on the very next message).
+    await services.store.switch(ctx.source, session["id"], reason="resume")
     if current is not None:
-        await runner.forget(current.session_id)
-    await runner.forget(session["id"])
+        await services.forget(current.session_id)
+    await services.forget(session["id"])
     text = (
         f"Resumed {_label(session)}: {session.get('message_count', 0)} messages, last active "
         f"{_when(session.get('last_active_at'))}."
@@ -136,20 +135,9 @@ async def cmd_resume(ctx: "CommandContext") -> str:
     return text
 
 
-async def _touch(runner, session_id: str) -> None:
-    """Resuming is activity: without this, an idle-reset policy would end the resumed session again
-    on the very next message (its last activity is old by definition)."""
-    now = runner.clock()
-
-    def op(conn, events) -> None:
-        conn.execute("UPDATE sessions SET last_active_at = MAX(last_active_at, ?) WHERE id = ?", (now, session_id))
-
-    await runner.db.awrite(op)
-
-
-async def cmd_search(ctx: "CommandContext") -> str:
-    runner = ctx.runner
-    db = runner.db
+async def cmd_search(ctx: CommandContext) -> str:
+    services = ctx.services
+    db = services.db
     query = ctx.args.strip()
     current = ctx.existing()
     lineage = await db.aread("get_lineage", current.session_id) if current else []
@@ -169,11 +157,11 @@ async def cmd_search(ctx: "CommandContext") -> str:
                 f"/resume {r['session_id']}\n  {_one_line(r.get('preview'))}"
             )
         return "\n".join(lines)
-    started = runner.clock()
+    started = services.clock()
     hits = await asyncio.to_thread(
         find_sessions, db, query, limit=5, exclude_session_ids=lineage, person_id=person, see_all=ctx.see_all
     )
-    runner.observe("search_seconds", max(0.0, runner.clock() - started))
+    services.observe("search_seconds", max(0.0, services.clock() - started))
     if not hits:
         return f"No conversation of yours mentions “{_one_line(query, 60)}”."
     answers = await asyncio.to_thread(_answers, db, [h.matched_message_ids[:1] for h in hits])
@@ -188,11 +176,11 @@ async def cmd_search(ctx: "CommandContext") -> str:
     return "\n".join(lines)
 
 
-def _answers(db, best: list[list[int]]) -> list[str | None]:
+def _answers(db: SessionDB, best: list[list[int]]) -> list[str | None]:
     """For each hit whose best match is something the person wrote, the reply it got (one line):
     what was found is usually the answer, not the question."""
 
-    def read(conn) -> list[str | None]:
+    def read(conn: Any) -> list[str | None]:
         out: list[str | None] = []
         for ids in best:
             row = (

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+import httpx2
 import openai
 
 from agent.llm import ModelNotConfigured, ModelSettings, make_client
@@ -72,7 +73,8 @@ def default_tools(memory_limits: dict[str, int] | None = None) -> ToolRegistry:
 
 
 class AgentFactory:
-    agent_class: type[Agent] = Agent  # a subclass may change how the model is called (bench/)
+    """Builds session agents over one shared model client (see the module doc). `http_client`
+    reaches the openai client's transport (bench/ answers the model in-process through it)."""
 
     def __init__(
         self,
@@ -85,8 +87,10 @@ class AgentFactory:
         share_client: bool = True,
         clock: Callable[[], float] | None = None,
         auxiliary: ModelSettings | None = None,
+        http_client: httpx2.AsyncClient | None = None,
     ) -> None:
         self.settings = settings
+        self.http_client = http_client
         self.home = Path(home)
         self.tools = tools if tools is not None else default_tools()
         self.max_iterations = max_iterations
@@ -107,7 +111,7 @@ class AgentFactory:
     def client(self) -> openai.AsyncOpenAI | None:
         """The shared client (None when no model is configured)."""
         if self._client is None and self.settings.is_configured:
-            self._client = make_client(self.settings)
+            self._client = make_client(self.settings, self.http_client)
         return self._client
 
     @property
@@ -120,7 +124,7 @@ class AgentFactory:
         if (aux.base_url, aux.api_key) == (self.settings.base_url, self.settings.api_key):
             return self.client
         if self._aux_client is None:
-            self._aux_client = make_client(aux)
+            self._aux_client = make_client(aux, self.http_client)
         return self._aux_client
 
     def has_snapshot(self, session_id: str) -> bool:
@@ -151,12 +155,12 @@ class AgentFactory:
             client = self.client
         else:
             try:
-                client = make_client(self.settings)
+                client = make_client(self.settings, self.http_client)
                 owned.append(client)
             except ModelNotConfigured:
                 client = None
         self.built += 1
-        agent = self.agent_class(client, self.settings, self.tools, prompt, self.max_iterations)
+        agent = Agent(client, self.settings, self.tools, prompt, self.max_iterations)
         return SessionAgent(agent, session_id, owned)
 
     async def close(self) -> None:

@@ -51,7 +51,6 @@ def pending_cap_text(cap: int) -> str:
 class Job:
     msg: InboundMessage
     kind: str  # "turn" (for the agent) | "command"
-    command: tuple[str, str] | None = None  # (name, args) for a command
 
 
 class LaneHost(Protocol):

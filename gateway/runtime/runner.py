@@ -13,26 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import sys
 import time
 from collections import OrderedDict
 from typing import Any, Callable
 
 from agent.llm import ModelSettings
-from gateway.commands.table import CommandContext, command_menu, commands, parse_command, run_command
+from gateway.commands import COMMANDS, CommandContext, ParsedCommand, command_menu, parse_command, run_command
 from gateway.db import SessionDB
-from gateway.runtime import turn as agent_turns
-from gateway.runtime.agent_cache import AgentCache
-from gateway.runtime.agent_factory import AgentFactory, default_tools
-from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.lanes import ChatLane, Job
+from gateway.runtime.outbound import Outbound
+from gateway.runtime.turn import TurnRunner
 from gateway.sessions.access import AccessControl
 from gateway.sessions.dedup import Dedup
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform
-from platforms.base import AdapterHealth, InboundMessage, PlatformAdapter
-from tools.memory import limits_from_config
+from platforms.base import AdapterHealth, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -42,43 +38,38 @@ ERROR_TEXT = "Sorry, something went wrong while handling that message. Please tr
 
 
 class GatewayRunner:
+    """Implements `LaneHost` (for the lanes) and `ChatServices` (for the commands). Built by
+    gateway.service.app (`build_runner`), which makes its collaborators."""
+
     def __init__(
         self,
         config: Any,  # gateway.config.Config
         db: SessionDB,
         store: SessionStore,
-        adapters: list[PlatformAdapter],
+        outbound: Outbound,
+        turns: TurnRunner,
+        access: AccessControl,
+        dedup: Dedup,
         *,
         clock: Callable[[], float] = time.time,
-        metrics: Any = None,  # gateway.metrics.Metrics
-        agent_factory: Any = None,  # something with `async build(session_id, source, title)` and `client`
+        metrics: Any = None,  # gateway.service.metrics.Metrics
     ) -> None:
         self.config = config
         self.db = db
         self.store = store
-        self.adapters: dict[str, PlatformAdapter] = {a.platform.value: a for a in adapters}
+        self.outbound = outbound
+        self.adapters = outbound.adapters
+        self.turns = turns
+        self.model_settings: ModelSettings = turns.model_settings
+        self.factory = turns.factory
+        self.cache = turns.cache
+        self.conversations = turns.conversations
+        self.access = access
+        self.dedup = dedup
         self.clock = clock
         self.metrics = metrics
-        self.access = AccessControl.from_config(config.platforms)
-        self.single_owner: bool = bool(config.single_owner)
-        # The config already resolved the environment fallbacks; don't consult os.environ twice.
-        self.model_settings = ModelSettings.from_config(config.as_dict(), env={})
-        self.factory = agent_factory or AgentFactory(
-            self.model_settings,
-            config.home,
-            default_tools(limits_from_config(config.as_dict())),
-            max_iterations=config.model.max_iterations,
-            clock=clock,
-            auxiliary=ModelSettings.from_config(config.as_dict(), role="auxiliary", env={}),
-        )
-        cache = config.gateway.agent_cache
-        ttl = cache.idle_ttl_minutes * 60 if cache.idle_ttl_minutes > 0 else math.inf
-        self.cache = AgentCache(cache.max_agents, ttl, clock=clock)
-        # A session with a turn running is "busy": the store does not reset it under the turn.
-        store.is_busy = self.cache.is_running
-        self.conversations = ConversationCache()
+        self.single_owner: bool = turns.single_owner
         self.lanes: dict[str, ChatLane] = {}
-        self.dedup = Dedup(db)
         self._idle = asyncio.Event()
         self._idle.set()
         self._side: set[asyncio.Task] = set()
@@ -93,7 +84,7 @@ class GatewayRunner:
     async def start(self) -> None:
         # Make the model client now (building its TLS context takes tens of milliseconds), not in
         # the middle of the first conversation while other chats wait.
-        getattr(self.factory, "client", None)
+        self.factory.client
         menu = command_menu()
         for adapter in self.adapters.values():
             adapter.bot_commands(menu)
@@ -135,9 +126,7 @@ class GatewayRunner:
                 log.error("shutdown: some chats did not stop")
         await self.dedup.flush()
         await self.cache.close_all()
-        close = getattr(self.factory, "close", None)
-        if close is not None:
-            await close()
+        await self.factory.close()
 
     def readiness(self) -> dict[str, AdapterHealth]:
         return {name: adapter.health() for name, adapter in self.adapters.items()}
@@ -178,17 +167,28 @@ class GatewayRunner:
             return
         lane = self.lanes.get(key)
         if lane is None:
-            if source.platform is Platform.LOCAL:
-                # The terminal is one person's typing (or a piped script): every line is answered,
-                # in order, with nothing dropped and no acknowledgements in between.
-                busy = {"busy_mode": "queue", "max_pending": sys.maxsize, "busy_ack": False, "in_order": True}
+            adapter = self.adapters.get(platform)
+            if adapter is not None and adapter.answers_in_order:
+                # One person's typing (or a piped script): every line is answered, in order, with
+                # nothing dropped and no acknowledgements in between.
+                lane = ChatLane(
+                    key,
+                    self,
+                    busy_mode="queue",
+                    max_pending=sys.maxsize,
+                    busy_ack=False,
+                    in_order=True,
+                    clock=self.clock,
+                )
             else:
-                busy = {
-                    "busy_mode": self._busy_mode(platform),
-                    "max_pending": self.config.gateway.max_pending,
-                    "busy_ack": self.config.gateway.busy_ack,
-                }
-            lane = ChatLane(key, self, clock=self.clock, **busy)
+                lane = ChatLane(
+                    key,
+                    self,
+                    busy_mode=self._busy_mode(platform),
+                    max_pending=self.config.gateway.max_pending,
+                    busy_ack=self.config.gateway.busy_ack,
+                    clock=self.clock,
+                )
             self.lanes[key] = lane
             self._idle.clear()
         lane.push(msg)
@@ -233,13 +233,13 @@ class GatewayRunner:
         if command is None:
             return Job(msg, "turn")
         if command.name == "stop":
-            await self.send(msg, await self.stop_chat(lane))
+            await self.send(msg, self._stop_lane(lane))
             return None
-        spec = commands().get(command.name)
+        spec = COMMANDS.get(command.name)
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
             self._spawn(self._run_command(lane, msg, command))
             return None
-        return Job(msg, "command", (command.name, command.args))
+        return Job(msg, "command")
 
     @staticmethod
     def _may_skip_queue(lane: ChatLane, msg: InboundMessage) -> bool:
@@ -253,12 +253,12 @@ class GatewayRunner:
         started = time.monotonic()
         try:
             async with self.store.lock(lane.key):
-                if job.kind == "command":
-                    assert job.command is not None
-                    await self._run_command(lane, job.msg, parse_command(job.msg.text))
+                command = parse_command(job.msg.text) if job.kind == "command" else None
+                if command is not None:
+                    await self._run_command(lane, job.msg, command)
                 else:
                     entry = await self.lookup(job.msg)
-                    await self.agent_turn(lane, job.msg, entry, job.msg.text)
+                    await self.turns.run(lane, job.msg, entry, job.msg.text)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -277,7 +277,7 @@ class GatewayRunner:
         if not self.lanes:
             self._idle.set()
 
-    # -- services for commands and turns ---------------------------------------------------------
+    # -- ChatServices: used by the commands ------------------------------------------------------
     async def lookup(self, msg: InboundMessage) -> SessionEntry:
         """The chat's current session (reset policy applied); tells the person when it rolled over."""
         found = await self.store.get_or_create(msg.source, model=self.model_settings.name)
@@ -289,29 +289,26 @@ class GatewayRunner:
         return found.entry
 
     async def forget(self, session_id: str) -> None:
-        """Drop what is kept warm for exactly this session (its agent and its conversation copy):
-        after anything that rewrites or leaves it (/new, /resume, /undo, /retry, reset, compression)."""
-        self.conversations.drop(session_id)
-        await self.cache.drop(session_id)
+        await self.turns.forget(session_id)
 
-    async def agent_turn(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
-        await agent_turns.run_turn(self, lane, msg, entry, text)
+    async def agent_turn(self, key: str, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
+        # A command runs as its lane's job, so the lane is there; a stand-in only keeps a turn
+        # asked for from elsewhere from failing (nothing can steer it).
+        lane = self.lanes.get(key) or ChatLane(key, self, clock=self.clock)
+        await self.turns.run(lane, msg, entry, text)
 
     async def compress(self, msg: InboundMessage, session_id: str, auto: bool) -> str:
-        return await agent_turns.compress(self, msg, session_id, auto=auto)
+        return await self.turns.compress(msg, session_id, auto=auto)
 
-    async def stop_chat(self, lane: ChatLane) -> str:
-        running = lane.cancel_current()
-        dropped = lane.clear_pending()
-        if not running and not dropped:
-            return "Nothing to stop."
-        parts = ["Stopped."] if running else []
-        if dropped:
-            parts.append(f"Dropped {dropped} waiting message{'s' if dropped != 1 else ''}.")
-        return " ".join(parts)
+    async def stop_chat(self, key: str) -> str:
+        lane = self.lanes.get(key)
+        return self._stop_lane(lane) if lane is not None else "Nothing to stop."
 
-    def is_admin(self, msg: InboundMessage) -> bool:
-        return self.access.is_admin(msg.source)
+    def chat_state(self, key: str) -> tuple[str, int]:
+        lane = self.lanes.get(key)
+        if lane is None:
+            return self.config.gateway.busy_mode, 0  # (the command outlived its lane)
+        return lane.busy_mode, len(lane.pending)
 
     def remember_listing(self, key: str, ids: list[str]) -> None:
         self._listings[key] = ids
@@ -323,21 +320,7 @@ class GatewayRunner:
         return self._listings.get(key)
 
     async def send(self, msg: InboundMessage, text: str) -> None:
-        """Reply in the chat of `msg`, split at the platform's limit. A failed send is logged."""
-        adapter = self.adapters.get(msg.source.platform.value)
-        if adapter is None or not text:
-            return
-        reply_to = msg.message_id if msg.source.chat_type != "dm" else None
-        for chunk in adapter.split(text):
-            try:
-                await adapter.send(msg.source, chunk, reply_to=reply_to)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sending a reply on %s failed", msg.source.platform.value)
-                return
-            self.inc("messages_out_total", {"platform": msg.source.platform.value})
-            reply_to = None
+        await self.outbound.send(msg, text)
 
     def inc(self, name: str, labels: dict[str, str] | None = None) -> None:
         if self.metrics is not None:
@@ -347,9 +330,19 @@ class GatewayRunner:
         if self.metrics is not None:
             self.metrics.observe(name, value)
 
+    def _stop_lane(self, lane: ChatLane) -> str:
+        running = lane.cancel_current()
+        dropped = lane.clear_pending()
+        if not running and not dropped:
+            return "Nothing to stop."
+        parts = ["Stopped."] if running else []
+        if dropped:
+            parts.append(f"Dropped {dropped} waiting message{'s' if dropped != 1 else ''}.")
+        return " ".join(parts)
+
     # -- internals -------------------------------------------------------------------------------
-    async def _run_command(self, lane: ChatLane, msg: InboundMessage, command: Any) -> None:
-        ctx = CommandContext(self, lane, msg, command, self.is_admin(msg))
+    async def _run_command(self, lane: ChatLane, msg: InboundMessage, command: ParsedCommand) -> None:
+        ctx = CommandContext(self, lane.key, msg, command, self.access.is_admin(msg.source))
         try:
             reply = await run_command(ctx)
         except asyncio.CancelledError:

@@ -1,10 +1,15 @@
-"""One agent turn in a chat, and context compression into a child session.
+"""One agent turn in a chat, and context compression into a child session: the `TurnRunner`.
 
-The turn: take (or build) the session's cached agent, load the conversation from the DB, run the
-agent with a callback that persists every message it produces (the person's message, assistant
-messages with tool calls, tool results, the answer) as it goes, show a typing hint meanwhile, then
-reply. When the conversation nears the model's context window afterwards, it is compressed into a
-child session (agent.compress) and the chat's key moves to the child.
+The turn: take (or build) the session's cached agent, load the conversation (the warm copy, else
+the DB), run the agent with a callback that persists every message it produces (the person's
+message, assistant messages with tool calls, tool results, the answer) as it goes, show a typing
+hint meanwhile, then reply. When the conversation nears the model's context window afterwards, it
+is summarised (agent.compress) and the chat continues in a child session (SessionStore.compress,
+one transaction).
+
+The TurnRunner is built with its collaborators (agent cache, factory, DB, conversation cache,
+store, a send callable, the clock, the model settings) rather than the runner, so it can be read,
+and tested, on its own; the factory is seen through the `AgentFactory` Protocol below.
 """
 
 from __future__ import annotations
@@ -13,18 +18,23 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Awaitable, Callable, Protocol
 
-from agent.compress import compress_session, estimate_tokens, needs_compression
-from agent.llm import NOT_CONFIGURED_TEXT, describe_error
+import openai
+
+from agent.compress import estimate_tokens, needs_compression, summarise
+from agent.llm import NOT_CONFIGURED_TEXT, ModelSettings, describe_error
 from agent.loop import db_fields
 from agent.tools import ToolContext
-
-if TYPE_CHECKING:
-    from gateway.runtime.lanes import ChatLane
-    from gateway.runtime.runner import GatewayRunner
-    from gateway.sessions.store import SessionEntry
-    from platforms.base import InboundMessage
+from gateway.db import SessionDB
+from gateway.runtime.agent_cache import AgentCache
+from gateway.runtime.agent_factory import SessionAgent
+from gateway.runtime.conversations import ConversationCache
+from gateway.runtime.lanes import ChatLane
+from gateway.sessions.access import AccessControl
+from gateway.sessions.store import SessionEntry, SessionStore
+from gateway.source import SessionSource
+from platforms.base import InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -34,31 +44,46 @@ TYPING_INTERVAL = 4.0  # seconds: platforms show "typing…" for about five
 TYPING_DELAY = 0.0
 COMPRESS_THRESHOLD = 0.8  # of the context window
 
+Send = Callable[[InboundMessage, str], Awaitable[None]]
+SendTyping = Callable[[SessionSource], Awaitable[None]]
 
-async def _agent_for(runner: "GatewayRunner", msg: "InboundMessage", session_id: str) -> Any:
-    cached = runner.cache.get(session_id)
-    if cached is not None:
-        return cached
-    factory = runner.factory
-    title = None
-    if not getattr(factory, "has_snapshot", lambda _sid: False)(session_id):  # a rebuild needs no read
-        session = runner.db.get_session(session_id)  # a primary-key lookup: inline, no thread hop
-        title = session.get("title") if session else None
-    built = await factory.build(session_id, msg.source, title)
-    await runner.cache.put(session_id, built)
-    return built
+
+class AgentFactory(Protocol):
+    """What a turn needs to get a session's agent and its model clients
+    (gateway.runtime.agent_factory.AgentFactory is the one the gateway uses)."""
+
+    @property
+    def client(self) -> openai.AsyncOpenAI | None:
+        """The shared model client; None when no model is configured."""
+        ...
+
+    @property
+    def recap_client(self) -> openai.AsyncOpenAI | None:
+        """The auxiliary model's client (session_search recaps), or None."""
+        ...
+
+    @property
+    def auxiliary(self) -> ModelSettings | None: ...
+
+    def has_snapshot(self, session_id: str) -> bool:
+        """An agent was built for this session before (its prompt needs no DB read)."""
+        ...
+
+    async def build(self, session_id: str, source: SessionSource | None, title: str | None) -> SessionAgent: ...
+
+    async def close(self) -> None: ...
 
 
 class _Typing:
     """The platform's typing hint while a turn runs: first after TYPING_DELAY, then every
     TYPING_INTERVAL, until the turn ends."""
 
-    def __init__(self, runner: "GatewayRunner", msg: "InboundMessage") -> None:
-        self.adapter = runner.adapters.get(msg.source.platform.value)
-        self.source = msg.source
+    def __init__(self, send_typing: SendTyping | None, source: SessionSource) -> None:
+        self.send_typing = send_typing
+        self.source = source
         self.task: asyncio.Task | None = None
         self.handle: asyncio.TimerHandle | None = None
-        if self.adapter is not None:
+        if send_typing is not None:
             if TYPING_DELAY > 0:
                 self.handle = asyncio.get_running_loop().call_later(TYPING_DELAY, self._begin)
             else:
@@ -68,10 +93,10 @@ class _Typing:
         self.task = asyncio.create_task(self._loop())
 
     async def _loop(self) -> None:
-        assert self.adapter is not None
+        assert self.send_typing is not None
         while True:
             try:
-                await self.adapter.send_typing(self.source)
+                await self.send_typing(self.source)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a typing hint is cosmetic; never fail the turn over it
@@ -87,87 +112,167 @@ class _Typing:
                 await self.task
 
 
-async def run_turn(
-    runner: "GatewayRunner", lane: "ChatLane", msg: "InboundMessage", entry: "SessionEntry", text: str
-) -> None:
-    session_id = entry.session_id
-    db = runner.db
-    session_agent = await _agent_for(runner, msg, session_id)
-    runner.cache.acquire(session_id)
-    steer: asyncio.Queue[str] = asyncio.Queue()
-    lane.steer_queue = steer
-    first_user = True
-    # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
-    warm = runner.conversations
+class TurnRunner:
+    def __init__(
+        self,
+        *,
+        cache: AgentCache,
+        factory: AgentFactory,
+        db: SessionDB,
+        conversations: ConversationCache,
+        store: SessionStore,
+        send: Send,
+        clock: Callable[[], float],
+        model_settings: ModelSettings,
+        access: AccessControl,
+        single_owner: bool = False,
+        config: Any = None,  # gateway.config.Config, handed to the tools (session_search reads it)
+        send_typing: SendTyping | None = None,
+    ) -> None:
+        self.cache = cache
+        self.factory = factory
+        self.db = db
+        self.conversations = conversations
+        self.store = store
+        self.send = send
+        self.clock = clock
+        self.model_settings = model_settings
+        self.access = access
+        self.single_owner = single_owner
+        self.config = config
+        self.send_typing = send_typing
 
-    async def persist(message: dict[str, Any]) -> None:
-        nonlocal first_user
-        fields = db_fields(message)
-        fields["timestamp"] = runner.clock()  # the reset policy compares activity with this clock
-        seen = None
-        if message["role"] == "user":
-            origin = msg
-            if not first_user:
-                origin = lane.take_steered() or msg  # a steered message joins the running turn
-            first_user = False
-            fields["user_id"] = origin.source.person_id
-            fields["platform_message_id"] = origin.message_id or None
-            if origin.message_id:  # remembered as seen in the same transaction (gateway.sessions.dedup)
-                seen = (origin.source.platform.value, origin.message_id)
-        await db.aappend_message(session_id, message["role"], message.get("content"), seen_event=seen, **fields)
-        warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
+    async def forget(self, session_id: str) -> None:
+        """Drop what is kept warm for exactly this session (its agent and its conversation copy):
+        after anything that rewrites or leaves it (/new, /resume, /undo, /retry, reset, compression)."""
+        self.conversations.drop(session_id)
+        await self.cache.drop(session_id)
 
-    typing = _Typing(runner, msg)
-    try:
-        history = warm.get(session_id, lane.key)
-        if history is None:
-            history = await db.aread("get_messages_as_conversation", session_id)
-            warm.put(session_id, lane.key, history)
-        ctx = ToolContext(
-            session_id=session_id,
-            source=msg.source,
-            db=db,
-            is_admin=runner.is_admin(msg),
-            single_owner=runner.single_owner,
-            home=runner.config.home,
-            extra={
-                "config": runner.config,
-                "recap_model": getattr(runner.factory, "auxiliary", None),
-                "recap_client": getattr(runner.factory, "recap_client", None),
-            },
+    async def _agent_for(self, msg: InboundMessage, session_id: str) -> SessionAgent:
+        cached: SessionAgent | None = self.cache.get(session_id)
+        if cached is not None:
+            return cached
+        title = None
+        if not self.factory.has_snapshot(session_id):  # a rebuild needs no read
+            session = self.db.get_session(session_id)  # a primary-key lookup: inline, no thread hop
+            title = session.get("title") if session else None
+        built = await self.factory.build(session_id, msg.source, title)
+        await self.cache.put(session_id, built)
+        return built
+
+    async def run(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
+        session_id = entry.session_id
+        db = self.db
+        session_agent = await self._agent_for(msg, session_id)
+        self.cache.acquire(session_id)
+        steer: asyncio.Queue[str] = asyncio.Queue()
+        lane.steer_queue = steer
+        first_user = True
+        # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
+        warm = self.conversations
+
+        async def persist(message: dict[str, Any]) -> None:
+            nonlocal first_user
+            fields = db_fields(message)
+            fields["timestamp"] = self.clock()  # the reset policy compares activity with this clock
+            seen = None
+            if message["role"] == "user":
+                origin = msg
+                if not first_user:
+                    origin = lane.take_steered() or msg  # a steered message joins the running turn
+                first_user = False
+                fields["user_id"] = origin.source.person_id
+                fields["platform_message_id"] = origin.message_id or None
+                if origin.message_id:  # remembered as seen in the same transaction (gateway.sessions.dedup)
+                    seen = (origin.source.platform.value, origin.message_id)
+            await db.aappend_message(session_id, message["role"], message.get("content"), seen_event=seen, **fields)
+            warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
+
+        typing = _Typing(self.send_typing, msg.source)
+        try:
+            history = warm.get(session_id, lane.key)
+            if history is None:
+                history = await db.aread("get_messages_as_conversation", session_id)
+                warm.put(session_id, lane.key, history)
+            ctx = ToolContext(
+                session_id=session_id,
+                source=msg.source,
+                db=db,
+                is_admin=self.access.is_admin(msg.source),
+                single_owner=self.single_owner,
+                home=self.config.home if self.config is not None else None,
+                extra={
+                    "config": self.config,
+                    "recap_model": self.factory.auxiliary,
+                    "recap_client": self.factory.recap_client,
+                },
+            )
+            result = await session_agent.agent.run_turn(history, text, ctx, persist, steer)
+        finally:
+            lane.steer_queue = None  # from here on a new message queues instead of steering
+            await typing.stop()
+            await self.cache.release(session_id, session_agent)
+
+        usage = result.usage
+        if usage.prompt_tokens or usage.completion_tokens:
+            await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
+        await self.send(msg, result.text or "(no reply)")
+        if result.error is None and self._near_window(session_agent.agent.system_prompt, history + result.messages):
+            notice = await self.compress(msg, session_id, auto=True)
+            if notice:
+                await self.send(msg, notice)
+
+    def _near_window(self, system_prompt: str, conversation: list[dict[str, Any]]) -> bool:
+        """Is the conversation near the model's context window? A character count bounds the token
+        estimate from above (no text has more tokens than characters), so the estimate itself only
+        runs for conversations that might be near the limit."""
+        window = self.model_settings.context_window
+        budget = (window - len(system_prompt) - 4) * COMPRESS_THRESHOLD
+        chars = 0
+        for message in conversation:
+            content = message.get("content")
+            chars += 4 + (len(content) if isinstance(content, str) else len(_json(content)))
+            if message.get("tool_calls"):
+                chars += len(_json(message["tool_calls"]))
+        if chars <= budget:
+            return False
+        prompt = estimate_tokens([{"role": "system", "content": system_prompt}])
+        return needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD)
+
+    async def compress(self, msg: InboundMessage, session_id: str, *, auto: bool) -> str:
+        """Summarise the session into a child session and move the chat there. Returns the text to send."""
+        client = self.factory.client
+        settings = self.model_settings
+        if client is None or not settings.is_configured:
+            return "" if auto else NOT_CONFIGURED_TEXT
+
+        async def summary(conversation: list[dict[str, Any]]) -> str:
+            return await summarise(client, settings, conversation)
+
+        try:
+            child = await self.store.compress(
+                session_id,
+                summary,
+                key=self.store.key_for(msg.source),
+                origin=msg.source.to_dict(),
+                model=settings.name,
+            )
+        except asyncio.CancelledError:
+            raise
+        except ValueError as exc:
+            return "" if auto else f"Nothing to compress: {exc}."
+        except Exception as exc:
+            log.warning("compressing %s failed: %s", session_id, describe_error(exc))
+            return "" if auto else f"Sorry, compressing failed: {describe_error(exc)}. Nothing was changed."
+        await self.forget(session_id)
+        session = await self.db.aread("get_session", child)
+        title = session.get("title") if session else None
+        name = f"“{title}” ({child})" if title else child
+        lead = "This conversation was getting long, so I" if auto else "I"
+        return (
+            f"{lead} summarised it into a new session {name} and we continue there. "
+            "The earlier messages stay searchable."
         )
-        result = await session_agent.agent.run_turn(history, text, ctx, persist, steer)
-    finally:
-        lane.steer_queue = None  # from here on a new message queues instead of steering
-        await typing.stop()
-        await runner.cache.release(session_id, session_agent)
-
-    usage = result.usage
-    if usage.prompt_tokens or usage.completion_tokens:
-        await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
-    await runner.send(msg, result.text or "(no reply)")
-    if result.error is None and _near_window(runner, session_agent.agent.system_prompt, history + result.messages):
-        notice = await compress(runner, msg, session_id, auto=True)
-        if notice:
-            await runner.send(msg, notice)
-
-
-def _near_window(runner: "GatewayRunner", system_prompt: str, conversation: list[dict[str, Any]]) -> bool:
-    """Is the conversation near the model's context window? A character count bounds the token
-    estimate from above (no text has more tokens than characters), so the estimate itself only
-    runs for conversations that might be near the limit."""
-    budget = (runner.model_settings.context_window - len(system_prompt) - 4) * COMPRESS_THRESHOLD
-    chars = 0
-    for message in conversation:
-        content = message.get("content")
-        chars += 4 + (len(content) if isinstance(content, str) else len(_json(content)))
-        if message.get("tool_calls"):
-            chars += len(_json(message["tool_calls"]))
-    if chars <= budget:
-        return False
-    window = runner.model_settings.context_window
-    prompt = estimate_tokens([{"role": "system", "content": system_prompt}])
-    return needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD)
 
 
 def _as_stored(message: dict[str, Any]) -> dict[str, Any]:
@@ -184,29 +289,3 @@ def _as_stored(message: dict[str, Any]) -> dict[str, Any]:
 
 def _json(value: Any) -> str:
     return "" if value is None else json.dumps(value, ensure_ascii=False)
-
-
-async def compress(runner: "GatewayRunner", msg: "InboundMessage", session_id: str, *, auto: bool) -> str:
-    """Summarise the session into a child session and move the chat there. Returns the text to send."""
-    client = getattr(runner.factory, "client", None)
-    if client is None or not runner.model_settings.is_configured:
-        return "" if auto else NOT_CONFIGURED_TEXT
-    db = runner.db
-    try:
-        child = await compress_session(db, session_id, client, runner.model_settings)
-    except asyncio.CancelledError:
-        raise
-    except ValueError as exc:
-        return "" if auto else f"Nothing to compress: {exc}."
-    except Exception as exc:
-        log.warning("compressing %s failed: %s", session_id, describe_error(exc))
-        return "" if auto else f"Sorry, compressing failed: {describe_error(exc)}. Nothing was changed."
-    await runner.store.switch(msg.source, child, reason="compressed")
-    await runner.forget(session_id)
-    session = await db.aread("get_session", child)
-    title = session.get("title") if session else None
-    name = f"“{title}” ({child})" if title else child
-    lead = "This conversation was getting long, so I" if auto else "I"
-    return (
-        f"{lead} summarised it into a new session {name} and we continue there. The earlier messages stay searchable."
-    )

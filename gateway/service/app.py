@@ -1,7 +1,10 @@
-"""Assembly: everything `chinwag run` / `chinwag chat` need, built from a Config, and its life cycle.
+"""Assembly, the one composition root: everything `chinwag run` / `chinwag chat` need, built from a
+Config, and its life cycle. Tests (tests/fakes/gateway_harness.py) and bench/ build through it too,
+passing their own adapters, model transport or agent factory, so what they run is what ships.
 
     home dir -> SessionDB -> Mirrors (reconciled with the DB) -> SessionStore (reset policies)
-    -> adapters (each SDK imported only when its platform is configured) -> GatewayRunner
+    -> adapters (each SDK imported only when its platform is configured)
+    -> the runtime (access, agent factory and cache, conversations, dedup, TurnRunner) -> GatewayRunner
     -> ops HTTP server (health, readiness, metrics, webhooks) -> upkeep (gateway.service.maintenance)
 
 Shutdown (SIGINT/SIGTERM, or end of input when the terminal is the only adapter): stop intake,
@@ -15,21 +18,37 @@ import asyncio
 import gc
 import importlib
 import logging
+import math
 import signal
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any, Callable
 
+import httpx2
+
+from agent.llm import ModelSettings
 from gateway.config.load import Config
 from gateway.db import SchemaTooNew, SessionDB
+from gateway.runtime.agent_cache import AgentCache
+from gateway.runtime.agent_factory import AgentFactory, default_tools
+from gateway.runtime.conversations import ConversationCache
+from gateway.runtime.outbound import Outbound
+from gateway.runtime.runner import GatewayRunner
+from gateway.runtime.turn import AgentFactory as AgentFactoryProtocol
+from gateway.runtime.turn import TurnRunner
 from gateway.service.http import OpsServer
 from gateway.service.maintenance import Maintenance
 from gateway.service.metrics import Metrics
+from gateway.sessions.access import AccessControl
+from gateway.sessions.dedup import Dedup
 from gateway.sessions.mirrors import Mirrors
+from gateway.sessions.reset import ResetPolicies
 from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
 from platforms.base import PlatformAdapter
+from tools.memory import limits_from_config
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +110,10 @@ class App:
     config: Config
     home: Home
     db: SessionDB
-    mirrors: Mirrors
+    mirrors: Mirrors | None
     store: SessionStore
     adapters: list[PlatformAdapter]
-    runner: Any  # gateway.runner.GatewayRunner
+    runner: GatewayRunner
     metrics: Metrics
     ops: OpsServer | None = None
     maintenance: Maintenance | None = None
@@ -141,14 +160,15 @@ class App:
 
     def close_storage(self) -> None:
         try:
-            self.mirrors.close()  # writes what the mirrors still owe: transcript lines, sessions.json
+            if self.mirrors is not None:
+                self.mirrors.close()  # writes what the mirrors still owe: transcript lines, sessions.json
         finally:
             self.db.close()
 
     async def run_forever(self, *, install_signals: bool = True, stop_timeout: float | None = None) -> int:
         """Run until SIGINT/SIGTERM, or until the terminal's input ends when it is the only adapter."""
         loop = asyncio.get_running_loop()
-        installed: list[int] = []
+        installed: list[signal.Signals] = []
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
@@ -170,8 +190,8 @@ class App:
                 drain = asyncio.create_task(self.runner.drain())
                 stop = asyncio.create_task(self._stop.wait())  # a signal still cuts this short
                 await asyncio.wait([drain, stop], return_when=asyncio.FIRST_COMPLETED)
-                for task in (drain, stop):
-                    task.cancel()
+                for waiter in (drain, stop):
+                    waiter.cancel()
         finally:
             # From here a second signal has its default effect (Ctrl-C raises, SIGTERM ends the
             # process): the way out when a graceful stop takes too long.
@@ -194,64 +214,146 @@ class App:
         return None
 
 
+def build_runner(
+    config: Config,
+    db: SessionDB,
+    store: SessionStore,
+    adapters: list[PlatformAdapter],
+    *,
+    clock: Callable[[], float] = time.time,
+    metrics: Metrics | None = None,
+    agent_factory: AgentFactoryProtocol | None = None,
+    http_client: httpx2.AsyncClient | None = None,
+) -> GatewayRunner:
+    """The runtime over an open DB and store: access rules, the agent factory and cache, the
+    conversation cache, de-duplication, the turn runner, and the runner that holds them.
+    `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it)."""
+    # The config already resolved the environment fallbacks; don't consult os.environ twice.
+    model_settings = ModelSettings.from_config(config.as_dict(), env={})
+    factory = agent_factory or AgentFactory(
+        model_settings,
+        config.home,
+        default_tools(limits_from_config(config.as_dict())),
+        max_iterations=config.model.max_iterations,
+        clock=clock,
+        auxiliary=ModelSettings.from_config(config.as_dict(), role="auxiliary", env={}),
+        http_client=http_client,
+    )
+    limits = config.gateway.agent_cache
+    ttl = limits.idle_ttl_minutes * 60 if limits.idle_ttl_minutes > 0 else math.inf
+    cache = AgentCache(limits.max_agents, ttl, clock=clock)
+    # A session with a turn running is "busy": the store does not reset it under the turn.
+    store.is_busy = cache.is_running
+    access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
+    outbound = Outbound(adapters, metrics)
+    turns = TurnRunner(
+        cache=cache,
+        factory=factory,
+        db=db,
+        conversations=ConversationCache(),
+        store=store,
+        send=outbound.send,
+        clock=clock,
+        model_settings=model_settings,
+        access=access,
+        single_owner=bool(config.single_owner),
+        config=config,
+        send_typing=outbound.send_typing,
+    )
+    return GatewayRunner(config, db, store, outbound, turns, access, Dedup(db), clock=clock, metrics=metrics)
+
+
+def build_store(
+    config: Config,
+    db: SessionDB,
+    policies: ResetPolicies | None = None,
+    clock: Callable[[], float] = time.time,
+) -> SessionStore:
+    """A SessionStore with the config's session options; `policies` default to the config's."""
+    return SessionStore(
+        db,
+        policies if policies is not None else config.session.reset_policies(),
+        group_sessions_per_user=config.session.group_sessions_per_user,
+        thread_sessions_per_user=config.session.thread_sessions_per_user,
+        clock=clock,
+    )
+
+
 def build_app(
     config: Config,
     *,
+    adapters: list[PlatformAdapter] | None = None,
+    agent_factory: AgentFactoryProtocol | None = None,
     local_only: bool = False,
     stdin: IO[str] | None = None,
     stdout: IO[str] | None = None,
     clock: Callable[[], float] = time.time,
     http: bool | None = None,
+    policies: ResetPolicies | None = None,
+    mirrors: bool = True,
+    db_path: Path | None = None,
+    http_client: httpx2.AsyncClient | None = None,
 ) -> App:
-    """Wire the gateway for `config`. `local_only`: just the terminal (`chinwag chat`)."""
-    from gateway.runtime.runner import GatewayRunner  # the top of the stack; imported last
+    """Wire the gateway for `config`: the one composition root (`chinwag run`, tests, bench/).
 
+    `local_only`: just the terminal (`chinwag chat`). `adapters` replace the configured platforms
+    (tests and bench bring their own), `agent_factory` the model side. `policies` override the
+    config's reset policies; `mirrors=False` leaves out the JSONL/sessions.json files (bench measures
+    their share); `db_path` opens another database than the home's; `http_client` carries the
+    model calls (the openai SDK's own transport seam)."""
     try:
         home = Home(config.home).ensure()
     except OSError as exc:
         raise AppError(f"cannot create the data directory {config.home}: {exc.strerror or exc}") from None
-    names = ["local"] if local_only else config.configured_platforms()
-    if not names:
-        raise AppError("nothing to serve: no chat platform is configured and platforms.local.enabled is false")
-    adapters = [create_adapter(config, name, stdin=stdin, stdout=stdout) for name in names]
+    if adapters is None:
+        names = ["local"] if local_only else config.configured_platforms()
+        if not names:
+            raise AppError("nothing to serve: no chat platform is configured and platforms.local.enabled is false")
+        adapters = [create_adapter(config, name, stdin=stdin, stdout=stdout) for name in names]
+    path = db_path or home.db_path
     try:
-        db = SessionDB(home.db_path)
+        db = SessionDB(path)
     except (SchemaTooNew, sqlite3.DatabaseError, OSError) as exc:
         raise AppError(
-            f"cannot open the database {home.db_path}: {exc} (`chinwag doctor` checks it; "
-            "restore a backup or set another home)"
+            f"cannot open the database {path}: {exc} (`chinwag doctor` checks it; restore a backup or set another home)"
         ) from None
     try:
-        mirrors = Mirrors(home, db)
+        files = Mirrors(home, db) if mirrors else None
         try:
-            mirrors.reconcile()  # the DB wins; Mirrors logs what it fixed
-            store = SessionStore(
-                db,
-                config.session.reset_policies(),
-                group_sessions_per_user=config.session.group_sessions_per_user,
-                thread_sessions_per_user=config.session.thread_sessions_per_user,
-                clock=clock,
-            )
+            if files is not None:
+                files.reconcile()  # the DB wins; Mirrors logs what it fixed
+            store = build_store(config, db, policies, clock)
             metrics = Metrics()
-            runner = GatewayRunner(config, db, store, adapters, clock=clock, metrics=metrics)
+            runner = build_runner(
+                config,
+                db,
+                store,
+                adapters,
+                clock=clock,
+                metrics=metrics,
+                agent_factory=agent_factory,
+                http_client=http_client,
+            )
         except BaseException:
-            mirrors.close()
+            if files is not None:
+                files.close()
             raise
     except BaseException:
         db.close()
         raise
     metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
-    metrics.set_gauge_fn("mirror_backlog", mirrors.backlog)
+    if files is not None:
+        metrics.set_gauge_fn("mirror_backlog", files.backlog)
     use_http = config.http.enabled if http is None else http
     ops = None
     if use_http:
         webhooks: dict[str, Any] = {}
         for adapter in adapters:
-            for path, handler in adapter.webhook_handlers().items():
-                if path in webhooks:
-                    raise AppError(f"two adapters want the webhook path {path}")
-                webhooks[path] = handler
+            for route, handler in adapter.webhook_handlers().items():
+                if route in webhooks:
+                    raise AppError(f"two adapters want the webhook path {route}")
+                webhooks[route] = handler
         ops = OpsServer(
             config.http.host, config.http.port, metrics=metrics, readiness=runner.readiness, webhooks=webhooks
         )
-    return App(config, home, db, mirrors, store, adapters, runner, metrics, ops)
+    return App(config, home, db, files, store, adapters, runner, metrics, ops)

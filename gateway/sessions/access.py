@@ -2,7 +2,8 @@
 
 Rules (DESIGN.md §6), checked in this order for every inbound message:
 
-1. The local terminal is always allowed; its user is an admin (it is the machine's owner).
+1. A platform whose adapter says its user is the operator (`PlatformAdapter.operator_is_admin`: the
+   local terminal, typed into by the machine's owner) is always allowed, and its user is an admin.
 2. Admins (`platforms.<name>.admins`) are allowed everywhere a group policy does not disable groups.
 3. Direct chats: the person must be in `allowed_users` (or it holds "*"). An empty list lets nobody in:
    a chat platform configured with a token only answers no one (default deny).
@@ -89,25 +90,35 @@ def _person_ids(source: SessionSource) -> set[str]:
     return {i for i in (source.user_id, source.user_id_alt) if i}
 
 
+# Without the adapters at hand (a check from a tool or a test), the terminal is the operator's.
+OPERATOR_PLATFORMS = frozenset({Platform.LOCAL.value})
+
+
 @dataclass
 class AccessControl:
     platforms: dict[str, PlatformAccess] = field(default_factory=dict)
+    # Platforms whose user is the operator: allowed, admin, and no access keys of their own.
+    operators: frozenset[str] = OPERATOR_PLATFORMS
 
     @classmethod
-    def from_config(cls, platforms: Mapping[str, Any] | None) -> "AccessControl":
-        """From the `platforms` section of config.yaml (every sub-section may carry access keys)."""
+    def from_config(
+        cls, platforms: Mapping[str, Any] | None, operators: Iterable[str] = OPERATOR_PLATFORMS
+    ) -> "AccessControl":
+        """From the `platforms` section of config.yaml (every sub-section may carry access keys);
+        `operators` name the platforms whose adapter has `operator_is_admin`."""
+        chosen = frozenset(operators)
         out: dict[str, PlatformAccess] = {}
         for name, section in (platforms or {}).items():
-            if name == Platform.LOCAL.value or not isinstance(section, Mapping):
+            if name in chosen or not isinstance(section, Mapping):
                 continue
             out[str(name)] = PlatformAccess.from_config(section, str(name))
-        return cls(out)
+        return cls(out, chosen)
 
     def for_platform(self, platform: Platform | str) -> PlatformAccess:
         return self.platforms.get(str(getattr(platform, "value", platform)), PlatformAccess())
 
     def is_admin(self, source: SessionSource) -> bool:
-        if source.platform == Platform.LOCAL:
+        if source.platform.value in self.operators:
             return True
         return bool(_person_ids(source) & self.for_platform(source.platform).admins)
 
@@ -129,7 +140,7 @@ class AccessControl:
         reply_to_bot: bool = False,
         is_command: bool = False,
     ) -> Decision:
-        if source.platform == Platform.LOCAL:
+        if source.platform.value in self.operators:
             return Decision(True, "local terminal", is_admin=True)
         access = self.for_platform(source.platform)
         ids = _person_ids(source)

@@ -6,6 +6,11 @@ asks `get_or_create(source)`: the store finds the key's session, applies the res
 the session has background work running), and starts a new session when needed, returning why so
 the person can be told.
 
+Every session move is one transaction here (all or nothing, one commit): a chat's first message and
+a reset (create + move the key + end the previous), `/new` (the same), `/resume` (reopen + touch +
+move + end) and compression (create the child + its summary + compact and end the parent + move
+the key). The steps are the DB's own write ops composed into one write.
+
 Concurrency: the runner holds `store.lock(key)` for a whole turn, so one chat runs one turn at a
 time. `get_or_create` is also single-flight per key on its own: two concurrent calls for a new key
 create one session. Writes go through the DB's async methods. The hot path's reads (the key's
@@ -16,16 +21,45 @@ than the read itself, and under load it also waits for the GIL.
 from __future__ import annotations
 
 import asyncio
+import logging
+import sqlite3
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from gateway.db import SessionDB, UnknownSession, new_session_id
 from gateway.sessions.reset import ResetPolicies
 from gateway.source import SessionSource, build_session_key
+from gateway.storage.writer import WriteOp
 
-__all__ = ["SessionStore", "SessionEntry", "SessionLookup", "ResetNotice"]
+__all__ = ["SessionStore", "SessionEntry", "SessionLookup", "ResetNotice", "SUMMARY_PREFIX"]
+
+log = logging.getLogger(__name__)
+
+# The first message of a session continued by compression (the summary follows it).
+SUMMARY_PREFIX = "Summary of the earlier part of this conversation (continued from session {parent}):\n\n"
+# What a compressed session's child carries over from it.
+_CARRIED = ("user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name", "model")
+
+
+def _touch_op(session_id: str, now: float) -> WriteOp:
+    def op(conn: sqlite3.Connection, events: list) -> None:
+        conn.execute("UPDATE sessions SET last_active_at = MAX(last_active_at, ?) WHERE id = ?", (now, session_id))
+
+    return op
+
+
+def _quietly(step: WriteOp) -> WriteOp:
+    """A step whose session may have been deleted meanwhile: nothing to do then."""
+
+    def op(conn: sqlite3.Connection, events: list) -> None:
+        try:
+            step(conn, events)
+        except UnknownSession:
+            pass
+
+    return op
 
 
 @dataclass(frozen=True)
@@ -218,17 +252,93 @@ class SessionStore:
         return await self._start(key, source, None, reason=reason, previous=previous, title=title)
 
     async def switch(self, source: SessionSource, session_id: str, reason: str = "resume") -> SessionEntry:
-        """`/resume`: point the key at an existing session, reopening it. Raises UnknownSession."""
+        """`/resume`: point the key at an existing session, reopening it, ending the one it leaves,
+        and counting the move as the session's activity (an idle-reset policy would otherwise end
+        the resumed session on the very next message: its last activity is old by definition).
+        One transaction. Raises UnknownSession."""
         key = self.key_for(source)
         target = await self.db.aread("get_session", session_id)
         if target is None:
             raise UnknownSession(session_id)
         entry, _ = self._current(key)
         previous = entry["session_id"] if entry else None
-        row = await self.db.amove_key(
-            key, session_id, source.to_dict(), reason, reopen=target.get("ended_at") is not None, end_previous=previous
-        )
-        return SessionEntry.from_row(row)
+        db, now = self.db, self.clock()
+        steps: list[WriteOp] = []
+        if target.get("ended_at") is not None:
+            steps.append(db._op_reopen(session_id))
+        steps.append(_touch_op(session_id, now))
+        steps.append(db._op_set_key(key, session_id, source.to_dict(), reason))
+        if previous and previous != session_id:
+            steps.append(_quietly(db._op_end(previous, reason)))
+        steps.append(lambda conn, events: db._key_row(conn, key))
+        return SessionEntry.from_row(await self._transaction(steps))
+
+    async def compress(
+        self,
+        session_id: str,
+        summarise: Callable[[list[dict[str, Any]]], Awaitable[str]],
+        *,
+        key: str | None = None,
+        origin: dict[str, Any] | None = None,
+        model: str | None = None,
+    ) -> str:
+        """Continue `session_id` in a child session that starts from a summary; returns the child's id.
+
+        `summarise(conversation)` is awaited before anything is written (a failed model call changes
+        nothing). Then, in ONE transaction: the child is created (same source, key, chat and person;
+        title "x" -> "x #2"), its first message is the summary (role "system": the agent loop folds
+        it into its system prompt), the summarised messages of the parent are marked compacted
+        (hidden from the conversation, still searchable), the parent ends with reason "compressed",
+        and the key (`key`, else the parent's own) moves to the child if it still points at the
+        parent. Raises UnknownSession, or ValueError when there is nothing to compress."""
+        db = self.db
+        session = await db.aread("get_session", session_id)
+        if session is None:
+            raise UnknownSession(session_id)
+        rows = await db.aread("get_messages", session_id)
+        if not rows:
+            raise ValueError(f"session {session_id} has no messages to compress")
+        conversation = await db.aread("get_messages_as_conversation", session_id)
+        summary = await summarise(conversation)
+
+        child = new_session_id(self.clock())
+        title = session.get("title")
+        fields = {k: session[k] for k in _CARRIED if session.get(k) is not None}
+        if model:
+            fields["model"] = model
+        if title:
+            fields["title"] = await db.aread("next_lineage_title", title)
+        key = key or session.get("session_key")
+        last_id = rows[-1]["id"]
+        steps: list[WriteOp] = [
+            db.op_create_session(child, session["source"], {**fields, "parent_session_id": session_id}),
+            db.op_append(child, "system", SUMMARY_PREFIX.format(parent=session_id) + summary, {}),
+            db._flag_op(session_id, "AND id <= ?", (last_id,), 0, 1),
+            db._op_end(session_id, "compressed"),
+        ]
+        if key:
+            move = db._op_set_key(key, child, origin, "compressed")
+
+            def move_if_current(conn: sqlite3.Connection, events: list) -> None:
+                row = conn.execute("SELECT session_id FROM session_keys WHERE session_key = ?", (key,)).fetchone()
+                if row is None or row[0] == session_id:
+                    move(conn, events)
+
+            steps.append(move_if_current)
+        await self._transaction(steps)
+        log.info("compressed session %s into %s (%d messages)", session_id, child, len(rows))
+        return child
+
+    async def _transaction(self, steps: list[WriteOp]) -> Any:
+        """Run the steps as one write (one transaction, all or nothing); the last step's result."""
+
+        def op(conn: sqlite3.Connection, events: list) -> Any:
+            result = None
+            for step in steps:
+                result = step(conn, events)
+            return result
+
+        return await self.db.awrite(op)
 
     async def suspend(self, source: SessionSource, reason: str = "suspended") -> None:
         """Forget the key's current session; the next message starts a new one."""

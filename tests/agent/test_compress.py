@@ -1,4 +1,5 @@
-"""agent.compress: token estimate, summary prompt, and compress_session on a real SessionDB."""
+"""agent.compress: token estimate and summary prompt; compression into a child session on a real
+SessionDB (the summary from agent.compress, the move by SessionStore.compress in one transaction)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import pytest
 
 from agent.compress import (
     SUMMARY_INSTRUCTIONS,
-    compress_session,
     estimate_tokens,
     needs_compression,
     render_transcript,
@@ -17,6 +17,7 @@ from agent.llm import ModelSettings, make_client
 from agent.loop import Agent
 from agent.tools import ToolContext, ToolRegistry
 from gateway.db import SessionDB, UnknownSession
+from gateway.sessions.store import SessionStore
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 KEY = "agent:main:telegram:dm:7"
@@ -33,6 +34,15 @@ def db(tmp_path):
     database = SessionDB(tmp_path / "state.db")
     yield database
     database.close()
+
+
+async def compress_session(db: SessionDB, session_id: str, client, settings: ModelSettings, backoff: float = 1.0):
+    """Summarise with the model, then move into the child: what the turn runner does."""
+
+    async def summary(conversation):
+        return await summarise(client, settings, conversation, backoff=backoff)
+
+    return await SessionStore(db).compress(session_id, summary, model=settings.name)
 
 
 def settings_for(fake: FakeOpenAI, **kw) -> ModelSettings:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.commands.table import parse_command
+from gateway.commands import parse_command
 from tests.fakes.gateway_harness import Gateway
 
 

@@ -1,7 +1,7 @@
 """An in-memory platform adapter implementing the contract, for driving the gateway in tests.
 
     adapter = ChatAdapter(platform="telegram", max_message_length=4096)
-    runner = GatewayRunner(config, db, store, [adapter])
+    runner = build_runner(config, db, store, [adapter])  # gateway.service.app
     await runner.start()
     await adapter.inject("hello", chat_id="7", user_id="7")          # a DM from user 7
     sent = await adapter.wait_sent(1)                                # what the bot sent back
@@ -45,6 +45,8 @@ class ChatAdapter(PlatformAdapter):
     ) -> None:
         super().__init__()
         self.platform = Platform(platform)
+        # Standing in for the terminal, it has the terminal's traits (platforms.local).
+        self.answers_in_order = self.operator_is_admin = self.platform is Platform.LOCAL
         self.max_message_length = max_message_length
         self.send_delay = send_delay
         self.on_message: MessageHandler | None = None

@@ -1,5 +1,7 @@
-"""A whole gateway for end-to-end tests: real SessionDB (tmp_path), real SessionStore, the real
-GatewayRunner, the in-memory ChatAdapter, and FakeOpenAI on 127.0.0.1 driven by the real client.
+"""A whole gateway for end-to-end tests, wired by the production composition root (`build_app`):
+real SessionDB (tmp_path), mirrors, SessionStore and GatewayRunner, the in-memory ChatAdapter, and
+FakeOpenAI on 127.0.0.1 driven by the real client. (No upkeep, HTTP server or process-wide GC
+tuning: `App.start` is not called, only the runner's.)
 
     async with Gateway(tmp_path) as gw:
         replies = await gw.say("hello")            # inject, wait until the chat is idle, new replies
@@ -12,13 +14,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gateway.config.load import Config, parse_config
-from gateway.db import SessionDB
-from gateway.runtime.runner import GatewayRunner
+from gateway.service.app import App, build_app, build_store
 from gateway.sessions.reset import ResetPolicies, ResetPolicy
-from gateway.sessions.store import SessionStore
 from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -73,17 +73,7 @@ def make_config(
     return parse_config(data, env={}, home_override=home)
 
 
-def build_store(
-    config: Config, db: SessionDB, policies: ResetPolicies | None = None, clock: Callable[[], float] = time.time
-) -> SessionStore:
-    """A SessionStore with the config's session options; `policies` default to the config's."""
-    return SessionStore(
-        db,
-        policies if policies is not None else config.session.reset_policies(),
-        group_sessions_per_user=config.session.group_sessions_per_user,
-        thread_sessions_per_user=config.session.thread_sessions_per_user,
-        clock=clock,
-    )
+__all__ = ["Clock", "Gateway", "build_store", "make_config"]
 
 
 class Gateway:
@@ -125,19 +115,23 @@ class Gateway:
             self.model_options,
             **self.sections,
         )
-        self.db = SessionDB(self.db_path)
-        self.store = build_store(self.config, self.db, self.policies, self.clock)
-        self.runner = GatewayRunner(
-            self.config, self.db, self.store, [self.adapter], clock=self.clock, agent_factory=self.agent_factory
+        self.app: App = build_app(
+            self.config,
+            adapters=[self.adapter],
+            agent_factory=self.agent_factory,
+            clock=self.clock,
+            http=False,
+            policies=self.policies,
+            db_path=self.db_path,
         )
+        self.db, self.store, self.runner = self.app.db, self.app.store, self.app.runner
         await self.runner.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         try:
-            await self.runner.stop(timeout=5)
+            await self.app.stop(timeout=5)
         finally:
-            self.db.close()
             if self._own_fake and self.fake is not None:
                 await self.fake.__aexit__(None, None, None)
 

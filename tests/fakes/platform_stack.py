@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Callable
 
 from gateway.db import SessionDB
 from gateway.runtime.runner import GatewayRunner
+from gateway.service.app import build_runner
 from gateway.service.http import OpsServer
 from platforms.base import PlatformAdapter
 from tests.fakes.gateway_harness import build_store, make_config
@@ -49,7 +50,7 @@ class PlatformStack:
     async def start(self) -> None:
         self.db = SessionDB(self.config.db_path)
         self.adapter = self.make_adapter(self.config.adapter_config(self.platform))
-        self.runner = GatewayRunner(self.config, self.db, build_store(self.config, self.db), [self.adapter])
+        self.runner = build_runner(self.config, self.db, build_store(self.config, self.db), [self.adapter])
         webhooks = self.adapter.webhook_handlers()
         if webhooks:  # the gateway's own HTTP server serves the webhook routes
             self.ops = OpsServer("127.0.0.1", self.config.http.port, webhooks=webhooks)

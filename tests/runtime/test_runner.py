@@ -107,12 +107,12 @@ async def test_empty_message_gets_a_clear_answer_in_dm_and_silence_in_groups(tmp
 
 
 async def test_metrics_and_readiness(tmp_path):
-    from gateway.runtime.runner import GatewayRunner
+    from gateway.service.app import build_runner
     from gateway.service.metrics import Metrics
 
     async with Gateway(tmp_path) as gw:
         metrics = Metrics()
-        runner = GatewayRunner(gw.config, gw.db, gw.store, [gw.adapter], clock=gw.clock, metrics=metrics)
+        runner = build_runner(gw.config, gw.db, gw.store, [gw.adapter], clock=gw.clock, metrics=metrics)
         await runner.start()  # the adapter now delivers to this runner
         await gw.adapter.inject("count me", message_id="x1")
         await gw.adapter.deliver(gw.adapter.message("count me", message_id="x1"))

@@ -1,0 +1,141 @@
+"""The commands about the current conversation: /title /undo /retry /compress /status /whoami /stop.
+
+(/help lists the table, so it lives with the table in gateway.commands.) Each handler takes a
+`CommandContext` and returns the reply text, or None when it has nothing to send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from gateway.commands.context import CommandContext, label, title_taken, when
+from gateway.db import TitleTaken, sanitize_title
+from gateway.source import describe_session_key
+
+MAX_UNDO = 50
+
+
+async def cmd_stop(ctx: CommandContext) -> str:
+    # Normally handled on arrival by the runner (never queued); this path runs when idle.
+    return await ctx.services.stop_chat(ctx.key)
+
+
+async def cmd_title(ctx: CommandContext) -> str:
+    entry = await ctx.session()
+    db = ctx.services.db
+    if not ctx.args:
+        session = await db.aread("get_session", entry.session_id)
+        title = session.get("title") if session else None
+        return (
+            f"This conversation is titled “{title}”."
+            if title
+            else (
+                "This conversation has no title yet. Set one with /title <name>; titled conversations are "
+                "easy to /resume."
+            )
+        )
+    wanted = sanitize_title(ctx.args)
+    taken = f"Another conversation is already titled “{wanted}”. Pick a different title."
+    if wanted:
+        taken_by_other: bool = await asyncio.to_thread(title_taken, db, wanted, entry.session_id)
+        if taken_by_other:
+            return taken
+    try:
+        clean = await asyncio.to_thread(db.set_title, entry.session_id, wanted)
+    except TitleTaken:
+        return taken
+    except ValueError as exc:
+        return f"That title can't be used: {exc}"
+    if not clean:
+        return "Title cleared."
+    return f"Titled this conversation “{clean}”. Later, /resume {clean} brings it back."
+
+
+async def cmd_undo(ctx: CommandContext) -> str:
+    n = 1
+    if ctx.args:
+        if not ctx.args.isdigit() or not 1 <= int(ctx.args) <= MAX_UNDO:
+            return f"Usage: /undo [n] — n is a number of exchanges from 1 to {MAX_UNDO}."
+        n = int(ctx.args)
+    entry = await ctx.session()
+    hidden = await asyncio.to_thread(ctx.services.db.rewind, entry.session_id, n)
+    await ctx.services.forget(entry.session_id)
+    if not hidden:
+        return "Nothing to undo in this conversation."
+    what = "exchange" if n == 1 else f"{n} exchanges"
+    return f"Undid the last {what} ({hidden} messages). They are hidden from this conversation but stay in the history."
+
+
+async def cmd_retry(ctx: CommandContext) -> str | None:
+    entry = await ctx.session()
+    services = ctx.services
+    rows = await asyncio.to_thread(services.db.get_messages, entry.session_id)
+    last_user = next((r for r in reversed(rows) if r["role"] == "user"), None)
+    if last_user is None:
+        return "Nothing to retry: this conversation has no message of yours yet."
+    # Hide the last exchange (question and reply) from the conversation; it stays searchable.
+    await asyncio.to_thread(services.db.supersede_after, entry.session_id, last_user["id"] - 1)
+    await services.forget(entry.session_id)
+    await services.agent_turn(ctx.key, ctx.msg, entry, last_user["content"] or "")
+    return None
+
+
+async def cmd_compress(ctx: CommandContext) -> str:
+    entry = await ctx.session()
+    return await ctx.services.compress(ctx.msg, entry.session_id, auto=False)
+
+
+async def cmd_status(ctx: CommandContext) -> str:
+    entry = ctx.existing()
+    services = ctx.services
+    lines = []
+    if entry is None:
+        lines.append("No conversation yet in this chat: send a message to start one.")
+    else:
+        s = await services.db.aread("get_session", entry.session_id)
+        if s is None:
+            lines.append("No conversation yet in this chat: send a message to start one.")
+        else:
+            lines += [
+                f"Session: {s['id']}",
+                f"Title: {s.get('title') or '(none — set one with /title)'}",
+                f"Messages: {s.get('message_count', 0)}",
+                f"Tokens: {s.get('input_tokens', 0)} in, {s.get('output_tokens', 0)} out",
+                f"Started: {when(s.get('started_at'))}; last active: {when(s.get('last_active_at'))}",
+            ]
+            if s.get("parent_session_id"):
+                lines.append(f"Continues: {s['parent_session_id']}")
+    busy_mode, waiting = services.chat_state(ctx.key)
+    lines.append(f"Model: {services.model_settings.describe()}")
+    lines.append(f"When busy: {busy_mode} (waiting here: {waiting})")
+    return "\n".join(lines)
+
+
+async def cmd_whoami(ctx: CommandContext) -> str:
+    services, source = ctx.services, ctx.source
+    store = services.store
+    why = describe_session_key(source, store.group_sessions_per_user, store.thread_sessions_per_user)
+    policy = store.policies.for_source(source)
+    lines = [
+        f"You: {source.user_name or '-'} (id {source.person_id or 'unknown'} on {source.platform.value})"
+        + (", admin" if ctx.is_admin else ""),
+        f"Session key: {ctx.key}",
+        f"Why: {why}.",
+        f"Reset policy: {policy.describe()}.",
+    ]
+    entry = ctx.existing()
+    session = await services.db.aread("get_session", entry.session_id) if entry else None
+    if session is not None:
+        lines.append(f"Current session: {label(session)}")
+        due = policy.next_reset_why(float(session["last_active_at"]))
+        if due is not None:
+            at = datetime.fromtimestamp(due[0], policy.tz).strftime("%Y-%m-%d %H:%M %Z")
+            lines.append(
+                f"Next reset: {at}, if the conversation is idle until then"
+                if due[1] == "idle"
+                else f"Next reset: {at} (the daily reset)"
+            )
+    else:
+        lines.append("Current session: none yet.")
+    return "\n".join(lines)

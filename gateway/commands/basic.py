@@ -109,6 +109,8 @@ async def cmd_status(ctx: CommandContext) -> str:
     busy_mode, waiting = services.chat_state(ctx.key)
     lines.append(f"Model: {services.model_settings.describe()}")
     lines.append(f"When busy: {busy_mode} (waiting here: {waiting})")
+    if services.ops_url:
+        lines.append(f"Ops: {services.ops_url} (/healthz, /readyz, /metrics)")
     return "\n".join(lines)
 
 

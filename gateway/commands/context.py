@@ -51,6 +51,7 @@ class ChatServices(Protocol):
     db: SessionDB
     store: SessionStore
     model_settings: ModelSettings
+    ops_url: str | None  # the ops HTTP server's address, once it listens
     single_owner: bool
     clock: Callable[[], float]
 

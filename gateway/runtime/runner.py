@@ -27,7 +27,7 @@ from gateway.runtime.turn import TurnRunner
 from gateway.sessions.access import AccessControl
 from gateway.sessions.dedup import Dedup
 from gateway.sessions.store import SessionEntry, SessionStore
-from gateway.source import InvalidSessionSource, Platform
+from gateway.source import InvalidSessionSource, Platform, SessionSource
 from platforms.base import AdapterHealth, InboundMessage
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,9 @@ class GatewayRunner:
         self._side: set[asyncio.Task] = set()
         self._listings: OrderedDict[str, list[str]] = OrderedDict()  # key -> ids shown by bare /resume
         self._refused: OrderedDict[str, float] = OrderedDict()
+        self._lane_sources: dict[str, SessionSource] = {}  # key -> the chat a lane serves (for chat_idle)
         self._stopping = False
+        self.ops_url: str | None = None  # the ops HTTP server's address once it listens (/status shows it)
         if metrics is not None:
             metrics.set_gauge_fn("queue_depth", self.queue_depth)
             metrics.set_gauge_fn("agent_cache_size", self.cache_size)
@@ -190,6 +192,7 @@ class GatewayRunner:
                     clock=self.clock,
                 )
             self.lanes[key] = lane
+            self._lane_sources[key] = source
             self._idle.clear()
         lane.push(msg)
 
@@ -274,6 +277,10 @@ class GatewayRunner:
     def lane_idle(self, lane: ChatLane) -> None:
         if self.lanes.get(lane.key) is lane:
             del self.lanes[lane.key]
+            source = self._lane_sources.pop(lane.key, None)
+            adapter = self.adapters.get(source.platform.value) if source is not None else None
+            if adapter is not None and source is not None:
+                adapter.chat_idle(source)
         if not self.lanes:
             self._idle.set()
 

@@ -99,7 +99,7 @@ def create_adapter(
     settings = config.adapter_config(name)
     try:
         if name == "local":
-            return cls(settings, input=stdin, output=stdout)
+            return cls(settings, input=stdin, output=stdout, history=config.home / "terminal_history")
         return cls(settings)
     except (ValueError, TypeError) as exc:
         raise AppError(f"platforms.{name}: {exc}") from exc
@@ -117,6 +117,8 @@ class App:
     metrics: Metrics
     ops: OpsServer | None = None
     maintenance: Maintenance | None = None
+    # Lines meant for the person at the console (the CLI prints them), not for the log.
+    announce: Callable[[str], None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
 
@@ -137,6 +139,10 @@ class App:
                     raise AppError(f"{exc}; webhooks need it") from None
                 log.warning("%s; running without the ops HTTP server", exc)
                 self.ops = None
+        if self.ops is not None:
+            self.runner.ops_url = self.ops.url
+            if self.ops.requested_port == 0 and self.announce is not None:  # picked now: say where
+                self.announce(f"chinwag: ops http on {self.ops.url} (/healthz, /readyz, /metrics)")
         tune_gc()  # a process-wide choice: made here, where the process is assembled
         await self.runner.start()
         storage = self.config.storage
@@ -201,6 +207,9 @@ class App:
         return 0
 
     def _on_signal(self, sig: int) -> None:
+        if sig == signal.SIGINT and any(adapter.interrupt() for adapter in self.adapters):
+            log.info("SIGINT taken by the terminal: the reply being written is stopped")
+            return
         log.info(
             "%s received: shutting down gracefully (running turns get up to %gs; signal again to stop at once)",
             signal.Signals(sig).name,

@@ -30,6 +30,10 @@ class CliError(Exception):
     """A problem with what the user asked for: printed as one line, exit code 2."""
 
 
+class NoData(Exception):
+    """The home holds no database: nothing to read or change, and nothing is created (exit 1)."""
+
+
 # -- plumbing --------------------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("sessions", help="list, search, export, import and maintain stored sessions")
@@ -112,6 +116,9 @@ def _wrap(fn: Any) -> Any:
         except CliError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except NoData as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            return 1
         except (SchemaTooNew, sqlite3.DatabaseError) as exc:  # not the user's typo: exit 1
             print(f"{name}: database {home_from_args(args).db_path}: {exc}", file=sys.stderr)
             return 1
@@ -126,12 +133,22 @@ def _wrap(fn: Any) -> Any:
 
 
 @contextmanager
-def _open_db(args: argparse.Namespace, mirrors: bool = False) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
-    """The DB of this home; with `mirrors`, changes are mirrored to the files as the daemon does."""
+def _open_db(
+    args: argparse.Namespace, mirrors: bool = False, create: bool = False
+) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
+    """The DB of this home; with `mirrors`, changes are mirrored to the files as the daemon does.
+    Only `create` (import) may make a home that is not there: asking must never leave data behind."""
     try:
         home = home_from_args(args)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    if not create and not home.db_path.exists():
+        raise NoData(
+            f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
+            "`chinwag sessions import` makes it; --home DIR names another)"
+        )
+    if create:
+        home.ensure()  # owner-only, before the database is made inside it
     db = SessionDB(home.db_path)
     m = Mirrors(home, db) if mirrors else None
     try:
@@ -494,7 +511,7 @@ def parse_import(lines: list[str], db: SessionDB, skip_existing: bool) -> tuple[
 
 def cmd_import(args: argparse.Namespace) -> int:
     lines = _read_lines(args.file)
-    with _open_db(args, mirrors=True) as (_, db, mirrors):
+    with _open_db(args, mirrors=True, create=True) as (_, db, mirrors):
         records, line_of = parse_import(lines, db, args.skip_existing)
         fresh = [r for r in records if db.get_session(r["session"]["id"]) is None]
         print(f"importing {len(records)} session(s)…", file=sys.stderr)

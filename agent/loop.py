@@ -84,6 +84,7 @@ class Agent:
         retries: int = 2,
         retry_backoff: float = 1.0,
         temperature: float | None = None,
+        owns_client: bool = False,
     ) -> None:
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
@@ -95,15 +96,19 @@ class Agent:
         self.retries = retries
         self.retry_backoff = retry_backoff
         self.temperature = temperature
+        # Agents normally borrow the gateway's shared client (gateway.runtime.agent_factory):
+        # closing it here would break every other agent's next call.
+        self.owns_client = owns_client
 
     async def close(self) -> None:
-        if self.client is not None:
+        """Close the model client if this agent owns it; a borrowed one stays open."""
+        if self.client is not None and self.owns_client:
             await self.client.close()
 
     async def run_turn(
         self,
         history: list[dict[str, Any]],
-        user_text: str,
+        user_text: str | list[dict[str, Any]],  # text, or text and image parts
         ctx: ToolContext,
         on_message: OnMessage,
         steer: asyncio.Queue[str] | None = None,
@@ -124,7 +129,7 @@ class Agent:
         # messages, or one mid-conversation, are refused by some compatible servers' chat templates.
         notes = [m["content"] for m in earlier if m["role"] == "system" and m.get("content")]
         system = "\n\n".join([self.system_prompt, *notes])
-        conversation = [{"role": "system", "content": system}]
+        conversation: list[dict[str, Any]] = [{"role": "system", "content": system}]
         conversation += [_wire(m) for m in earlier if m["role"] != "system"]
         conversation.append({"role": "user", "content": user_text})
         schemas = self.tools.schemas() or None

@@ -7,6 +7,18 @@
     python bench/recall.py --only en --speed-db /tmp/big.db  # time recall on an existing store (read-only)
     python bench/recall.py --only en --needles 1000000  # answers planted in a 1M-message store: found?
 
+    python bench/recall.py --split held --semantic local,endpoint   # held-out half, with the semantic stage
+
+Splits (the ranking's constants are chosen on `tune`; `held` is reported as data it never saw):
+LoCoMo tune = conv-26, conv-30, held = conv-41, conv-42, conv-43; MemoryBank-CN tune = its first 4
+labelled users, held = the next 4; MemoryBank-EN (the same histories in English, the CN gold days
+carried over by position) is never tuned on and is reported in both. Every session is in the
+store whatever the split: only the questions scored change.
+
+Rankers: `bm25` (a plain BM25 over whole sessions, in the bench, as a floor), `lexical`
+(find_sessions), and with --semantic `+local` (the in-process model) and `+endpoint` (the same
+model behind a fake OpenAI-compatible /embeddings server on 127.0.0.1, through the openai client).
+
 Data is read from ../shared/data next to the repository (override with CHINWAG_DATA); nothing
 is copied into the repository. Each run builds a fresh store in a temporary directory.
 
@@ -41,13 +53,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway.db import SessionDB
 from gateway.recall.rank import find_sessions
 from gateway.storage.fts import parse_query
-
-REFERENCE = {
-    "locomo content words": {"any@1": 0.53, "any@5": 0.79, "all@5": 0.68, "MRR": 0.63},
-    "locomo raw question": {"any@1": 0.0, "any@5": 0.0, "all@5": 0.0, "MRR": 0.0},
-    "cn keyword query": {"any@1": 0.04, "any@5": 0.13, "MRR": 0.07},
-    "cn raw question": {"any@1": 0.0, "any@5": 0.0, "MRR": 0.0},
-}
 
 
 def data_dir() -> Path:
@@ -166,109 +171,292 @@ class Tally:
         return "  ".join(f"{self.get(k):.3f}" for k in keys) + f"  {self.n:5d}  {self.empty:5d}"
 
 
-def bench_locomo(misses: int) -> dict[str, Tally]:
+LOCOMO_TUNE = ("conv-26", "conv-30")
+MB_TUNE_USERS = 4  # the first labelled MemoryBank users are the tune split, the next ones held out
+
+
+class PlainBM25:
+    """A plain BM25 over whole sessions (words; Han bigrams), the floor every ranking must beat."""
+
+    def __init__(self, docs: dict[str, str], owner: dict[str, str]) -> None:
+        import math
+
+        self.owner = owner
+        self.tf = {sid: self._count(text) for sid, text in docs.items()}
+        self.len = {sid: sum(c.values()) for sid, c in self.tf.items()}
+        self.avg = sum(self.len.values()) / max(1, len(self.len))
+        df: dict[str, int] = defaultdict(int)
+        for counts in self.tf.values():
+            for t in counts:
+                df[t] += 1
+        n = len(self.tf)
+        self.idf = {t: math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+
+    @staticmethod
+    def _tokens(text: str) -> list[str]:
+        from gateway.storage.fts import ENGLISH_STOP_WORDS
+
+        text = text.lower()
+        words = [w for w in re.findall(r"[a-z0-9]+", text) if w not in ENGLISH_STOP_WORDS]
+        for run in re.findall(r"[\u4e00-\u9fff]+", text):
+            words += [run[i : i + 2] for i in range(max(1, len(run) - 1))]
+        return words
+
+    def _count(self, text: str) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for t in self._tokens(text):
+            counts[t] += 1
+        return counts
+
+    def rank(self, query: str, person: str | None) -> list[str]:
+        terms = set(self._tokens(query))
+        scores = {}
+        for sid, counts in self.tf.items():
+            if person is not None and self.owner.get(sid) != person:
+                continue
+            norm = 1.2 * (0.25 + 0.75 * self.len[sid] / self.avg)
+            score = sum(self.idf[t] * counts[t] * 2.2 / (counts[t] + norm) for t in terms if t in counts)
+            if score > 0:
+                scores[sid] = score
+        return sorted(scores, key=lambda k: -scores[k])[:5]
+
+
+class EndpointServer:
+    """tests/fakes' OpenAI-compatible server with the local model behind its /embeddings, on its own
+    event loop thread (the bench calls recall synchronously)."""
+
+    def __init__(self, local) -> None:
+        import asyncio
+        import threading
+
+        from tests.fakes.openai_server import FakeOpenAI
+
+        self.fake = FakeOpenAI()
+
+        def embed(texts: list[str], model: str) -> list[list[float]]:
+            queries = [t.startswith("query: ") for t in texts]
+            out = []
+            for text, is_query in zip(texts, queries):
+                body = text.split(": ", 1)[1] if text.startswith(("query: ", "passage: ")) else text
+                out.append(local.embed([body], "query" if is_query else "passage")[0])
+            return out
+
+        self.fake.embed = embed
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.fake.__aenter__(), self.loop).result()
+
+    def close(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self.fake.__aexit__(None, None, None), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, object], list]:
+    """name -> embedder with its vectors backfilled into `db`; and what to close afterwards."""
+    from gateway.embeddings import EmbeddingSettings, LocalEmbedder, make_embedder
+    from gateway.recall.index import backfill, stats
+
+    out: dict[str, object] = {}
+    closers: list = []
+    local = LocalEmbedder() if wanted else None
+    for name in wanted:
+        if name == "local":
+            embedder = local
+        elif name == "endpoint":
+            server = EndpointServer(local)
+            closers.append(server)
+            settings = EmbeddingSettings(
+                base_url=server.fake.base_url,
+                model="multilingual-e5-small",
+                query_prefix="query: ",
+                passage_prefix="passage: ",
+            )
+            embedder = make_embedder(settings)
+        else:
+            raise SystemExit(f"unknown --semantic provider {name!r} (local, endpoint)")
+        t = time.perf_counter()
+        n = backfill(db, embedder)
+        elapsed = time.perf_counter() - t
+        info = stats(db, embedder.model)
+        print(
+            f"  {name}: embedded {n} messages in {info['windows']} windows in {elapsed:.1f} s "
+            f"({n / max(elapsed, 1e-9):.0f} messages/s), {info['vector_bytes'] / max(1, n):.0f} vector bytes/message"
+        )
+        out[f"+{name}"] = embedder
+    return out, closers
+
+
+def _rankers(db: SessionDB, semantic: list[str]):
+    extra, closers = semantic_rankers(db, semantic)
+    names = ["lexical", *extra]
+
+    def run(name: str, text: str, person: str | None, scoped: bool) -> list[str]:
+        embedder = None if name == "lexical" else extra[name]
+        hits = find_sessions(db, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder)
+        return [h.session_id for h in hits]
+
+    return names, run, closers
+
+
+def _print_table(title: str, tallies: dict[str, Tally], rows: list[tuple[str, str]], keys: tuple[str, ...]) -> None:
+    print(title)
+    print(f"{'':<44}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty")
+    for label, key in rows:
+        if key in tallies:
+            print(f"{label:<44}{tallies[key].row(keys)}")
+
+
+def bench_locomo(misses: int, split: str, semantic: list[str]) -> dict[str, Tally]:
     path = data_dir() / "locomo-dev.json"
     conversations = json.loads(path.read_text())
     keys = ("any@1", "any@5", "all@5", "MRR")
+    tallies: dict[str, Tally] = defaultdict(Tally)
     with tempfile.TemporaryDirectory() as tmp:
         db = SessionDB(Path(tmp) / "locomo.db")
+        closers: list = []
         try:
             t0 = time.perf_counter()
             where = load_locomo(db, conversations)
             load_s = time.perf_counter() - t0
+            print(f"\nLoCoMo: {len(where)} sessions pooled from {len(conversations)} conversations ({load_s:.1f} s)")
+            names, run, closers = _rankers(db, semantic)
+            docs: dict[str, str] = defaultdict(str)
+            owner: dict[str, str] = {}
+            for conv in conversations:
+                c = conv["conversation"]
+                for key in c:
+                    m = re.fullmatch(r"session_(\d+)", key)
+                    if m and c[key]:
+                        sid = f"{conv['sample_id']}_s{int(m.group(1)):02d}"
+                        docs[sid] = " ".join(t.get("text") or "" for t in c[key])
+                        owner[sid] = c["speaker_a"]
+            bm25 = PlainBM25(docs, owner)
             by_ref = {v: k for k, v in where.items()}
-            tallies: dict[str, Tally] = defaultdict(Tally)
-            skipped, shown, latencies = 0, 0, []
+            shown, latencies = 0, []
             for conv in conversations:
                 sample = conv["sample_id"]
+                part = "tune" if sample in LOCOMO_TUNE else "held"
+                if split not in ("all", part):
+                    continue
+                asker = conv["conversation"]["speaker_a"]
                 for qa in conv["qa"]:
                     if qa.get("category") not in (1, 2, 3, 4):
                         continue
                     sessions = {int(n) for e in qa.get("evidence") or [] for n in re.findall(r"D:?(\d+):", e)}
                     gold = {by_ref[(sample, n)] for n in sessions if (sample, n) in by_ref}
                     if not gold:
-                        skipped += 1
                         continue
-                    for mode, text in (
-                        ("raw question", qa["question"]),
-                        ("content words", content_words(qa["question"])),
-                    ):
-                        t = time.perf_counter()
-                        ranked = [h.session_id for h in find_sessions(db, text, limit=5, see_all=True)]
-                        latencies.append(time.perf_counter() - t)
-                        rr = tallies[f"{mode}|all"].add(ranked, gold)
-                        tallies[f"{mode}|cat{qa['category']}"].add(ranked, gold)
-                        if mode == "content words" and rr < 1 and shown < misses:
-                            shown += 1
-                            print(f"  miss: {text!r} gold={sorted(gold)} got={ranked[:3]}")
-                        tallies[f"baseline {mode}|all"].add(message_search_sessions(db, text), gold)
+                    for mode, text in (("raw", qa["question"]), ("content", content_words(qa["question"]))):
+                        for scope in ("pooled", "scoped"):
+                            scoped = scope == "scoped"
+                            tallies[f"bm25|{mode}|{scope}"].add(bm25.rank(text, asker if scoped else None), gold)
+                            for name in names:
+                                t = time.perf_counter()
+                                ranked = run(name, text, asker, scoped)
+                                latencies.append(time.perf_counter() - t)
+                                rr = tallies[f"{name}|{mode}|{scope}"].add(ranked, gold)
+                                if not scoped:
+                                    tallies[f"{name}|{mode}|cat{qa['category']}"].add(ranked, gold)
+                                if name == names[-1] and mode == "raw" and not scoped and rr < 1 and shown < misses:
+                                    shown += 1
+                                    print(f"  miss: {text!r} gold={sorted(gold)} got={ranked[:3]}")
         finally:
+            for closer in closers:
+                closer.close()
             db.close()
     latencies.sort()
-    print(
-        f"\nLoCoMo: {len(where)} sessions pooled from {len(conversations)} conversations "
-        f"(loaded in {load_s:.1f} s); {skipped} questions without evidence skipped"
-    )
-    print(
-        f"query latency: median {1000 * latencies[len(latencies) // 2]:.1f} ms, "
-        f"p95 {1000 * latencies[int(len(latencies) * 0.95)]:.1f} ms"
-    )
-    header = f"{'query':<15}{'subset':<7}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty"
-    print(header)
-    for mode in ("content words", "raw question"):
-        for subset in ("cat1", "cat2", "cat3", "cat4", "all"):
-            tally = tallies.get(f"{mode}|{subset}")
-            if tally:
-                print(f"{mode:<15}{subset:<7}{tally.row(keys)}")
-        base = tallies[f"baseline {mode}|all"]
-        print(f"{'  baseline*':<22}{base.row(keys)}")
-        ref = REFERENCE[f"locomo {mode}"]
-        print(f"{'  reference':<22}" + "  ".join(f"{ref[k]:.3f}" for k in keys))
-    print("  * baseline: this store's message search (db.search_messages, 50 hits), sessions in order of first hit")
-    content, raw = tallies["content words|all"], tallies["raw question|all"]
-    print(
-        f"targets: content any@1 {content.get('any@1'):.3f} >= 0.70, MRR {content.get('MRR'):.3f} >= 0.78; "
-        f"raw MRR {raw.get('MRR'):.3f} >= {0.9 * content.get('MRR'):.3f} (0.9x), raw empty {raw.empty} == 0"
-    )
+    if latencies:
+        print(
+            f"query latency: median {1000 * latencies[len(latencies) // 2]:.1f} ms, "
+            f"p95 {1000 * latencies[int(len(latencies) * 0.95)]:.1f} ms"
+        )
+    rows = []
+    for mode in ("raw", "content"):
+        for scope in ("pooled", "scoped"):
+            for name in ("bm25", *names):
+                rows.append((f"{mode} question, {scope}, {name}", f"{name}|{mode}|{scope}"))
+    for name in names:
+        for cat in ("cat1", "cat2", "cat3", "cat4"):
+            rows.append((f"raw question, pooled, {name}, {cat}", f"{name}|raw|{cat}"))
+    _print_table(f"LoCoMo ({split} split; pooled = all 5 conversations, asked as speaker A)", tallies, rows, keys)
     return tallies
 
 
-def bench_memorybank() -> None:
+def _memorybank_gold(lang: str) -> list[dict]:
+    """The labelled dev questions; for English, the same questions by position (the EN histories
+    are the CN ones translated, day for day)."""
     base = data_dir()
-    users = json.loads((base / "memory_bank_cn.json").read_text())
-    gold_rows = [
-        json.loads(line) for line in (base / "memory_bank_cn_gold.dev.jsonl").read_text().splitlines() if line.strip()
-    ]
-    keys = ("any@1", "any@5", "MRR")
+    gold = [json.loads(x) for x in (base / "memory_bank_cn_gold.dev.jsonl").read_text().splitlines() if x.strip()]
+    if lang == "cn":
+        return gold
+    cn = [json.loads(x) for x in (base / "probing_questions_cn.jsonl").read_text().splitlines() if x.strip()]
+    en = [json.loads(x) for x in (base / "probing_questions_en.jsonl").read_text().splitlines() if x.strip()]
+    position = {}
+    for cn_row, en_row in zip(cn, en):
+        ((cn_name, cn_qs),), ((en_name, en_qs),) = cn_row.items(), en_row.items()
+        for i, q in enumerate(cn_qs):
+            if i < len(en_qs):
+                position[(cn_name, q)] = (en_name, en_qs[i])
+    out = []
+    for row in gold:
+        if (row["user"], row["question"]) in position:
+            name, question = position[(row["user"], row["question"])]
+            out.append({"user": name, "question": question, "gold_days": row["gold_days"], "query": None})
+    return out
+
+
+def bench_memorybank(lang: str, split: str, semantic: list[str]) -> None:
+    base = data_dir()
+    raw_users = json.loads((base / f"memory_bank_{lang}.json").read_text())
+    users = {name.strip(): person for name, person in raw_users.items()}
+    gold_rows = _memorybank_gold(lang)
+    for row in gold_rows:
+        row["user"] = row["user"].strip()
+    labelled = list(dict.fromkeys(r["user"] for r in gold_rows))
+    keys = ("any@1", "any@5", "all@5", "MRR")
+    tallies: dict[str, Tally] = defaultdict(Tally)
     with tempfile.TemporaryDirectory() as tmp:
         db = SessionDB(Path(tmp) / "mb.db")
+        closers: list = []
         try:
             ids = load_memorybank(db, users)
-            tallies: dict[str, Tally] = defaultdict(Tally)
+            print(f"\nMemoryBank-{lang.upper()}: {len(users)} users, {len(ids)} user-day sessions pooled")
+            names, run, closers = _rankers(db, semantic)
+            docs = {
+                sid: " ".join((t.get("query") or "") + " " + (t.get("response") or "") for t in users[u]["history"][d])
+                for (u, d), sid in ids.items()
+            }
+            bm25 = PlainBM25(docs, {sid: u for (u, _), sid in ids.items()})
             for row in gold_rows:
+                part = "tune" if labelled.index(row["user"]) < MB_TUNE_USERS and lang == "cn" else "held"
+                if split not in ("all", part):
+                    continue
                 gold = {ids[(row["user"], d)] for d in row["gold_days"] if (row["user"], d) in ids}
                 if not gold:
                     continue
-                for mode, text in (("raw question", row["question"]), ("keyword query", row["query"])):
-                    for scope, person in (("pooled", None), ("per-user", row["user"])):
-                        hits = find_sessions(db, text, limit=5, see_all=person is None, person_id=person)
-                        tallies[f"{mode}|{scope}"].add([h.session_id for h in hits], gold)
-                    tallies[f"baseline {mode}"].add(message_search_sessions(db, text), gold)
+                modes = [("raw", row["question"])] + ([("keyword", row["query"])] if row.get("query") else [])
+                for mode, text in modes:
+                    for scope in ("pooled", "scoped"):
+                        scoped = scope == "scoped"
+                        tallies[f"bm25|{mode}|{scope}"].add(bm25.rank(text, row["user"] if scoped else None), gold)
+                        for name in names:
+                            tallies[f"{name}|{mode}|{scope}"].add(run(name, text, row["user"], scoped), gold)
         finally:
+            for closer in closers:
+                closer.close()
             db.close()
-    n_sessions = len(ids)
-    print(f"\nMemoryBank-CN: {len(users)} users, {n_sessions} user-day sessions pooled; {len(gold_rows)} dev questions")
-    print(f"{'query':<15}{'scope':<10}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty")
-    for mode in ("keyword query", "raw question"):
-        for scope in ("pooled", "per-user"):
-            print(f"{mode:<15}{scope:<10}{tallies[f'{mode}|{scope}'].row(keys)}")
-        print(f"{'  baseline*':<25}{tallies[f'baseline {mode}'].row(keys)}")
-        ref = REFERENCE[f"cn {mode}"]
-        print(f"{'  reference':<25}" + "  ".join(f"{ref[k]:.3f}" for k in keys))
-    print("  * baseline: db.search_messages (50 hits), sessions in order of first hit, pooled")
-    print(
-        f"targets (pooled): keyword any@5 {tallies['keyword query|pooled'].get('any@5'):.3f} >= 0.85, "
-        f"raw any@5 {tallies['raw question|pooled'].get('any@5'):.3f} >= 0.85"
+    rows = [
+        (f"{mode} question, {scope}, {name}", f"{name}|{mode}|{scope}")
+        for mode in ("raw", "keyword")
+        for scope in ("pooled", "scoped")
+        for name in ("bm25", *names)
+    ]
+    held = "all held out" if lang == "en" else f"{split} split"
+    _print_table(
+        f"MemoryBank-{lang.upper()} ({held}; pooled = everyone's sessions, asked as the user)", tallies, rows, keys
     )
 
 
@@ -455,8 +643,10 @@ def bench_needles(n_messages: int, n_needles: int = 200) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=("en", "cn"))
-    parser.add_argument("--misses", type=int, default=0, help="print the first N LoCoMo content-word misses")
+    parser.add_argument("--only", choices=("en", "cn", "mb-en"))
+    parser.add_argument("--split", choices=("tune", "held", "all"), default="all")
+    parser.add_argument("--semantic", default="", help="comma separated: local, endpoint (needs the local model)")
+    parser.add_argument("--misses", type=int, default=0, help="print the first N LoCoMo raw-question misses")
     parser.add_argument(
         "--speed",
         type=int,
@@ -475,10 +665,13 @@ def main() -> None:
         help="also measure recall of answers planted in a synthetic store of N messages",
     )
     args = parser.parse_args()
+    semantic = [s.strip() for s in args.semantic.split(",") if s.strip()]
     if args.only in (None, "en"):
-        bench_locomo(args.misses)
+        bench_locomo(args.misses, args.split, semantic)
     if args.only in (None, "cn"):
-        bench_memorybank()
+        bench_memorybank("cn", args.split, semantic)
+    if args.only in (None, "mb-en"):
+        bench_memorybank("en", args.split, semantic)
     if args.speed:
         bench_speed(args.speed)
     if args.needles:

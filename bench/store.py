@@ -4,6 +4,13 @@ twice inline — a word index and a trigram index over all content, kept by trig
 
     python bench/store.py                 # 100k messages
     python bench/store.py --sizes 100000 1000000
+    python bench/store.py --sizes --list-sessions 0 --appends 20000 --fresh 20000   # write path only
+
+The write path (`--appends`): one chat appending one message at a time (each waits for its commit)
+and 100 chats at once, each beside the naive baseline in the same run: appends/s, the WAL file's
+peak and its size after 5 s idle, WAL bytes written per message (read from the wal-index header
+around each commit: frames appended) and DB bytes per message. `--fresh`: a 2-character Chinese
+query on a store measured right after its ingest, before any optimize.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.corpus import PLANTED, generate
 from gateway.db import SessionDB
+from gateway.storage.writer import WalFile
 
 QUERIES = {
     "word": ["docker", "timeout", "rollback", "webhook", "quokka"],
@@ -290,6 +298,193 @@ def bench_size(n: int, workdir: str, rounds: int, naive_rounds: int) -> None:
     naive.close()
 
 
+# --- the write path ---------------------------------------------------------------------------
+class WalWatch:
+    """Samples the -wal file's size (peak) from a thread, and counts the frames a connection
+    appends around each of its commits (sequential writers only)."""
+
+    def __init__(self, path: str) -> None:
+        self.wal = WalFile(path, 4096)
+        self.peak, self.frames_bytes = 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self.wal.file_bytes())
+
+    def around(self, fn) -> None:
+        before = self.wal.position()
+        fn()
+        after = self.wal.position()
+        if after is not None:
+            added = after[0] if before is None or before[1] != after[1] else after[0] - before[0]
+            self.frames_bytes += added * (4096 + 24)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.wal.file_bytes())
+        return self.peak
+
+
+def fresh(path: str) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+
+
+def write_texts(n: int) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in generate(n, seed=11)]
+
+
+def bench_writes(n: int, chats: int, workdir: str) -> None:
+    print(f"\n=== write path: {n:,} appends, one chat, then {chats} chats at once ===", flush=True)
+    texts = write_texts(n)
+    rows = []
+    # ours, one chat
+    path = os.path.join(workdir, "writes_ours.db")
+    fresh(path)
+    db = SessionDB(path)
+    db.create_session("one", "local")
+    watch = WalWatch(path)
+    t = time.perf_counter()
+    for role, text in texts:
+        db.append_message("one", role, text)
+    seconds = time.perf_counter() - t
+    peak = watch.stop()
+    written = db.wal_stats()["wal_written_bytes"]
+    time.sleep(5)
+    rows.append(("ours", "one chat", rate(n, seconds), peak, db.wal_bytes(), written / n, file_bytes(path) / n))
+    db.close()
+    # naive, one chat
+    path = os.path.join(workdir, "writes_naive.db")
+    fresh(path)
+    conn = naive_connect(path)
+    conn.executescript(NAIVE_SCHEMA)
+    watch = WalWatch(path)
+    t = time.perf_counter()
+    for role, text in texts:
+        watch.around(lambda: naive_append(conn, "one", role, text))
+    seconds = time.perf_counter() - t
+    peak = watch.stop()
+    time.sleep(5)
+    rows.append(("naive", "one chat", rate(n, seconds), peak, WalFile(path, 0).file_bytes(), watch.frames_bytes / n))
+    rows[-1] += (file_bytes(path) / n,)
+    conn.close()
+
+    per_chat = max(1, n // chats)
+    # ours, many chats
+    path = os.path.join(workdir, "writes_ours_many.db")
+    fresh(path)
+    db = SessionDB(path)
+
+    async def many() -> float:
+        await asyncio.gather(*(db.acreate_session(f"c{c}", "telegram") for c in range(chats)))
+
+        async def chat(c: int) -> None:
+            for i in range(per_chat):
+                role, text = texts[(c * per_chat + i) % n]
+                await db.aappend_message(f"c{c}", role, text)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(chat(c) for c in range(chats)))
+        return time.perf_counter() - t0
+
+    watch = WalWatch(path)
+    written0 = db.wal_stats()["wal_written_bytes"]
+    seconds = asyncio.run(many())
+    peak = watch.stop()
+    written = db.wal_stats()["wal_written_bytes"] - written0
+    time.sleep(5)
+    total = per_chat * chats
+    rows.append(
+        (
+            "ours",
+            f"{chats} chats",
+            rate(total, seconds),
+            peak,
+            db.wal_bytes(),
+            written / total,
+            file_bytes(path) / total,
+        )
+    )
+    db.close()
+    # naive, many chats (a thread and a connection each, as the reference does)
+    path = os.path.join(workdir, "writes_naive_many.db")
+    fresh(path)
+    conn = naive_connect(path)
+    conn.executescript(NAIVE_SCHEMA)
+
+    def chat_thread(c: int) -> None:
+        own = naive_connect(path)
+        for i in range(per_chat):
+            role, text = texts[(c * per_chat + i) % n]
+            naive_append(own, f"c{c}", role, text)
+        own.close()
+
+    threads = [threading.Thread(target=chat_thread, args=(c,)) for c in range(chats)]
+    watch = WalWatch(path)
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    seconds = time.perf_counter() - t
+    peak = watch.stop()
+    time.sleep(5)
+    rows.append(("naive", f"{chats} chats", rate(total, seconds), peak, WalFile(path, 0).file_bytes(), None))
+    rows[-1] += (file_bytes(path) / total,)
+    conn.close()
+
+    mb = 1024 * 1024
+    print(f"  {'':6} {'':10} {'appends/s':>10} {'WAL peak':>10} {'WAL idle 5s':>12} {'WAL/msg':>10} {'DB/msg':>9}")
+    for who, what, per_s, peak, idle, wal_per, db_per in rows:
+        per = f"{wal_per / 1024:8.1f} KB" if wal_per is not None else f"{'n/a':>11}"
+        print(
+            f"  {who:6} {what:10} {per_s:10,.0f} {peak / mb:8.1f} MB {idle / mb:9.1f} MB {per} {db_per / 1024:6.1f} KB"
+        )
+    print(
+        f"  ratio ours/naive: one chat {rows[0][2] / rows[1][2]:.2f}x (target >= 1.5x), "
+        f"{chats} chats {rows[2][2] / rows[3][2]:.2f}x (target >= 10x); "
+        f"WAL/msg one chat {rows[0][5] / rows[1][5]:.2f}x",
+        flush=True,
+    )
+
+
+def bench_fresh_query(n: int, workdir: str, rounds: int) -> None:
+    """A 2-character Chinese query on a store measured right after its ingest (no optimize)."""
+    print(f"\n=== a 2-character Chinese query right after ingesting {n:,} messages ===", flush=True)
+    messages = corpus_with_facts(n)
+    ours_path, naive_path = os.path.join(workdir, f"fresh_ours_{n}.db"), os.path.join(workdir, f"fresh_naive_{n}.db")
+    fresh(ours_path)
+    fresh(naive_path)
+    db = SessionDB(ours_path)
+    sessions = sorted({m.session for m in messages})
+
+    async def load() -> None:
+        await asyncio.gather(*(db.acreate_session(f"s{s:07d}", "telegram") for s in sessions))
+        for start in range(0, len(messages), 5000):
+            await asyncio.gather(
+                *(db.aappend_message(f"s{m.session:07d}", m.role, m.content) for m in messages[start : start + 5000])
+            )
+
+    asyncio.run(load())
+    naive = naive_connect(naive_path)
+    naive.executescript(NAIVE_SCHEMA)
+    for m in messages:
+        naive_append(naive, f"s{m.session:07d}", m.role, m.content)
+    segments = db.read(lambda c: c.execute("SELECT count(*) FROM messages_fts_idx").fetchone()[0])
+    queries = ["部署", "机房", "钢琴"]
+    op50, op99, _ = latencies(lambda q: db.search_messages(q, limit=20), queries, rounds)
+    np50, np99, _ = latencies(lambda q: naive_search(naive, q), queries, rounds)
+    print(f"  ours  p50 {op50:6.2f} ms  p99 {op99:6.2f} ms   (word index: {segments} segment entries)")
+    print(f"  naive p50 {np50:6.2f} ms  p99 {np99:6.2f} ms   ratio naive/ours p50 {np50 / op50:.2f}x (target >= 1)")
+    db.close()
+    naive.close()
+
+
 def bench_sessions(n: int, workdir: str) -> None:
     """list_sessions_rich over `n` sessions of 1,000 people, three messages each."""
     print(f"\n=== list_sessions_rich over {n:,} sessions ===", flush=True)
@@ -345,12 +540,19 @@ def main() -> None:
     parser.add_argument(
         "--list-sessions", type=int, default=100_000, help="sessions for the listing benchmark (0: skip)"
     )
+    parser.add_argument("--appends", type=int, default=5000, help="write-path appends (0: skip)")
+    parser.add_argument("--chats", type=int, default=100)
+    parser.add_argument("--fresh", type=int, default=20_000, help="fresh-ingest query store size (0: skip)")
     parser.add_argument("--workdir", default=None, help="where the databases go (default: a temp dir, removed)")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="chinwag-bench-")
     os.makedirs(workdir, exist_ok=True)
     print(f"SQLite {sqlite3.sqlite_version}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, dir {workdir}")
     try:
+        if args.appends:
+            bench_writes(args.appends, args.chats, workdir)
+        if args.fresh:
+            bench_fresh_query(args.fresh, workdir, args.rounds)
         if args.list_sessions:
             bench_sessions(args.list_sessions, workdir)
         for n in args.sizes:

@@ -1,9 +1,13 @@
-"""`SessionDB`: the SQLite source of truth for sessions and messages.
+"""`SessionDB`: the SQLite source of truth for sessions and messages, and the face of storage.
 
-Writes go through one `GroupCommitWriter` thread (see gateway/writer.py): a write returns once it is
-committed, and concurrent writes from many chats share one transaction. Reads use one connection
-per thread, so they never wait for the writer (WAL). Sync methods block the calling thread; the
-`a…` variants await the same write without blocking the event loop.
+Writes go through one `GroupCommitWriter` thread (see gateway/storage/writer.py): a write returns
+once it is committed, and concurrent writes from many chats share one transaction. Reads use one
+connection per thread, so they never wait for the writer (WAL). Sync methods block the calling
+thread; the `a…` variants await the same write without blocking the event loop.
+
+The SQL lives below this face, as functions of a connection: reads in gateway/storage/queries.py,
+writes in gateway/storage/rows.py (retention, import/export beside them). This class owns the
+connections and the writer and runs those functions on them; it adds no rule of its own.
 """
 
 from __future__ import annotations
@@ -11,32 +15,44 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import secrets
 import sqlite3
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from gateway.storage import queries, retention, search, transfer
-from gateway.storage.fts import ident_text, index_text
-from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, SchemaTooNew, migrate
-from gateway.storage.writer import Checkpointer, CommitListener, GroupCommitWriter
+from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
+from gateway.storage import media, queries, retention, rows, search, transfer
+from gateway.storage.connect import connect as _connect
+from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
+from gateway.storage.indexer import DeferredIndex, run_catch_up
+from gateway.storage.media import AttachmentRow
+from gateway.storage.queries import Session
+from gateway.storage.rows import MAX_CONTENT_CHARS, PREVIEW_CHARS, mark_seen, sanitize_title
+from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, is_visible, migrate, visible_sql
+from gateway.storage.writer import CommitListener, GroupCommitWriter, wal_file_bytes
 
-__all__ = ["SessionDB", "UnknownSession", "TitleTaken", "SchemaTooNew", "new_session_id"]
+__all__ = [
+    "SessionDB",
+    "Session",
+    "CommitEvent",
+    "UnknownSession",
+    "TitleTaken",
+    "SchemaTooNew",
+    "new_session_id",
+    "sanitize_title",
+    "mark_seen",
+    "MAX_CONTENT_CHARS",
+    "PREVIEW_CHARS",
+    "ROLES",
+    "VISIBLE",
+    "visible_sql",
+    "is_visible",
+    "IN_CONVERSATION",
+]
 
-MAX_CONTENT_CHARS = 4_000_000
-PREVIEW_CHARS = 200
-
-
-class UnknownSession(KeyError):
-    def __str__(self) -> str:
-        return f"no session with id {self.args[0]!r}"
-
-
-class TitleTaken(ValueError):
-    pass
+T = TypeVar("T")
 
 
 def new_session_id(now: float | None = None) -> str:
@@ -44,47 +60,9 @@ def new_session_id(now: float | None = None) -> str:
     return f"{stamp:%Y%m%d_%H%M%S}_{secrets.token_hex(4)}"
 
 
-def sanitize_title(title: str | None) -> str | None:
-    if title is None:
-        return None
-    text = re.sub(r"[\x00-\x1f\x7f\u200b-\u200f\u2028-\u202e\ufeff]", " ", str(title))
-    text = " ".join(text.split())[:TITLE_MAX].strip()
-    return text or None
-
-
-def _connect(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-    conn.row_factory = sqlite3.Row
-    for pragma in (
-        "busy_timeout = 30000",
-        "foreign_keys = ON",
-        "synchronous = FULL",  # WAL + FULL: a committed append survives power loss
-        "cache_size = -32000",
-        "temp_store = MEMORY",
-    ):
-        conn.execute(f"PRAGMA {pragma}")
-    return conn
-
-
-def mark_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
-    """Remember an inbound event id (in the caller's transaction); True if it was new."""
-    return (
-        conn.execute(
-            "INSERT OR IGNORE INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
-            (str(platform), str(event_id), time.time()),
-        ).rowcount
-        == 1
-    )
-
-
-def _json_or_none(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
 class SessionDB:
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, **writer_options: Any) -> None:
+        """`writer_options`: GroupCommitWriter's `checkpoint_bytes` and `idle_seconds`."""
         self.path = os.fspath(path)
         if self.path != ":memory:":
             # Owner-only: it holds conversations. SQLite gives the -wal and -shm files the mode
@@ -96,27 +74,39 @@ class SessionDB:
         try:
             setup.execute("PRAGMA journal_mode = WAL")
             migrate(setup, path=self.path)
+            run_catch_up(setup)  # messages a crash left unindexed (gateway/storage/indexer.py)
         finally:
             setup.close()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._writer = GroupCommitWriter(self._writer_connection)
-        self._checkpointer = Checkpointer(lambda: _connect(self.path))
+        self._index = DeferredIndex()
+        self._writer = GroupCommitWriter(lambda: _connect(self.path), **writer_options)
+        self._writer.add_listener(self._index.on_commit)
+        self._writer.add_upkeep(self._index.upkeep)
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------------------------
-    def _writer_connection(self) -> sqlite3.Connection:
-        conn = _connect(self.path)
-        conn.execute("PRAGMA wal_autocheckpoint = 0")  # the Checkpointer thread does it, off the commit path
-        return conn
+    def wal_bytes(self) -> int:
+        """Size of the write-ahead log file (the writer keeps it bounded)."""
+        return wal_file_bytes(self.path) if self.path != ":memory:" else 0
+
+    def wal_stats(self) -> dict[str, int]:
+        """The log file's size now, and what the writer did with it (gateway/storage/writer.py)."""
+        w = self._writer
+        return {
+            "wal_bytes": self.wal_bytes(),
+            "wal_peak_bytes": w.wal_peak_bytes,
+            "wal_written_bytes": w.wal_written_bytes,
+            "checkpoints": w.checkpoints,
+            "checkpoints_busy": w.checkpoints_busy,
+        }
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._writer.close()
-        self._checkpointer.close()
         with self._readers_lock:
             for conn in self._readers:
                 try:
@@ -141,8 +131,9 @@ class SessionDB:
                 self._readers.append(conn)
         return conn
 
-    def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run fn(conn) on this thread's read connection, in one snapshot."""
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run fn(conn) on this thread's read connection, in one snapshot. For a read that uses
+        the full-text indexes, `search_read`."""
         conn = self._reader()
         conn.execute("BEGIN")
         try:
@@ -150,19 +141,34 @@ class SessionDB:
         finally:
             conn.execute("COMMIT")
 
-    async def aread(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Await any read method in a worker thread: `await db.aread("get_session", sid)`."""
-        return await asyncio.to_thread(getattr(self, method), *args, **kwargs)
+    def search_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`read`, in a snapshot whose full-text indexes hold every message committed so far (the
+        indexer fills them in batches after the commit: gateway/storage/indexer.py). Point reads
+        use `read`, which never waits for the indexer."""
+        if self._index.needed and threading.current_thread() is not self._writer.thread:
+            self.write(self._index.catch_up)
+        return self.read(fn)
 
-    def write(self, op: Callable[[sqlite3.Connection, list], Any]) -> Any:
+    async def aread(self, read: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Await a read in a worker thread: a bound method (`await db.aread(db.get_session, sid)`,
+        which type checkers can follow) or, as callers did before, its name (`"get_session"`)."""
+        fn = getattr(self, read) if isinstance(read, str) else read
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def write(self, op: WriteOp[T]) -> T:
         """Run op(conn, events) in the writer's transaction; return once committed."""
         return self._writer.submit(op).result()
 
-    async def awrite(self, op: Callable[[sqlite3.Connection, list], Any]) -> Any:
+    async def awrite(self, op: WriteOp[T]) -> T:
         return await self._writer.submit_async(op)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
-        self._writer.add_listener(listener)
+        def public(events: list[CommitEvent]) -> None:  # the indexer's own events stay with it
+            shown = [event for event in events if not isinstance(event, INDEXER_EVENTS)]
+            if shown:
+                listener(shown)
+
+        self._writer.add_listener(public)
 
     @property
     def commit_stats(self) -> tuple[int, int]:
@@ -170,227 +176,102 @@ class SessionDB:
         return self._writer.batches, self._writer.ops
 
     # -- sessions: writes ------------------------------------------------------------------------
-    def op_create_session(self, session_id: str, source: str, fields: dict) -> Callable:
-        unknown = set(fields) - set(SESSION_FIELDS)
-        if unknown:
-            raise TypeError(f"unknown session field(s): {', '.join(sorted(unknown))}")
-        if not session_id or not isinstance(session_id, str):
-            raise ValueError("session_id must be a non-empty string")
-        values = dict(fields)
-        if "title" in values:
-            values["title"] = sanitize_title(values["title"])
-        now = time.time()
-        started = float(values.pop("started_at", None) or now)
-        source = str(getattr(source, "value", source))
-
-        def op(conn: sqlite3.Connection, events: list) -> None:
-            cols = ["id", "source", "started_at", "last_active_at", *values]
-            params = [session_id, source, started, started, *values.values()]
-            updates = ", ".join(["source = excluded.source", *(f"{c} = excluded.{c}" for c in values)])
-            try:
-                conn.execute(
-                    f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-                    f"ON CONFLICT(id) DO UPDATE SET {updates}",
-                    params,
-                )
-            except sqlite3.IntegrityError as exc:
-                raise TitleTaken(f"title {values.get('title')!r} is already used") from exc
-            if values.get("user_id"):
-                conn.execute(
-                    "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
-                    (session_id, values["user_id"]),
-                )
-            events.append(("session", {"id": session_id}))
-
-        return op
-
     def create_session(self, session_id: str, source: str, **fields: Any) -> None:
-        self.write(self.op_create_session(session_id, source, fields))
+        self.write(rows.op_create_session(session_id, source, fields))
 
     async def acreate_session(self, session_id: str, source: str, **fields: Any) -> None:
-        await self.awrite(self.op_create_session(session_id, source, fields))
-
-    def _update_session(self, session_id: str, sql: str, params: Iterable) -> Callable:
-        def op(conn: sqlite3.Connection, events: list) -> None:
-            if conn.execute(sql, (*params, session_id)).rowcount == 0:
-                raise UnknownSession(session_id)
-            events.append(("session", {"id": session_id}))
-
-        return op
-
-    def _op_end(self, session_id: str, reason: str) -> Callable:
-        return self._update_session(
-            session_id, "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ?", (time.time(), reason)
-        )
+        await self.awrite(rows.op_create_session(session_id, source, fields))
 
     def end_session(self, session_id: str, reason: str = "ended") -> None:
-        self.write(self._op_end(session_id, reason))
+        self.write(rows.op_end(session_id, reason))
 
     async def aend_session(self, session_id: str, reason: str = "ended") -> None:
-        await self.awrite(self._op_end(session_id, reason))
-
-    def _op_reopen(self, session_id: str) -> Callable:
-        return self._update_session(
-            session_id, "UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", ()
-        )
+        await self.awrite(rows.op_end(session_id, reason))
 
     def reopen_session(self, session_id: str) -> None:
-        self.write(self._op_reopen(session_id))
-
-    def _op_tokens(self, session_id: str, input_tokens: int, output_tokens: int) -> Callable:
-        return self._update_session(
-            session_id,
-            "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = ?",
-            (int(input_tokens or 0), int(output_tokens or 0)),
-        )
+        self.write(rows.op_reopen(session_id))
 
     def add_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        self.write(self._op_tokens(session_id, input_tokens, output_tokens))
+        self.write(rows.op_add_tokens(session_id, input_tokens, output_tokens))
 
     async def aadd_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        await self.awrite(self._op_tokens(session_id, input_tokens, output_tokens))
+        await self.awrite(rows.op_add_tokens(session_id, input_tokens, output_tokens))
 
     def set_title(self, session_id: str, title: str | None) -> str | None:
-        clean = sanitize_title(title)
-
-        def op(conn: sqlite3.Connection, events: list) -> str | None:
-            try:
-                changed = conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id)).rowcount
-            except sqlite3.IntegrityError:
-                raise TitleTaken(f"another session is already titled {clean!r}") from None
-            if not changed:
-                raise UnknownSession(session_id)
-            events.append(("session", {"id": session_id}))
-            return clean
-
-        return self.write(op)
+        """Set (None: clear) a title; returns it as stored. TitleTaken: another session has it in
+        some letter case."""
+        return self.write(rows.op_set_title(session_id, title))
 
     # -- messages: writes ------------------------------------------------------------------------
-    def op_append(
-        self, session_id: str, role: str, content: Any, fields: dict, seen_event: tuple[str, str] | None = None
-    ) -> Callable:
-        """The write of one message; `seen_event` = (platform, event id) is marked seen in the same
-        transaction (see gateway.sessions.dedup)."""
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-        unknown = set(fields) - set(MESSAGE_FIELDS)
-        if unknown:
-            raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
-        if content is not None and not isinstance(content, str):
-            content = json.dumps(content, ensure_ascii=False)
-        if content is not None and len(content) > MAX_CONTENT_CHARS:
-            raise ValueError(f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}")
-        row = {k: fields.get(k) for k in MESSAGE_FIELDS}
-        row["tool_calls"] = _json_or_none(row["tool_calls"])
-        row["timestamp"] = float(row["timestamp"] or time.time())
-        words, idents = index_text(content), ident_text(content)  # computed off the writer thread
-        preview = " ".join(content.split())[:PREVIEW_CHARS] if role == "user" and content else None
-
-        def op(conn: sqlite3.Connection, events: list) -> int:
-            updated = conn.execute(
-                "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
-                "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?",
-                (row["timestamp"], preview, session_id),
-            ).rowcount
-            if not updated:
-                raise UnknownSession(session_id)
-            cur = conn.execute(
-                f"INSERT INTO messages (session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
-                f"VALUES (?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})",
-                (session_id, role, content, *row.values()),
-            )
-            message_id = cur.lastrowid
-            if words:
-                conn.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)", (message_id, words))
-            if idents:
-                conn.execute("INSERT INTO messages_ident (rowid, content) VALUES (?, ?)", (message_id, idents))
-            if role == "user" and row["user_id"]:
-                conn.execute(
-                    "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
-                    (session_id, row["user_id"]),
-                )
-            if seen_event is not None:
-                mark_seen(conn, *seen_event)
-            events.append(
-                (
-                    "message",
-                    {
-                        "id": message_id,
-                        "session_id": session_id,
-                        "role": role,
-                        "content": content,
-                        **row,
-                        "active": 1,
-                        "compacted": 0,
-                    },
-                )
-            )
-            return message_id
-
-        return op
-
     def append_message(
-        self, session_id: str, role: str, content: Any, *, seen_event: tuple[str, str] | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: Any,
+        *,
+        seen_event: tuple[str, str] | None = None,
+        attachments: Sequence[AttachmentRow] = (),
+        **fields: Any,
     ) -> int:
-        return self.write(self.op_append(session_id, role, content, fields, seen_event))
+        return self.write(rows.op_append(session_id, role, content, fields, seen_event, attachments))
 
     async def aappend_message(
-        self, session_id: str, role: str, content: Any, *, seen_event: tuple[str, str] | None = None, **fields: Any
+        self,
+        session_id: str,
+        role: str,
+        content: Any,
+        *,
+        seen_event: tuple[str, str] | None = None,
+        attachments: Sequence[AttachmentRow] = (),
+        **fields: Any,
     ) -> int:
-        return await self.awrite(self.op_append(session_id, role, content, fields, seen_event))
-
-    def _flag_op(self, session_id: str, where: str, params: tuple, active: int, compacted: int | None) -> Callable:
-        def op(conn: sqlite3.Connection, events: list) -> int:
-            sets = "active = ?" + (", compacted = ?" if compacted is not None else "")
-            values = (active,) if compacted is None else (active, compacted)
-            changed = conn.execute(
-                f"UPDATE messages SET {sets} WHERE session_id = ? AND active = 1 {where}",
-                (*values, session_id, *params),
-            ).rowcount
-            if changed:
-                conn.execute(
-                    "UPDATE sessions SET message_count = MAX(0, message_count - ?) WHERE id = ?",
-                    (changed, session_id),
-                )
-                events.append(("rewrite", {"session_id": session_id}))
-            return changed
-
-        return op
+        return await self.awrite(rows.op_append(session_id, role, content, fields, seen_event, attachments))
 
     def rewind(self, session_id: str, exchanges: int = 1) -> int:
         """`/undo`: hide the last `exchanges` user turns and all that followed. They stay stored."""
-        exchanges = max(1, int(exchanges))
-
-        def op(conn: sqlite3.Connection, events: list) -> int:
-            users = conn.execute(
-                "SELECT id FROM messages WHERE session_id = ? AND active = 1 AND role = 'user' "
-                "ORDER BY id DESC LIMIT ?",
-                (session_id, exchanges),
-            ).fetchall()
-            if not users:
-                return 0
-            return self._flag_op(session_id, "AND id >= ?", (users[-1]["id"],), 0, None)(conn, events)
-
-        return self.write(op)
+        return self.write(rows.op_rewind(session_id, exchanges))
 
     def supersede_after(self, session_id: str, message_id: int) -> int:
         """`/retry`: hide what followed `message_id` from the conversation; it stays searchable."""
-        return self.write(self._flag_op(session_id, "AND id > ?", (int(message_id),), 0, 1))
+        return self.write(rows.op_supersede_after(session_id, message_id))
 
     def mark_compacted(self, session_id: str, up_to_id: int | None = None) -> int:
-        where, params = ("AND id <= ?", (int(up_to_id),)) if up_to_id is not None else ("", ())
-        return self.write(self._flag_op(session_id, where, params, 0, 1))
+        return self.write(rows.op_mark_compacted(session_id, up_to_id))
 
-    # -- deletion and retention, in gateway/retention.py ------------------------------------------
+    # -- deletion and retention, in gateway/storage/retention.py ----------------------------------
     def delete_session(self, session_id: str) -> bool:
-        return self.write(retention.delete_op(session_id))
+        return self.write(retention.op_delete(session_id))
 
-    def prune(self, older_than_days: float, keep: Iterable[str] = ()) -> int:
-        """Delete sessions whose last activity is older than the cutoff (not those in `keep`), and
-        forget seen event ids past their redelivery window."""
-        deleted = retention.prune(self, older_than_days, keep)
-        retention.forget_seen_events(self)
+    def idle_sessions(self, older_than_days: float) -> list[str]:
+        """Sessions idle for longer than that, longest idle first: what `prune` would delete (but
+        for those it is told to keep)."""
+        return queries.idle_sessions(self._reader(), retention.prune_cutoff(older_than_days))
+
+    def prune(
+        self, older_than_days: float, keep: Iterable[str] = (), *, stop: Callable[[], bool] = lambda: False
+    ) -> int:
+        """Delete sessions whose last activity is older than the cutoff (not those in `keep`), a batch
+        per transaction so chats keep writing meanwhile, and forget seen event ids past their
+        redelivery window. `stop()` is asked between batches: a shutdown need not wait for a long
+        first prune (the rest is done next time). Returns how many sessions were deleted."""
+        idle = queries.idle_sessions(self._reader(), retention.prune_cutoff(older_than_days))
+        deleted = 0
+        for batch in retention.prune_batches(idle, keep):
+            if stop():
+                return deleted
+            deleted += self.write(retention.op_delete_batch(batch))
+        self.forget_seen_events()
         return deleted
+
+    def forget_seen_events(self) -> int:
+        """Drop seen inbound event ids older than any platform redelivers, a batch per transaction
+        (the first upkeep of a big, old database must not hold the writer for long)."""
+        total = 0
+        while (n := self.write(retention.op_forget_seen_batch())) > 0:
+            total += n
+            if n < retention.FORGET_BATCH:
+                break
+        return total
 
     def optimize(self) -> None:
         """Merge FTS segments and refresh the planner's statistics."""
@@ -405,30 +286,10 @@ class SessionDB:
         return self.write(retention.rebuild_fts_op(progress))
 
     # -- routing entries and inbound de-duplication ---------------------------------------------
-    def _op_set_key(self, session_key: str, session_id: str, origin: dict | None, reason: str | None) -> Callable:
-        now = time.time()
-
-        def op(conn: sqlite3.Connection, events: list) -> None:
-            conn.execute(
-                "INSERT INTO session_keys (session_key, session_id, origin, created_at, updated_at, reason) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_key) DO UPDATE SET "
-                "session_id = excluded.session_id, origin = COALESCE(excluded.origin, origin), "
-                "updated_at = excluded.updated_at, reason = excluded.reason",
-                (session_key, session_id, _json_or_none(origin), now, now, reason),
-            )
-            events.append(("key", self._key_row(conn, session_key)))
-
-        return op
-
     def set_key_entry(
         self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
     ) -> None:
-        self.write(self._op_set_key(session_key, session_id, origin, reason))
-
-    async def aset_key_entry(
-        self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
-    ) -> None:
-        await self.awrite(self._op_set_key(session_key, session_id, origin, reason))
+        self.write(rows.op_set_key(session_key, session_id, origin, reason))
 
     async def amove_key(
         self,
@@ -445,70 +306,45 @@ class SessionDB:
         fields)) or reopen it, then move the key, then end the previous session with `reason`.
         All or nothing, and one commit instead of three on the path of a chat's first message.
         Returns the key entry."""
-        steps = []
-        if create is not None:
-            steps.append(self.op_create_session(session_id, create[0], dict(create[1])))
-        elif reopen:
-            steps.append(self._op_reopen(session_id))
-        steps.append(self._op_set_key(session_key, session_id, origin, reason))
-        end = self._op_end(end_previous, reason or "ended") if end_previous and end_previous != session_id else None
-
-        def op(conn: sqlite3.Connection, events: list) -> dict:
-            for step in steps:
-                step(conn, events)
-            if end is not None:
-                try:
-                    end(conn, events)
-                except UnknownSession:  # deleted meanwhile: nothing to end
-                    pass
-            return self._key_row(conn, session_key)
-
-        return await self.awrite(op)
+        return await self.awrite(
+            rows.op_move_key(
+                session_key, session_id, origin, reason, create=create, reopen=reopen, end_previous=end_previous
+            )
+        )
 
     def delete_key_entry(self, session_key: str) -> None:
-        def op(conn: sqlite3.Connection, events: list) -> None:
-            if conn.execute("DELETE FROM session_keys WHERE session_key = ?", (session_key,)).rowcount:
-                events.append(("key_deleted", {"session_key": session_key}))
-
-        self.write(op)
+        self.write(rows.op_delete_key(session_key))
 
     def mark_event_seen(self, platform: str, event_id: str) -> bool:
         """True the first time this (platform, event id) is seen; persisted across restarts."""
-        return self.write(lambda conn, events: mark_seen(conn, platform, event_id))
+        return self.write(rows.op_mark_seen(platform, event_id))
 
     async def amark_event_seen(self, platform: str, event_id: str) -> bool:
-        return await self.awrite(lambda conn, events: mark_seen(conn, platform, event_id))
+        return await self.awrite(rows.op_mark_seen(platform, event_id))
 
-    # -- the import/export format (DESIGN §10), in gateway/transfer.py -------------------------
+    # -- the import/export format (DESIGN §10), in gateway/storage/transfer.py -------------------
     def import_records(self, records: list[dict], skip_existing: bool = False) -> int:
-        """Import `{"session": {...}, "messages": [...]}` records in one transaction: all or nothing."""
-        return self.write(transfer.import_op(self, records, skip_existing))
+        """Import `{"session": {...}, "messages": [...]}` records in one transaction: all or nothing.
+        ImportRecordError or TitleTaken (a ValueError both) name the record; nothing is written."""
+        return self.write(transfer.import_op(records, skip_existing))
 
     def export_session(self, session_id: str) -> dict:
         """`{"session": {...}, "messages": [...]}` with every row (hidden ones and flags included)."""
 
         def snapshot(conn: sqlite3.Connection) -> dict:
-            session = self.session_row(conn, session_id)
+            session = queries.session_row(conn, session_id)
             if session is None:
                 raise UnknownSession(session_id)
-            return transfer.export_record(conn, session)
+            return transfer.export_record(conn, dict(session))
 
         return self.read(snapshot)
 
-    # -- reads -----------------------------------------------------------------------------------
-    @staticmethod
-    def session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
-        return queries.session_row(conn, session_id)
-
-    @staticmethod
-    def _key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
-        return queries.key_row(conn, session_key)
-
-    def get_session(self, session_id: str) -> dict | None:
-        return self.session_row(self._reader(), session_id)
+    # -- reads, in gateway/storage/queries.py ----------------------------------------------------
+    def get_session(self, session_id: str) -> Session | None:
+        return queries.session_row(self._reader(), session_id)
 
     def get_key_entry(self, session_key: str) -> dict | None:
-        return self._key_row(self._reader(), session_key)
+        return queries.key_row(self._reader(), session_key)
 
     def get_key_entry_and_session(self, session_key: str) -> tuple[dict | None, dict | None]:
         return queries.key_row_with_session(self._reader(), session_key)
@@ -519,8 +355,9 @@ class SessionDB:
     def list_key_entries(self) -> list[dict]:
         return queries.key_rows(self._reader())
 
-    def find_session(self, ref: str) -> dict | None:
-        """An exact id, a unique id prefix (>= 6 characters), or an exact title (any case)."""
+    def find_session(self, ref: str) -> Session | None:
+        """An exact id, a unique id prefix (>= 6 characters), or a title: the exact title first,
+        then in any letter case."""
         return queries.find_session(self._reader(), ref)
 
     def list_sessions_rich(
@@ -531,12 +368,66 @@ class SessionDB:
         offset: int = 0,
         exclude_sources: Iterable[str] | None = None,
         titled_only: bool = False,
-    ) -> list[dict]:
-        """Sessions by last activity: title, source, times, message count, first-message preview."""
+    ) -> list[Session]:
+        """Sessions by last activity (full rows: title, source, times, message count, first-message
+        preview ...)."""
         return queries.list_sessions(self._reader(), source, user_id, limit, offset, exclude_sources, titled_only)
 
+    def session_ids(self, source: str | None = None) -> list[str]:
+        """Every session id (of one platform), oldest first."""
+        return queries.session_ids(self._reader(), source)
+
+    def count_by_source(self) -> dict[str, int]:
+        return queries.count_by_source(self._reader())
+
+    def list_sessions_page(
+        self,
+        *,
+        source: str | None = None,
+        user_id: str | None = None,
+        titled: bool | None = None,
+        active_from: float | None = None,
+        active_before: float | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 50,
+    ) -> list[dict]:
+        """A keyset page of sessions by last activity (see queries.list_sessions_page)."""
+        return queries.list_sessions_page(
+            self._reader(),
+            source=source,
+            user_id=user_id,
+            titled=titled,
+            active_from=active_from,
+            active_before=active_before,
+            after=after,
+            limit=limit,
+        )
+
+    def sessions_with_key(self, session_key: str, user_id: str | None = None, limit: int = 50) -> list[dict]:
+        """The sessions one conversation key has pointed at, oldest first (its reset history)."""
+        return queries.sessions_with_key(self._reader(), session_key, user_id, limit)
+
+    def get_messages_by_id(self, message_ids: Iterable[int]) -> dict[int, dict]:
+        return queries.messages_by_id(self._reader(), message_ids)
+
+    # -- media (files under home/media/, rows in attachments: gateway/storage/media.py) ------------
+    def attachments_of(self, message_ids: Iterable[int]) -> dict[int, list[dict]]:
+        return media.attachments_of(self._reader(), message_ids)
+
+    def referenced_media(self) -> set[str]:
+        """Hashes of the files some kept attachment row still needs."""
+        return self.read(media.referenced_hashes)
+
+    def media_bytes(self) -> int:
+        return self.read(media.stored_bytes)
+
+    def drop_oldest_media(self, over_bytes: int) -> list[str]:
+        """Let go of the oldest files of ended sessions until `over_bytes` are freed (the rows stay,
+        marked dropped); returns the hashes no longer needed."""
+        return self.write(lambda conn, events: media.drop_oldest_of_ended_sessions(conn, over_bytes))
+
     def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict]:
-        sql = "SELECT * FROM messages WHERE session_id = ?" + ("" if include_inactive else " AND active = 1")
+        sql = "SELECT * FROM messages WHERE session_id = ?" + ("" if include_inactive else f" AND {IN_CONVERSATION}")
         return [dict(r) for r in self._reader().execute(sql + " ORDER BY id", (session_id,))]
 
     def get_messages_as_conversation(self, session_id: str) -> list[dict]:
@@ -563,7 +454,9 @@ class SessionDB:
         limit: int = 20,
         offset: int = 0,
     ) -> list[dict]:
-        return self.read(lambda conn: search.search_messages(conn, query, role_filter, exclude_sources, limit, offset))
+        return self.search_read(
+            lambda conn: search.search_messages(conn, query, role_filter, exclude_sources, limit, offset)
+        )
 
     def session_participants(self, session_id: str) -> set[str]:
         rows = self._reader().execute("SELECT user_id FROM session_participants WHERE session_id = ?", (session_id,))
@@ -580,9 +473,6 @@ class SessionDB:
         """The whole chain `session_id` belongs to: its root and every descendant, root first."""
         return queries.chain_of(self._reader(), session_id)
 
-    def title_exists(self, title: str) -> bool:
-        return queries.title_exists(self._reader(), title)
-
     def next_lineage_title(self, title: str) -> str:
         """ "x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
         return queries.next_lineage_title(self._reader(), title)
@@ -594,4 +484,4 @@ class SessionDB:
         return self._reader().execute("SELECT COUNT(*) FROM messages").fetchone()[0]
 
     def stats(self) -> dict:
-        return {"path": self.path, **queries.stats(self._reader())}
+        return {"path": self.path, **queries.stats(self._reader()), "wal_bytes": self.wal_bytes()}

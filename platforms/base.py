@@ -11,13 +11,37 @@ import abc
 import asyncio
 import logging
 import random
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal
 
 from gateway.source import Platform, SessionSource
 
 log = logging.getLogger(__name__)
+
+# A command is `/name` or `/name@botname` as the first word (Telegram groups add the bot's name);
+# a first word that looks like a path (`/usr/bin/env`) is not one. gateway.commands parses with it.
+COMMAND_PATTERN = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
+
+
+AttachmentKind = Literal["image", "audio", "voice", "video", "file"]
+
+
+@dataclass
+class Attachment:
+    """A file that came with a message, as the platform describes it, and how to get its bytes.
+
+    `open()` yields the bytes in chunks; the gateway stops reading (and keeps nothing) once the
+    configured cap is passed, so an adapter never needs to know the cap. `size` is what the
+    platform declares before download (None when it does not say)."""
+
+    kind: AttachmentKind
+    open: Callable[[], AsyncIterator[bytes]] | None
+    mime_type: str | None = None
+    size: int | None = None
+    file_name: str | None = None
+    platform_file_id: str | None = None
 
 
 @dataclass
@@ -30,10 +54,11 @@ class InboundMessage:
     reply_to_message_id: str | None = None
     timestamp: float = field(default_factory=time.time)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    attachments: list[Attachment] = field(default_factory=list)  # the text is then the caption
 
     @property
     def is_command(self) -> bool:
-        return self.text.lstrip().startswith("/")
+        return COMMAND_PATTERN.match(self.text.lstrip()) is not None
 
 
 MessageHandler = Callable[[InboundMessage], Awaitable[None]]

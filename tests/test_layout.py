@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("gateway.source", "gateway.errors", "gateway.envvars"),
     ("gateway.storage", "platforms"),
     ("gateway.db",),
-    ("gateway.sessions",),
+    ("gateway.sessions", "gateway.embeddings"),
     ("gateway.recall", "gateway.config"),
     ("agent",),
     ("tools",),
@@ -66,9 +66,11 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(name: str, path: Path) -> list[tuple[str, int]]:
-    """Every module name `name` imports, with the line: absolute, relative resolved, `from X import
-    y` counted as X.y when X.y is a module (so importing a submodule through its package counts)."""
+def imports_of(name: str, path: Path, known: frozenset[str] = frozenset()) -> list[tuple[str, int]]:
+    """Every module name `name` imports, with the line: absolute, relative resolved. `from X import
+    y` counts as X.y when X.y is a module in `known`, and as X only when some name is not a
+    submodule (importing a submodule through its package runs the package's face anyway, as
+    every import of a submodule does, so that is not an arrow of its own)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = []
@@ -81,8 +83,10 @@ def imports_of(name: str, path: Path) -> list[tuple[str, int]]:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            found.append((base, node.lineno))
-            found.extend((f"{base}.{alias.name}", node.lineno) for alias in node.names)
+            submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known]
+            if len(submodules) < len(node.names):
+                found.append((base, node.lineno))
+            found.extend((sub, node.lineno) for sub in submodules)
     return found
 
 
@@ -100,10 +104,11 @@ def floor_of(unit: str) -> int:
 
 def graph() -> dict[str, dict[str, int]]:
     mods = modules()
+    known = frozenset(mods)
     edges: dict[str, dict[str, int]] = {}
     for name, path in mods.items():
         edges[name] = {}
-        for target, line in imports_of(name, path):
+        for target, line in imports_of(name, path, known):
             if target in mods and target != name:
                 edges[name].setdefault(target, line)
     return edges
@@ -193,9 +198,10 @@ def test_the_storage_floor_imports_no_sdk() -> None:
 
 def test_the_checker_sees_a_cycle_and_an_upward_arrow(tmp_path: Path) -> None:
     """The rules above must be able to fail: the same reading applied to a tiny tree."""
-    (tmp_path / "a.py").write_text("from b import x\n")
+    (tmp_path / "a.py").write_text("from b import x\nfrom pkg import sub\n")
     (tmp_path / "b.py").write_text("def f():\n    import a\n")
-    tree_a = imports_of("a", tmp_path / "a.py")
+    tree_a = imports_of("a", tmp_path / "a.py", frozenset({"pkg", "pkg.sub"}))
     tree_b = imports_of("b", tmp_path / "b.py")
     assert ("b", 1) in tree_a and ("a", 2) in tree_b
+    assert ("pkg.sub", 2) in tree_a and ("pkg", 2) not in tree_a
     assert floor_of(unit_of("gateway.cli.main") or "") > floor_of(unit_of("gateway.storage.schema") or "")

@@ -28,6 +28,8 @@ from typing import Any, Iterable
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
 from agent.tools import Tool, ToolContext
 from agent.transcript import RECAP, Rendered, render
+from gateway.db import is_visible
+from gateway.recall import semantic
 from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
 
 log = logging.getLogger(__name__)
@@ -99,7 +101,7 @@ def _visible_lineage_messages(db: Any, root: str) -> list[dict[str, Any]]:
         if session is None or session.get("source") in HIDDEN_SOURCES:
             continue
         for row in db.get_messages(sid, include_inactive=True):
-            if row.get("active") or row.get("compacted"):
+            if is_visible(row):
                 out.append(row)
     return out
 
@@ -190,9 +192,9 @@ async def _recap_all(
             if job in pending:
                 out.append(None)
                 reasons.append(f"deadline of {deadline:g} s passed")
-            elif job.exception() is not None:
+            elif (error := job.exception()) is not None:
                 out.append(None)
-                reasons.append(describe_error(job.exception()))
+                reasons.append(describe_error(error))
             else:
                 out.append(job.result())
         return out, (reasons[0] if reasons else None)
@@ -232,6 +234,7 @@ async def asession_search(
     deadline: float = DEFAULT_DEADLINE,
     backoff: tuple[float, ...] = BACKOFF,
     recaps: bool = True,
+    embedder: Any = semantic.DEFAULT,
 ) -> str:
     """The tool's work (see the module docstring). Returns JSON; never raises for bad input or
     model trouble."""
@@ -281,6 +284,7 @@ async def asession_search(
         person_id=person_id,
         see_all=see_all,
         role_filter=_roles(role_filter),
+        embedder=embedder,
     )
 
     def prepare() -> list[_Task]:
@@ -447,6 +451,7 @@ async def _handler(args: dict[str, Any], ctx: ToolContext) -> str:
         client=ctx.extra.get("recap_client"),
         deadline=deadline,
         recaps=recaps,
+        embedder=ctx.extra.get("embedder", semantic.DEFAULT),
     )
 
 

@@ -36,13 +36,13 @@ def pad(text: str, cols: int) -> str:
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], max_widths: Sequence[int] | None = None) -> str:
     """A plain aligned table. The last column takes what is left of the terminal width."""
-    rows = [["" if v is None else str(v) for v in row] for row in rows]
+    text: list[list[str]] = [["" if v is None else str(v) for v in row] for row in rows]
     n = len(headers)
     limits = list(max_widths or [60] * n)
     term = shutil.get_terminal_size((120, 24)).columns
-    fixed = sum(min(limits[i], max([width(headers[i])] + [width(r[i]) for r in rows])) + 2 for i in range(n - 1))
+    fixed = sum(min(limits[i], max([width(headers[i])] + [width(r[i]) for r in text])) + 2 for i in range(n - 1))
     limits[-1] = max(20, min(limits[-1], term - fixed))
-    cells = [[clip(v, limits[i]) for i, v in enumerate(row)] for row in rows]
+    cells = [[clip(v, limits[i]) for i, v in enumerate(row)] for row in text]
     cols = [max([width(headers[i])] + [width(r[i]) for r in cells]) for i in range(n)]
     lines = ["  ".join(pad(h, cols[i]) for i, h in enumerate(headers)).rstrip()]
     lines += ["  ".join(pad(c, cols[i]) for i, c in enumerate(row)).rstrip() for row in cells]
@@ -65,6 +65,14 @@ def ago(ts: float | None, now: float | None = None) -> str:
     return "just now"
 
 
+def worth_telling(total: int, stream: IO[str] | None = None, min_items: int = 500) -> bool:
+    """Whether a job of `total` items earns progress output on `stream` (default stderr): always on
+    a terminal; elsewhere (logs, CI, tests) only for jobs of `min_items` or more."""
+    stream = stream if stream is not None else sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    return total > 0 and (bool(isatty and isatty()) or total >= min_items)
+
+
 class Progress:
     """A small progress bar on stderr.
 
@@ -77,7 +85,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", None)
         self.tty = bool(isatty and isatty())
-        self.enabled = self.total > 0 and (self.tty or self.total >= min_items)
+        self.enabled = worth_telling(self.total, self.stream, min_items)
         self.done = 0
         self._last_draw = 0.0
         self._last_decile = -1

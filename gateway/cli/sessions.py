@@ -2,7 +2,9 @@
 
 Readable tables by default, `--json` for scripts. Bad input gets a one-line error naming what is
 wrong and exit code 2, and changes nothing: an import is validated line by line before anything
-is written, and then written in one transaction.
+is written (gateway.storage.transfer.check_record, the format's one validator), and then written
+in one transaction, whose refusal (a title already taken) is named by line too. This module is
+argparse and printing only: what it reads and writes goes through SessionDB.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sqlite3
 import sys
 import time
@@ -18,10 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from gateway.cli.format import Progress, ago, fmt_time, table
-from gateway.db import MAX_CONTENT_CHARS, ROLES, SchemaTooNew, SessionDB, TitleTaken, sanitize_title
+from gateway.cli.format import Progress, ago, fmt_time, table, worth_telling
+from gateway.db import SessionDB, TitleTaken
+from gateway.errors import ImportRecordError, SchemaTooNew
+from gateway.recall import find_sessions
 from gateway.sessions.mirrors import Mirrors
-from gateway.storage.home import Home, home_from_args, is_safe_session_id
+from gateway.storage.home import Home, home_from_args
+from gateway.storage.queries import Session
+from gateway.storage.transfer import check_record, has_hidden_messages
 
 EXIT_BAD_INPUT = 2
 
@@ -159,7 +164,7 @@ def _open_db(
         db.close()
 
 
-def _find(db: SessionDB, ref: str) -> dict:
+def _find(db: SessionDB, ref: str) -> Session:
     row = db.find_session(ref)
     if row is None:
         raise CliError(f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title)")
@@ -254,33 +259,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _search_hits(db: SessionDB, query: str, limit: int, user: str | None) -> list[dict]:
-    try:
-        from gateway.recall.rank import find_sessions
-    except ImportError:  # recall not installed in this build: message search grouped by session
-        return _search_fallback(db, query, limit, user)
     hits = find_sessions(db, query, limit=limit, person_id=user, see_all=user is None)
     return [h.as_dict() for h in hits]
-
-
-def _search_fallback(db: SessionDB, query: str, limit: int, user: str | None) -> list[dict]:
-    out: dict[str, dict] = {}
-    for hit in db.search_messages(query, exclude_sources=["tool"], limit=200):
-        sid = hit["session_id"]
-        if sid in out or (user and user not in db.session_participants(sid)):
-            continue
-        s = db.get_session(sid) or {}
-        out[sid] = {
-            "session_id": sid,
-            "title": s.get("title"),
-            "source": hit["source"],
-            "started_at": s.get("started_at"),
-            "last_active_at": s.get("last_active_at"),
-            "message_count": s.get("message_count"),
-            "snippet": hit["snippet"],
-        }
-        if len(out) >= limit:
-            break
-    return list(out.values())
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -318,11 +298,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         files = list(home.sessions_dir.glob("*.jsonl")) if home.sessions_dir.is_dir() else []
         stats["transcripts"] = len(files)
         stats["transcript_bytes"] = sum(f.stat().st_size for f in files)
-        stats["sources"] = dict(
-            db.read(
-                lambda c: c.execute("SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY 2 DESC").fetchall()
-            )
-        )
+        stats["sources"] = db.count_by_source()
     if args.json:
         _print_json(stats)
         return 0
@@ -350,10 +326,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.session:
             ids = [_find(db, ref)["id"] for ref in args.session]
         else:
-            sql, params = "SELECT id FROM sessions", []
-            if args.source:
-                sql, params = sql + " WHERE source = ?", [args.source]
-            ids = db.read(lambda c: [r[0] for r in c.execute(sql + " ORDER BY started_at, id", params)])
+            ids = db.session_ids(source=args.source)
         to_stdout = not args.file or args.file == "-"
         target = None if to_stdout else Path(args.file)
         if target is not None and target.is_dir():
@@ -390,74 +363,6 @@ def _export_stream(target: Path | None) -> Iterator[IO[str]]:
         tmp.unlink(missing_ok=True)
 
 
-_SESSION_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,),
-    "source": (str,),
-    "title": (str, type(None)),
-    "user_id": (str, type(None)),
-    "session_key": (str, type(None)),
-    "parent_session_id": (str, type(None)),
-    "model": (str, type(None)),
-    "started_at": (int, float, type(None)),
-    "ended_at": (int, float, type(None)),
-    "end_reason": (str, type(None)),
-    "input_tokens": (int, type(None)),
-    "output_tokens": (int, type(None)),
-}
-_MESSAGE_TYPES: dict[str, tuple[type, ...]] = {
-    "content": (str, type(None)),
-    "timestamp": (int, float, type(None)),
-    "tool_call_id": (str, type(None)),
-    "tool_name": (str, type(None)),
-    "token_count": (int, type(None)),
-    "active": (int, bool),
-    "compacted": (int, bool),
-    "user_id": (str, type(None)),
-    "platform_message_id": (str, int, type(None)),
-    "tool_calls": (list, dict, str, type(None)),
-}
-
-
-def _type_problem(obj: dict, types: dict[str, tuple[type, ...]], where: str) -> str | None:
-    for key, allowed in types.items():
-        if key in obj:
-            value = obj[key]
-            bad_bool = isinstance(value, bool) and bool not in allowed
-            if bad_bool or not isinstance(value, allowed):
-                names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-                return f"{where}{key} must be {names}, got {json.dumps(value)[:40]}"
-    return None
-
-
-def check_record(record: Any) -> str | None:
-    """What is wrong with one import record, or None."""
-    if not isinstance(record, dict) or not isinstance(record.get("session"), dict):
-        return 'expected an object like {"session": {...}, "messages": [...]}'
-    session = record["session"]
-    for key in ("id", "source"):
-        if not session.get(key):
-            return f"session.{key} is missing"
-    problem = _type_problem(session, _SESSION_TYPES, "session.")
-    if problem:
-        return problem
-    if not is_safe_session_id(session["id"]):
-        return f"session.id {session['id'][:40]!r} may only hold letters, digits, '_', '-' and '.'"
-    messages = record.get("messages", [])
-    if not isinstance(messages, list):
-        return "messages must be a list"
-    for n, msg in enumerate(messages, 1):
-        if not isinstance(msg, dict):
-            return f"message {n} must be an object"
-        if msg.get("role") not in ROLES:
-            return f"message {n}: role must be one of {', '.join(ROLES)}, got {json.dumps(msg.get('role'))}"
-        problem = _type_problem(msg, _MESSAGE_TYPES, f"message {n}: ")
-        if problem:
-            return problem
-        if len(msg.get("content") or "") > MAX_CONTENT_CHARS:
-            return f"message {n}: content is {len(msg['content']):,} characters; the limit is {MAX_CONTENT_CHARS:,}"
-    return None
-
-
 def _read_lines(path: str) -> list[str]:
     try:
         if path == "-":
@@ -472,8 +377,11 @@ def _read_lines(path: str) -> list[str]:
 
 
 def parse_import(lines: list[str], db: SessionDB, skip_existing: bool) -> tuple[list[dict], list[int]]:
-    """Validate every line; return the records and the line number of each. Raises CliError."""
-    records, line_of, seen, titles = [], [], {}, {}
+    """Validate every line; return the records and the line number of each. Raises CliError.
+    (Whether a title is free is the database's to say, when the records are written.)"""
+    records: list[dict] = []
+    line_of: list[int] = []
+    seen: dict[str, int] = {}
     with Progress(len(lines), "check") as bar:
         for lineno, raw in enumerate(lines, 1):
             bar.update(lineno)
@@ -494,14 +402,6 @@ def parse_import(lines: list[str], db: SessionDB, skip_existing: bool) -> tuple[
             exists = db.get_session(sid) is not None
             if exists and not skip_existing:
                 raise CliError(f"line {lineno}: session {sid} already exists (--skip-existing leaves it alone)")
-            title = sanitize_title(session.get("title")) or ""
-            if title and not exists:
-                if title.casefold() in titles:
-                    raise CliError(f"line {lineno}: title {title!r} is also used on line {titles[title.casefold()]}")
-                titles[title.casefold()] = lineno
-                owner = db.read(lambda c: c.execute("SELECT id FROM sessions WHERE title = ?", (title,)).fetchone())
-                if owner:
-                    raise CliError(f"line {lineno}: title {title!r} is already used by session {owner[0]}")
             records.append(record)
             line_of.append(lineno)
     if not records:
@@ -514,18 +414,16 @@ def cmd_import(args: argparse.Namespace) -> int:
     with _open_db(args, mirrors=True, create=True) as (_, db, mirrors):
         records, line_of = parse_import(lines, db, args.skip_existing)
         fresh = [r for r in records if db.get_session(r["session"]["id"]) is None]
-        print(f"importing {len(records)} session(s)…", file=sys.stderr)
+        if worth_telling(len(records)):  # one transaction: no progress to show while it runs
+            print(f"importing {len(records)} session(s)…", file=sys.stderr)
         try:
             imported = db.import_records(records, skip_existing=args.skip_existing)
-        except (ValueError, TitleTaken) as exc:  # a rule the checks above missed: nothing was written
-            text = re.sub(r"^record (\d+)", lambda m: f"line {line_of[int(m.group(1)) - 1]}", str(exc))
-            raise CliError(text) from None
+        except TitleTaken as exc:  # nothing was written
+            raise CliError(_title_clash(exc, records, line_of)) from None
+        except ImportRecordError as exc:  # a rule the checks above missed: nothing was written
+            raise CliError(f"line {line_of[exc.record - 1]}: {exc.problem}") from None
         assert mirrors is not None
-        flagged = [
-            r["session"]["id"]
-            for r in records
-            if any(not m.get("active", 1) or m.get("compacted") for m in r.get("messages") or [])
-        ]
+        flagged = [r["session"]["id"] for r in records if has_hidden_messages(r)]
         for sid in flagged:  # appended as visible by the import; the file must carry the real flags
             mirrors.rewrite_session(sid)
     messages = sum(len(r.get("messages") or []) for r in fresh)
@@ -535,6 +433,16 @@ def cmd_import(args: argparse.Namespace) -> int:
         + (f"; skipped {skipped} that already existed" if skipped else "")
     )
     return 0
+
+
+def _title_clash(exc: TitleTaken, records: list[dict], line_of: list[int]) -> str:
+    """An import's title refusal, by line: the title's holder is another line of the input, or a
+    session already stored."""
+    where = f"line {line_of[exc.record - 1]}: " if exc.record else ""
+    lines = {r["session"]["id"]: n for r, n in zip(records, line_of)}
+    if exc.holder in lines and exc.record and lines[exc.holder] != line_of[exc.record - 1]:
+        return f"{where}title {exc.title!r} is also used on line {lines[exc.holder]}"
+    return f"{where}title {exc.title!r} is already used by session {exc.holder or '?'}"
 
 
 # -- changes ------------------------------------------------------------------------------------------
@@ -558,9 +466,8 @@ def cmd_rename(args: argparse.Namespace) -> int:
         session = _find(db, args.id)
         try:
             clean = db.set_title(session["id"], title)
-        except TitleTaken:
-            owner = db.find_session(title)
-            raise CliError(f"title {title!r} is already used by session {owner['id'] if owner else '?'}") from None
+        except TitleTaken as exc:  # the operator sees every session: name the one that has it
+            raise CliError(f"title {title!r} is already used by session {exc.holder or '?'}") from None
     if not clean:
         raise CliError("the title is empty after removing control characters")
     print(f"renamed {session['id']}: {clean}")
@@ -573,17 +480,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise CliError(f"--older-than must be a positive number of days, got {days:g}")
     with _open_db(args, mirrors=True) as (_, db, _m):
         keep = set() if args.include_current else {e["session_id"] for e in db.list_key_entries()}
-        cutoff = time.time() - days * 86400
-        old = db.read(
-            lambda c: [
-                r[0]
-                for r in c.execute(
-                    "SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,)
-                )
-            ]
-        )
-        victims = [sid for sid in old if sid not in keep]
-        kept = len(old) - len(victims)
+        idle = db.idle_sessions(days)
+        victims = [sid for sid in idle if sid not in keep]
+        kept = len(idle) - len(victims)
         deleted = len(victims) if args.dry_run else db.prune(days, keep=keep)
     result = {"deleted": deleted, "dry_run": args.dry_run, "kept_current": kept, "older_than_days": days}
     if args.json:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from gateway.commands.context import CommandContext, label, title_taken, when
-from gateway.db import TitleTaken, sanitize_title
+from gateway.commands.context import CommandContext, label, when
+from gateway.db import TitleTaken
+from gateway.sessions.access import title_refusal
 from gateway.source import describe_session_key
 
 MAX_UNDO = 50
@@ -35,16 +36,12 @@ async def cmd_title(ctx: CommandContext) -> str:
                 "easy to /resume."
             )
         )
-    wanted = sanitize_title(ctx.args)
-    taken = f"Another conversation is already titled “{wanted}”. Pick a different title."
-    if wanted:
-        taken_by_other: bool = await asyncio.to_thread(title_taken, db, wanted, entry.session_id)
-        if taken_by_other:
-            return taken
     try:
-        clean = await asyncio.to_thread(db.set_title, entry.session_id, wanted)
-    except TitleTaken:
-        return taken
+        clean = await asyncio.to_thread(db.set_title, entry.session_id, ctx.args)
+    except TitleTaken as exc:
+        return await asyncio.to_thread(
+            title_refusal, db, exc, ctx.source, is_admin=ctx.is_admin, single_owner=ctx.services.single_owner
+        )
     except ValueError as exc:
         return f"That title can't be used: {exc}"
     if not clean:

@@ -11,7 +11,6 @@ services.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Protocol
@@ -20,9 +19,7 @@ from agent.llm import ModelSettings
 from gateway.db import SessionDB
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
-from platforms.base import InboundMessage
-
-_COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
+from platforms.base import COMMAND_PATTERN, InboundMessage
 
 ALIASES = {"reset": "new", "h": "help", "start": "help"}
 
@@ -37,7 +34,7 @@ class ParsedCommand:
 def parse_command(text: str) -> ParsedCommand | None:
     """`/name[@bot] args` -> ParsedCommand; anything else (including paths) -> None."""
     stripped = (text or "").lstrip()
-    match = _COMMAND.match(stripped)
+    match = COMMAND_PATTERN.match(stripped)
     if not match:
         return None
     name = match.group(1).lower()
@@ -137,17 +134,6 @@ class Command:
     help: str
     handler: Handler
     immediate: bool = False  # read-only: answered at once even while a turn runs
-
-
-def title_taken(db: SessionDB, title: str, except_id: str | None = None) -> bool:
-    """Another session has this title in any letter case. (`/resume <title>` matches case-insensitively,
-    so "Trip" and "trip" on two sessions would make one of them unreachable by title.)"""
-    row = db.read(
-        lambda conn: conn.execute(
-            "SELECT 1 FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
-        ).fetchone()
-    )
-    return row is not None
 
 
 def when(ts: float | None) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.commands.context import CommandContext, title_taken
+from gateway.commands.context import CommandContext
 from gateway.commands.context import label as _label
 from gateway.commands.context import when as _when
-from gateway.db import SessionDB, sanitize_title
+from gateway.db import VISIBLE, SessionDB, TitleTaken, sanitize_title
 from gateway.recall.rank import find_sessions, recent_sessions
-from gateway.sessions.access import may_see_session
+from gateway.sessions.access import may_see_session, title_refusal
 
 RESUME_LIST = 10
 SNIPPET_CHARS = 120
@@ -29,11 +29,19 @@ def _one_line(text: str | None, limit: int = SNIPPET_CHARS) -> str:
 async def cmd_new(ctx: CommandContext) -> str:
     services = ctx.services
     title = sanitize_title(ctx.args) if ctx.args else None
-    in_use: bool = bool(title) and await asyncio.to_thread(title_taken, services.db, title or "")
-    if in_use:
-        return f"Another conversation is already titled “{title}”. Pick a different title, or /resume {title}."
     old = ctx.existing()
-    entry = await services.store.reset(ctx.source, reason="new", title=title)
+    try:
+        entry = await services.store.reset(ctx.source, reason="new", title=title)
+    except TitleTaken as exc:  # nothing changed
+        return await asyncio.to_thread(
+            title_refusal,
+            services.db,
+            exc,
+            ctx.source,
+            is_admin=ctx.is_admin,
+            single_owner=services.single_owner,
+            resume_hint=True,
+        )
     if old is not None:
         await services.forget(old.session_id)
     text = f"Started a new conversation{f' “{title}”' if title else ''}."
@@ -191,7 +199,7 @@ def _answers(db: SessionDB, best: list[list[int]]) -> list[str | None]:
                 continue
             reply = conn.execute(
                 "SELECT content FROM messages WHERE session_id = ? AND id > ? AND role = 'assistant' "
-                "AND content IS NOT NULL AND content != '' AND (active = 1 OR compacted = 1) ORDER BY id LIMIT 1",
+                f"AND content IS NOT NULL AND content != '' AND {VISIBLE} ORDER BY id LIMIT 1",
                 (row[0], ids[0]),
             ).fetchone()
             out.append(reply[0] if reply else None)

@@ -38,6 +38,7 @@ MAX_UNITS = 48
 MAX_PREFIX_TERMS = 24  # a prefix matching more index terms than this is left to FTS5 as a prefix
 MAX_NEAR_COMBINATIONS = 24
 PAIR_WINDOW = 4  # tokens between the two words of a proximity pair
+QUOTED_WORDS = 3  # a quoted phrase this long is also searched as its words ("Taxi Driver" stays a phrase)
 _STOP_WORD_LENGTHS = sorted({len(w) for w in CHINESE_STOP_WORDS}, reverse=True)
 _SUFFIXES = ("ingly", "ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ments")
 
@@ -193,7 +194,13 @@ def plan_query(query: str | bytes | None) -> Plan:
     terms = parsed.content_terms
     # a query made only of stop material still searches for it (never an empty answer)
     fallback = not any(_units_of(t) for t in terms)
+    expanded: list[Term] = []
     for term in terms:
+        expanded.append(term)
+        if term.quoted and not term.cjk and len(term.tokens) >= QUOTED_WORDS:
+            # a quoted sentence is rarely said word for word: its words count as well as the phrase
+            expanded.extend(t for t in parse_query(" ".join(term.tokens)).content_terms if not t.quoted)
+    for term in expanded:
         for unit in _units_of(term, fallback):
             key = unit.word_expr + "|" + unit.ident_expr
             units.setdefault(key, unit)
@@ -229,9 +236,10 @@ def expand_prefixes(expr: str, terms_of: Callable[[str], list[str] | None]) -> s
         for (text, star), side in zip(phrases, sides):
             if side == []:  # a prefix no term has: the pair matches nothing, and this says so cheaply
                 return '"' + text + '"' + star
-        if any(s is None for s in sides) or math.prod(len(s) for s in sides) > MAX_NEAR_COMBINATIONS:
+        known = [s for s in sides if s is not None]
+        if len(known) < len(sides) or math.prod([len(s) for s in known]) > MAX_NEAR_COMBINATIONS:
             return expr
-        return " OR ".join(f"NEAR({' '.join(combo)}, {near.group(2)})" for combo in product(*sides))
+        return " OR ".join(f"NEAR({' '.join(combo)}, {near.group(2)})" for combo in product(*known))
     if not _OR_CHAIN.fullmatch(expr) or '"*' not in expr:
         return expr
     out: dict[str, None] = {}

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gateway.recall import read as recall_read
+from gateway.recall import semantic
 from gateway.recall.dates import NEAR_DAYS
 from gateway.recall.query import Plan, Unit, cjk_pieces, plan_query
 from gateway.storage.fts import make_snippet
@@ -72,6 +73,7 @@ MSG_B = 0.5
 PASSAGE = 2  # messages looked at together when judging the best evidence of a session
 RERANK = 30  # sessions whose passages are examined
 HIDDEN_SOURCES = ("tool",)
+OWN_WEIGHT = 2.0  # the asker's own sessions, in pooled recall: chosen on the tune split (1.5 -> 3 plateau)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,6 +85,7 @@ class _Sessions:
 
     COLS = "id, source, user_id, parent_session_id, title, started_at, last_active_at, message_count, preview"
     LEAN = "id, source, parent_session_id, last_active_at, message_count"  # what ranking needs
+    NAMES = [c.strip() for c in COLS.split(",")]
 
     def __init__(self, conn: sqlite3.Connection, cols: str = COLS) -> None:
         self.conn = conn
@@ -203,11 +206,13 @@ def _rank(
     see_all: bool,
     role_filter: Iterable[str] | None,
     cap: int,
+    query_vector: semantic.QueryVector | None = None,
 ) -> list[SessionHit]:
     roles = [r for r in (role_filter or []) if r]
     meta = _Sessions(conn, _Sessions.LEAN)
     hidden = {s for s in (exclude_sources or []) if s}
-    allowed = None if (see_all or not person_id) else allowed_sessions(conn, person_id)
+    own = allowed_sessions(conn, person_id) if person_id else None
+    allowed = None if see_all else own
     excluded = set(exclude_session_ids or ())
     excluded_roots = set(meta.roots(excluded).values()) if excluded else set()
 
@@ -273,21 +278,33 @@ def _rank(
     candidates: set[str] = set()
     for by_root in per_unit:
         candidates.update(by_root)
-    keep: set[str] = set()
-    for root in candidates:
-        row = meta.get(root)
-        if row is None or root in excluded_roots or root in excluded:
-            continue
-        if row["source"] in hidden:
-            continue
-        keep.add(root)
-    if allowed is not None:
-        # a lineage counts as the person's when they took part in any of its sessions that matched
-        lineage_members: dict[str, set[str]] = defaultdict(set)
-        for sid, row in meta.rows.items():
-            if row is not None and meta.root(sid) in keep:
-                lineage_members[meta.root(sid)].add(sid)
-        keep = {r for r in keep if r in allowed or lineage_members[r] & allowed}
+
+    def visible(roots: set[str]) -> set[str]:
+        keep: set[str] = set()
+        for root in roots:
+            row = meta.get(root)
+            if row is None or root in excluded_roots or root in excluded:
+                continue
+            if row["source"] in hidden:
+                continue
+            keep.add(root)
+        if allowed is not None:
+            # a lineage counts as the person's when they took part in any of its sessions that matched
+            lineage_members: dict[str, set[str]] = defaultdict(set)
+            for sid, row in meta.rows.items():
+                if row is not None and meta.root(sid) in keep:
+                    lineage_members[meta.root(sid)].add(sid)
+            keep = {r for r in keep if r in allowed or lineage_members[r] & allowed}
+        return keep
+
+    keep = visible(candidates)
+    vector_only: dict[str, float] = {}
+    if not keep and query_vector is not None:  # no word of the query occurs where it may: meaning alone
+        for sid, sim in semantic.scan_newest(conn, query_vector).items():
+            if (meta.get(sid) or {}).get("source") not in hidden:
+                root = meta.root(sid)
+                vector_only[root] = max(sim, vector_only.get(root, -1.0))
+        keep = visible(set(vector_only))
 
     # lengths of lineages (messages), from the sessions we have loaded
     lengths: dict[str, int] = defaultdict(int)
@@ -333,12 +350,38 @@ def _rank(
             best,
         )
 
+    if see_all and own:
+        # pooled recall (an admin, a single owner with many chats): the asker's own conversations
+        # first, unless another's is much the better match
+        members_of: dict[str, set[str]] = defaultdict(set)
+        for sid, row in meta.rows.items():
+            if row is not None:
+                members_of[meta.root(sid)].add(sid)
+        for root in scores:
+            if root in own or members_of[root] & own:
+                scores[root] *= OWN_WEIGHT
+    for root, sim in vector_only.items():
+        if root in keep:
+            scores[root] = sim
+    order = dict(scores)  # what the final order follows (the lexical score, or the fused one)
+    if query_vector is not None and scores and not vector_only:
+        leaders = heapq.nsmallest(max(semantic.LEADERS, limit), scores, key=lambda r: (-scores[r], r))
+        members: dict[str, list[str]] = {r: [] for r in leaders}
+        for sid, row in meta.rows.items():
+            if row is not None and (root := meta.root(sid)) in members:
+                members[root].append(sid)
+        fused = semantic.fuse({r: scores[r] for r in leaders}, semantic.similarities(conn, query_vector, members))
+        lift = max(scores.values()) + 1.0  # the re-ranked leaders stay above every other session
+        for root, value in fused.items():
+            order[root] = lift + value
+
     # the best `limit` by score, ties to the most recently active (the sort is over the few tied)
-    top = heapq.nlargest(limit, scores.values())
-    tied = [r for r in scores if top and scores[r] >= top[-1]]
-    ranked = sorted(tied, key=lambda r: (-scores[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
+    top = heapq.nlargest(limit, order.values())
+    tied = [r for r in order if top and order[r] >= top[-1]]
+    ranked = sorted(tied, key=lambda r: (-order[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
     details = {
-        r["id"]: dict(r) for r in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)
+        row[0]: dict(zip(_Sessions.NAMES, row))
+        for row in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)
     }
     evidence = {
         root: sorted(((mass[mid], mid) for mid in _root_mids(root, per_unit)), key=lambda e: (-e[0], -e[1]))
@@ -448,19 +491,25 @@ def find_sessions(
     see_all: bool = False,
     role_filter: Iterable[str] | str | None = None,
     cap: int = CANDIDATE_CAP,
+    embedder: Any = semantic.DEFAULT,
 ) -> list[SessionHit]:
     """The sessions (lineage roots) that best answer `query`, best first, at most `limit` (<= 5).
 
     `person_id` without `see_all`: only lineages the person took part in. `exclude_session_ids`:
     pass the current session's lineage (`db.get_lineage(current)`); their roots are left out too.
+    `embedder` (gateway.embeddings.Embedder; default: the one installed by `semantic.use`, None for
+    words only) adds the semantic stage when its vectors are stored.
     """
     plan = plan_query(query)
     limit = max(0, min(int(limit), MAX_SESSIONS))
-    if not (plan.units or plan.dates) or limit == 0:
+    if embedder is semantic.DEFAULT:
+        embedder = semantic.current()
+    query_vector = semantic.embed_query(embedder, plan.query.text) if limit else None
+    if not (plan.units or plan.dates or query_vector) or limit == 0:
         return []
     if isinstance(role_filter, str):
         role_filter = [r.strip() for r in role_filter.split(",")]
-    return db.read(
+    return db.search_read(
         lambda conn: _rank(
             conn,
             plan,
@@ -471,6 +520,7 @@ def find_sessions(
             see_all=see_all,
             role_filter=role_filter,
             cap=cap,
+            query_vector=query_vector,
         )
     )
 
@@ -493,7 +543,7 @@ def recent_sessions(
     if limit == 0:
         return []
     excluded_roots: set[str] = (
-        set(db.read(lambda conn: _Sessions(conn).roots(excluded)).values()) if excluded else set()
+        set(db.search_read(lambda conn: _Sessions(conn).roots(excluded)).values()) if excluded else set()
     )
     offset, page = 0, 50
     while len(out) < limit:
@@ -507,7 +557,7 @@ def recent_sessions(
             roots = meta.roots(r["id"] for r in rows)
             return roots, {root: meta.get(root) for root in set(roots.values())}
 
-        roots, root_rows = db.read(resolve)
+        roots, root_rows = db.search_read(resolve)
         for row in rows:
             root = roots[row["id"]]
             if root in out or root in excluded_roots or row["id"] in excluded:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 import sqlite3
 
+from gateway.db import visible_sql
 from gateway.recall.query import PrefixTerms, Unit, expand_prefixes
 
 PROBE = 250  # newest matching messages every unit looks at
 HIT_BUDGET = 6000  # matches looked at beyond the probes, over all units of a query
 PAIR_WEIGHT = 0.5  # weight of a two-word unit against a single word
-VISIBLE_SQL = "(m.active = 1 OR m.compacted = 1)"
+VISIBLE_SQL = visible_sql("m")  # the one rule, in gateway.storage.schema
 
 
 class Matches:

@@ -29,6 +29,7 @@ from agent.prompts import build_system_prompt
 from agent.tools import Tool, ToolRegistry
 from gateway.source import SessionSource
 from tools.memory import make_memory_tool, read_snapshot
+from tools.session_search import SESSION_SEARCH_TOOL
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,8 @@ class SessionAgent:
 
 
 def default_tools(memory_limits: dict[str, int] | None = None) -> ToolRegistry:
-    """session_search (when the recall helper's tool is installed) and memory."""
-    tools: list[Tool] = []
-    try:
-        from tools.session_search import SESSION_SEARCH_TOOL
-    except ImportError:  # recall tool not available in this build: the agent works without it
-        log.warning("tools.session_search is not available; the agent cannot recall past sessions")
-    else:
-        tools.append(SESSION_SEARCH_TOOL)
+    """session_search and memory."""
+    tools: list[Tool] = [SESSION_SEARCH_TOOL]
     tools.append(make_memory_tool(memory_limits))
     return ToolRegistry(tools)
 

@@ -33,7 +33,7 @@ from platforms.base import AdapterHealth, InboundMessage
 log = logging.getLogger(__name__)
 
 REFUSAL_INTERVAL = 600.0  # seconds between two "not allowed" replies to the same person
-EMPTY_TEXT = "I can only read text so far: please send your message as text."
+EMPTY_TEXT = "I can only read text, photos, voice notes and files: please send your message as one of those."
 ERROR_TEXT = "Sorry, something went wrong while handling that message. Please try again."
 
 
@@ -158,7 +158,7 @@ class GatewayRunner:
             return
         if command is not None and command.bot and not self._addressed_to_us(source.platform, command.bot):
             return  # "/cmd@other_bot" in a group: another bot's command
-        if not msg.text.strip():  # a sticker, a photo without caption, ...: nothing to answer
+        if not msg.text.strip() and not msg.attachments:  # a sticker, a location, ...: nothing to answer
             if source.chat_type == "dm":
                 await self.send(msg, EMPTY_TEXT)
             return

@@ -31,9 +31,11 @@ from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import SessionAgent
 from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.lanes import ChatLane
+from gateway.runtime.media import MediaIntake
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
+from gateway.storage.media import AttachmentRow
 from platforms.base import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -128,6 +130,7 @@ class TurnRunner:
         single_owner: bool = False,
         config: Any = None,  # gateway.config.Config, handed to the tools (session_search reads it)
         send_typing: SendTyping | None = None,
+        media: MediaIntake | None = None,  # attachments -> stored files, text and image parts
     ) -> None:
         self.cache = cache
         self.factory = factory
@@ -141,6 +144,7 @@ class TurnRunner:
         self.single_owner = single_owner
         self.config = config
         self.send_typing = send_typing
+        self.media = media
 
     async def forget(self, session_id: str) -> None:
         """Drop what is kept warm for exactly this session (its agent and its conversation copy):
@@ -163,6 +167,10 @@ class TurnRunner:
     async def run(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
         session_id = entry.session_id
         db = self.db
+        received = await self.media.receive(text, msg.attachments) if self.media and msg.attachments else None
+        if received is not None:
+            for notice in received.notices:  # too big, not downloadable: said before the answer
+                await self.send(msg, notice)
         session_agent = await self._agent_for(msg, session_id)
         self.cache.acquire(session_id)
         steer: asyncio.Queue[str] = asyncio.Queue()
@@ -176,16 +184,22 @@ class TurnRunner:
             fields = db_fields(message)
             fields["timestamp"] = self.clock()  # the reset policy compares activity with this clock
             seen = None
+            attachments: list[AttachmentRow] = []
             if message["role"] == "user":
                 origin = msg
                 if not first_user:
                     origin = lane.take_steered() or msg  # a steered message joins the running turn
+                elif received is not None:  # stored and searched as text; the files as rows
+                    message = {**message, "content": received.text}
+                    attachments = received.rows
                 first_user = False
                 fields["user_id"] = origin.source.person_id
                 fields["platform_message_id"] = origin.message_id or None
                 if origin.message_id:  # remembered as seen in the same transaction (gateway.sessions.dedup)
                     seen = (origin.source.platform.value, origin.message_id)
-            await db.aappend_message(session_id, message["role"], message.get("content"), seen_event=seen, **fields)
+            await db.aappend_message(
+                session_id, message["role"], message.get("content"), seen_event=seen, attachments=attachments, **fields
+            )
             warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
 
         typing = _Typing(self.send_typing, msg.source)
@@ -207,7 +221,8 @@ class TurnRunner:
                     "recap_client": self.factory.recap_client,
                 },
             )
-            result = await session_agent.agent.run_turn(history, text, ctx, persist, steer)
+            content = received.model_content() if received is not None else text
+            result = await session_agent.agent.run_turn(history, content, ctx, persist, steer)
         finally:
             lane.steer_queue = None  # from here on a new message queues instead of steering
             await typing.stop()

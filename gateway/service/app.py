@@ -29,11 +29,13 @@ from typing import IO, Any, Callable
 import httpx2
 
 from agent.llm import ModelSettings
+from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
 from gateway.db import SchemaTooNew, SessionDB
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, default_tools
 from gateway.runtime.conversations import ConversationCache
+from gateway.runtime.media import MediaIntake, vision_enabled
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.runner import GatewayRunner
 from gateway.runtime.turn import AgentFactory as AgentFactoryProtocol
@@ -47,6 +49,7 @@ from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies
 from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
+from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
 from tools.memory import limits_from_config
 
@@ -146,7 +149,13 @@ class App:
         tune_gc()  # a process-wide choice: made here, where the process is assembled
         await self.runner.start()
         storage = self.config.storage
-        self.maintenance = Maintenance(self.db, storage.retention_days, storage.maintenance_hours * 3600)
+        self.maintenance = Maintenance(
+            self.db,
+            storage.retention_days,
+            storage.maintenance_hours * 3600,
+            media=MediaStore(self.config.home / "media", self.config.media.max_bytes),
+            media_total_bytes=self.config.media.max_total_bytes,
+        )
         self.maintenance.start()
         log.info("chinwag running: %s; data in %s", ", ".join(self.adapter_names), self.home.root)
 
@@ -268,8 +277,21 @@ def build_runner(
         single_owner=bool(config.single_owner),
         config=config,
         send_typing=outbound.send_typing,
+        media=build_media_intake(config),
     )
     return GatewayRunner(config, db, store, outbound, turns, access, Dedup(db), clock=clock, metrics=metrics)
+
+
+def build_media_intake(config: Config) -> MediaIntake:
+    """Attachments: files under home/media/ (capped at media.max_bytes each), voice through
+    transcription.* when it names a model, images to the model when model.vision allows."""
+    t = config.transcription
+    transcriber = Transcriber(TranscriptionSettings(t.base_url, t.api_key, t.model)) if t.enabled else None
+    return MediaIntake(
+        MediaStore(config.home / "media", config.media.max_bytes),
+        transcriber=transcriber,
+        vision=vision_enabled(config.model.vision, config.model.name),
+    )
 
 
 def build_store(
@@ -353,6 +375,7 @@ def build_app(
     metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
     if files is not None:
         metrics.set_gauge_fn("mirror_backlog", files.backlog)
+    metrics.set_gauge_fn("wal_bytes", db.wal_bytes)
     use_http = config.http.enabled if http is None else http
     ops = None
     if use_http:
@@ -363,6 +386,13 @@ def build_app(
                     raise AppError(f"two adapters want the webhook path {route}")
                 webhooks[route] = handler
         ops = OpsServer(
-            config.http.host, config.http.port, metrics=metrics, readiness=runner.readiness, webhooks=webhooks
+            config.http.host,
+            config.http.port,
+            metrics=metrics,
+            readiness=runner.readiness,
+            webhooks=webhooks,
+            db=db,
+            # http.console_token is being declared in gateway.config; until then no token is set
+            console_token=getattr(config.http, "console_token", None) or None,
         )
     return App(config, home, db, files, store, adapters, runner, metrics, ops)

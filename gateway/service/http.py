@@ -4,6 +4,7 @@
 - `GET /readyz`   — 200 when every configured adapter is ready, else 503; the JSON body lists each.
 - `GET /metrics`  — Prometheus text format (gateway.service.metrics).
 - `POST /webhooks/<platform>` — the handlers adapters expose via `webhook_handlers()`.
+- `/console/`, `/api/v1/` — the web console and its JSON API (gateway.console), when given a DB.
 
 Binds to loopback by default (http.host); webhooks reach it through the operator's reverse proxy.
 """
@@ -16,6 +17,8 @@ from typing import Any, Callable, Mapping
 
 from aiohttp import web
 
+from gateway.console import mount_console
+from gateway.db import SessionDB
 from gateway.service.metrics import Metrics
 from platforms.base import AdapterHealth, WebhookHandler
 
@@ -49,6 +52,8 @@ class OpsServer:
         metrics: Metrics | None = None,
         readiness: Readiness | None = None,
         webhooks: Mapping[str, WebhookHandler] | None = None,
+        db: SessionDB | None = None,
+        console_token: str | None = None,
     ) -> None:
         self.host = host
         self.requested_port = port
@@ -56,6 +61,8 @@ class OpsServer:
         self.metrics = metrics or Metrics()
         self.readiness: Readiness = readiness or (dict)
         self.webhooks = dict(webhooks or {})
+        self.db = db  # the console is served when there is a DB to show
+        self.console_token = console_token
         self.started_at = time.monotonic()
         self._runner: web.AppRunner | None = None
 
@@ -68,10 +75,21 @@ class OpsServer:
             if not path.startswith("/webhooks/"):
                 raise ValueError(f"webhook path {path!r} must start with /webhooks/")
             app.router.add_post(path, handler)
+        if self.db is not None:
+            mount_console(
+                app,
+                self.db,
+                bind_host=self.host,
+                token=self.console_token,
+                metrics=self.metrics,
+                adapters=lambda: readiness_report(dict(self.readiness()))[1],
+            )
+            app.router.add_get("/", self._home)
         return app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.build(), access_log=None)
+        # a console search is a GET: a 10 KB query, percent-encoded, is far past aiohttp's 8 KB line
+        self._runner = web.AppRunner(self.build(), access_log=None, max_line_size=65536)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.requested_port)
         try:
@@ -87,10 +105,11 @@ class OpsServer:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
         log.info(
-            "ops http on http://%s:%s (healthz, readyz, metrics%s)",
+            "ops http on http://%s:%s (healthz, readyz, metrics%s%s)",
             self.host,
             self.port,
             ", " + ", ".join(sorted(self.webhooks)) if self.webhooks else "",
+            f"; console at http://{self.host}:{self.port}/console/" if self.db is not None else "",
         )
 
     async def stop(self) -> None:
@@ -105,6 +124,9 @@ class OpsServer:
     # -- handlers ------------------------------------------------------------------------------
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "uptime_seconds": round(time.monotonic() - self.started_at, 3)})
+
+    async def _home(self, request: web.Request) -> web.Response:
+        raise web.HTTPFound("/console/")
 
     async def _readyz(self, request: web.Request) -> web.Response:
         try:

@@ -1,7 +1,8 @@
 """Upkeep while the daemon runs, every `storage.maintenance_hours`: forget seen inbound event ids
 past any platform's redelivery window (otherwise that table grows by a row per message forever),
 and, when `storage.retention_days` is set, delete conversations idle for longer, never one that a
-chat is currently in. The work runs in a worker thread; its writes are batched through the DB's
+chat is currently in; keep home/media/ under `media.max_total_bytes` (the oldest files of ended
+conversations go first) and remove files no message needs any more. The work runs in a worker thread; its writes are batched through the DB's
 single writer like any other, so chats keep going meanwhile."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from gateway.db import SessionDB
-from gateway.storage import retention
+from gateway.storage.media import MediaStore
 
 log = logging.getLogger(__name__)
 
@@ -23,23 +24,44 @@ log = logging.getLogger(__name__)
 class MaintenanceReport:
     events_forgotten: int
     sessions_deleted: int
+    media_files_removed: int = 0
 
 
 def run_maintenance(
-    db: SessionDB, retention_days: float, stop: Callable[[], bool] = lambda: False
+    db: SessionDB,
+    retention_days: float,
+    stop: Callable[[], bool] = lambda: False,
+    media: MediaStore | None = None,
+    media_total_bytes: int = 0,
 ) -> MaintenanceReport:
+    forgotten = db.forget_seen_events()
     deleted = 0
     if retention_days > 0:
         current = {entry["session_id"] for entry in db.list_key_entries()}
-        deleted = retention.prune(db, retention_days, keep=current, stop=stop)
-    return MaintenanceReport(retention.forget_seen_events(db), deleted)
+        deleted = db.prune(retention_days, keep=current, stop=stop)
+    removed = 0
+    if media is not None:
+        if media_total_bytes > 0:
+            over = db.media_bytes() - media_total_bytes
+            if over > 0:
+                db.drop_oldest_media(over)
+        removed = media.sweep(db.referenced_media())
+    return MaintenanceReport(forgotten, deleted, removed)
 
 
 class Maintenance:
     """The daemon's upkeep task: `run_maintenance` now and then every `interval_seconds`."""
 
-    def __init__(self, db: SessionDB, retention_days: float, interval_seconds: float) -> None:
+    def __init__(
+        self,
+        db: SessionDB,
+        retention_days: float,
+        interval_seconds: float,
+        media: MediaStore | None = None,
+        media_total_bytes: int = 0,
+    ) -> None:
         self.db, self.retention_days, self.interval = db, retention_days, interval_seconds
+        self.media, self.media_total_bytes = media, media_total_bytes
         self.rounds = 0
         self._stopping = threading.Event()  # asked by a round between its batches
         self._task: asyncio.Task | None = None
@@ -63,7 +85,14 @@ class Maintenance:
     async def _loop(self) -> None:
         while True:
             self._job = asyncio.ensure_future(
-                asyncio.to_thread(run_maintenance, self.db, self.retention_days, self._stopping.is_set)
+                asyncio.to_thread(
+                    run_maintenance,
+                    self.db,
+                    self.retention_days,
+                    self._stopping.is_set,
+                    self.media,
+                    self.media_total_bytes,
+                )
             )
             try:
                 report = await asyncio.shield(self._job)

@@ -4,12 +4,16 @@ Names are given without the `chinwag_` prefix (`inc("messages_in_total", {"platf
 `render()` adds it. A name used for the first time is registered with the kind its method implies,
 so callers never need a registration step; the well-known metrics are declared below with help text.
 Thread-safe: the DB writer thread and the event loop may both record.
+
+The names in `CHARTED` also keep the last hour in one-minute buckets (count, sum, max per minute,
+all labels together) for the web console's charts: 60 small records per name, no history store.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 from typing import Callable, Mapping
 
 PREFIX = "chinwag_"
@@ -24,10 +28,18 @@ KNOWN: dict[str, tuple[str, str]] = {
     "queue_depth": ("gauge", "Messages waiting in per-chat queues."),
     "agent_cache_size": ("gauge", "Agents held in the agent cache."),
     "mirror_backlog": ("gauge", "Commits not yet written to the transcript files."),
+    "wal_bytes": (
+        "gauge",
+        "Size of the database's write-ahead log file, bytes (checkpointed past 8 MB, emptied when idle).",
+    ),
     "adapter_ready": ("gauge", "1 when the platform adapter is ready, else 0."),
     "model_errors_total": ("counter", "Failed model calls."),
     "duplicates_total": ("counter", "Redelivered platform events dropped by de-duplication, by platform."),
 }
+
+# what the console charts: messages per minute (in, out) and turn latency, over the last hour
+CHARTED = ("messages_in_total", "messages_out_total", "turn_seconds")
+SERIES_MINUTES = 60
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -70,9 +82,39 @@ class _Histogram:
                 self.counts[i] += 1
 
 
+class MinuteSeries:
+    """The last `minutes` minutes of one metric, a (count, sum, max) record per wall-clock minute."""
+
+    def __init__(self, minutes: int = SERIES_MINUTES) -> None:
+        self.minutes = minutes
+        self._buckets: dict[int, list[float]] = {}  # minute number -> [count, sum, max]
+
+    def add(self, value: float, count: float, now: float) -> None:
+        minute = int(now // 60)
+        bucket = self._buckets.get(minute)
+        if bucket is None:
+            bucket = self._buckets[minute] = [0.0, 0.0, value]
+            for old in [m for m in self._buckets if m <= minute - self.minutes]:
+                del self._buckets[old]
+        bucket[0] += count
+        bucket[1] += value
+        bucket[2] = max(bucket[2], value)
+
+    def window(self, now: float) -> list[dict[str, float]]:
+        """One record per minute, oldest first, ending with the current minute; quiet minutes are 0."""
+        last = int(now // 60)
+        out = []
+        for minute in range(last - self.minutes + 1, last + 1):
+            count, total, peak = self._buckets.get(minute, (0.0, 0.0, 0.0))
+            out.append({"minute": minute * 60.0, "count": count, "sum": total, "max": peak if count else 0.0})
+        return out
+
+
 class Metrics:
-    def __init__(self, buckets: tuple[float, ...] = DEFAULT_BUCKETS) -> None:
+    def __init__(self, buckets: tuple[float, ...] = DEFAULT_BUCKETS, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
+        self._series: dict[str, MinuteSeries] = {name: MinuteSeries() for name in CHARTED}
         self._buckets = buckets
         self._kinds: dict[str, str] = {}
         self._counters: dict[str, dict[LabelKey, float]] = {}
@@ -95,6 +137,8 @@ class Metrics:
             series = self._counters.setdefault(name, {})
             key = _key(labels)
             series[key] = series.get(key, 0) + by
+            if name in self._series:
+                self._series[name].add(by, by, self._clock())
 
     def observe(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
         with self._lock:
@@ -104,6 +148,8 @@ class Metrics:
             if key not in series:
                 series[key] = _Histogram(self._buckets)
             series[key].observe(float(value))
+            if name in self._series:
+                self._series[name].add(float(value), 1, self._clock())
 
     def set_gauge(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
         with self._lock:
@@ -129,6 +175,25 @@ class Metrics:
             if name in self._histograms and key in self._histograms[name]:
                 return self._histograms[name][key].total
             return 0
+
+    def last_hour(self, name: str) -> list[dict[str, float]]:
+        """A charted metric's last hour, minute by minute (see `MinuteSeries.window`)."""
+        with self._lock:
+            series = self._series.get(name)
+            return series.window(self._clock()) if series is not None else []
+
+    def gauge(self, name: str) -> float | dict[str, float] | None:
+        """A gauge's value now: a number, {platform: number} for a labelled one, None if never set."""
+        with self._lock:
+            fn = self._gauge_fns.get(name)
+            stored = dict(self._gauges.get(name, {}))
+        if fn is not None:
+            stored.update(self._call_gauge(fn))
+        if not stored:
+            return None
+        if set(stored) == {()}:
+            return stored[()]
+        return {",".join(v for _, v in key): value for key, value in stored.items()}
 
     def render(self) -> str:
         with self._lock:

@@ -16,14 +16,21 @@ Rules (DESIGN.md §6), checked in this order for every inbound message:
 
 The ids compared are the platform user id and, when the platform gives one, the cross-app id
 (Feishu union_id); either listed is enough.
+
+Titles are private like the sessions they name: `title_refusal` words a taken title so that only
+a person who may see the session holding it learns that it exists.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from gateway.errors import TitleTaken
 from gateway.source import Platform, SessionSource
+
+if TYPE_CHECKING:
+    from gateway.db import SessionDB
 
 GROUP_POLICIES = ("open", "allowlist", "blacklist", "admin_only", "disabled")
 
@@ -189,3 +196,27 @@ def may_see_session(
     if session.get("user_id") in ids:
         return True
     return bool(ids & set(participants))
+
+
+TITLE_UNUSABLE = "That title can't be used here; pick another."
+
+
+def title_refusal(
+    db: "SessionDB",
+    taken: TitleTaken,
+    source: SessionSource,
+    *,
+    is_admin: bool,
+    single_owner: bool,
+    resume_hint: bool = False,
+) -> str:
+    """The reply to a title the database refused. A person who may see the session that has it is
+    told so (and, with `resume_hint`, how to go back to it); anyone else gets a neutral refusal that
+    does not reveal that such a conversation exists. (Reads the DB: call it off the event loop.)"""
+    holder = db.get_session(taken.holder) if taken.holder else None
+    if holder is None or not may_see_session(
+        holder, db.session_participants(holder["id"]), source, is_admin=is_admin, single_owner=single_owner
+    ):
+        return TITLE_UNUSABLE
+    text = f"Another conversation is already titled “{taken.title}”. Pick a different title"
+    return text + (f", or /resume {taken.title}." if resume_hint else ".")

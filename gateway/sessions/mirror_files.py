@@ -9,7 +9,7 @@ import os
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 __all__ = [
     "MESSAGE_KEYS",
@@ -45,7 +45,7 @@ MESSAGE_KEYS = (
 ENTRY_KEYS = ("session_id", "origin", "created_at", "updated_at", "reason")
 
 
-def _dumps(obj: object, **kwargs: object) -> bytes:
+def _dumps(obj: object, **kwargs: Any) -> bytes:
     try:
         return json.dumps(obj, ensure_ascii=False, **kwargs).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates in stored text: escape rather than fail

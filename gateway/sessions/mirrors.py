@@ -5,7 +5,7 @@
   on a commit) never waits for file system work such as creating a new chat's file; `flush()`
   waits until the files have caught up. One `write` of whole lines to an O_APPEND descriptor;
   descriptors are kept in a small LRU. When flags change (undo, retry, compaction) the DB sends a
-  "rewrite" event and that one file is replaced atomically (temp file, fsync, rename).
+  `SessionRewritten` event and that one file is replaced atomically (temp file, fsync, rename).
 - `sessions.json`: key -> current session entry, one key per line. Rewritten atomically, only
   when key entries change, and coalesced: at most once per `index_interval` seconds (plus once on
   close). Never per inbound message: an append does not touch it.
@@ -37,6 +37,14 @@ from gateway.sessions.mirror_files import (
     index_line,
     is_temp_name,
     message_line,
+)
+from gateway.storage.events import (
+    CommitEvent,
+    KeyChanged,
+    KeyDeleted,
+    MessageAppended,
+    SessionDeleted,
+    SessionRewritten,
 )
 from gateway.storage.home import Home, is_safe_session_id
 
@@ -140,7 +148,7 @@ class Mirrors:
         return sum(1 for t in self._files.values() if t.fd is not None)
 
     # -- commit events ---------------------------------------------------------------------------
-    def _on_commit(self, events: list) -> None:
+    def _on_commit(self, events: list[CommitEvent]) -> None:
         """Called in the DB writer thread after each commit: only queue the events."""
         if self._closed:
             return
@@ -154,13 +162,11 @@ class Mirrors:
                     self.max_backlog,
                 )
             self.overflows += 1
-            for kind, data in events:
-                if kind in ("message", "rewrite"):
-                    self._overflow.add(data["session_id"])
-                elif kind == "session_deleted":
-                    self._overflow.add(data["id"])
-                elif kind in ("key", "key_deleted"):
+            for event in events:
+                if isinstance(event, (KeyChanged, KeyDeleted)):
                     self._overflow_keys = True
+                elif isinstance(event, (MessageAppended, SessionRewritten, SessionDeleted)):
+                    self._overflow.add(event.session_id)
 
     def _apply_loop(self) -> None:
         while True:
@@ -209,22 +215,22 @@ class Mirrors:
             if not self._applier.is_alive():  # closed (or died): nothing more will be written
                 return
 
-    def _apply(self, events: list) -> None:
+    def _apply(self, events: list[CommitEvent]) -> None:
         rewrite: set[str] = set()
         deleted: set[str] = set()
         appends: dict[str, list[tuple[int, bytes]]] = {}
         key_changes: dict[str, bytes | None] = {}
-        for kind, data in events:
-            if kind == "message":
-                appends.setdefault(data["session_id"], []).append((data["id"], message_line(data)))
-            elif kind == "rewrite":
-                rewrite.add(data["session_id"])
-            elif kind == "session_deleted":
-                deleted.add(data["id"])
-            elif kind == "key":
-                key_changes[data["session_key"]] = index_line(data)
-            elif kind == "key_deleted":  # also sent for each key of a deleted session
-                key_changes[data["session_key"]] = None
+        for event in events:
+            if isinstance(event, MessageAppended):
+                appends.setdefault(event.session_id, []).append((event.message_id, message_line(event.row)))
+            elif isinstance(event, SessionRewritten):
+                rewrite.add(event.session_id)
+            elif isinstance(event, SessionDeleted):
+                deleted.add(event.session_id)
+            elif isinstance(event, KeyChanged):
+                key_changes[event.session_key] = index_line(event.entry)
+            elif isinstance(event, KeyDeleted):  # also sent for each key of a deleted session
+                key_changes[event.session_key] = None
         # A session both deleted and written in one batch (re-imported) is rebuilt from the DB.
         rewrite |= deleted & set(appends)
         with self._lock:
@@ -467,7 +473,7 @@ class Mirrors:
                 path.unlink(missing_ok=True)
                 report.files_removed += 1
                 return
-            have = Counter()
+            have: Counter[bytes] = Counter()
             if current:
                 pieces = current.split(b"\n")
                 have.update(p + b"\n" for p in pieces[:-1])

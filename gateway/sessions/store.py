@@ -31,6 +31,7 @@ from typing import Any, Awaitable, Callable
 from gateway.db import SessionDB, UnknownSession, new_session_id
 from gateway.sessions.reset import ResetPolicies
 from gateway.source import SessionSource, build_session_key
+from gateway.storage import queries, rows
 from gateway.storage.writer import WriteOp
 
 __all__ = ["SessionStore", "SessionEntry", "SessionLookup", "ResetNotice", "SUMMARY_PREFIX"]
@@ -262,15 +263,15 @@ class SessionStore:
             raise UnknownSession(session_id)
         entry, _ = self._current(key)
         previous = entry["session_id"] if entry else None
-        db, now = self.db, self.clock()
+        now = self.clock()
         steps: list[WriteOp] = []
         if target.get("ended_at") is not None:
-            steps.append(db._op_reopen(session_id))
+            steps.append(rows.op_reopen(session_id))
         steps.append(_touch_op(session_id, now))
-        steps.append(db._op_set_key(key, session_id, source.to_dict(), reason))
+        steps.append(rows.op_set_key(key, session_id, source.to_dict(), reason))
         if previous and previous != session_id:
-            steps.append(_quietly(db._op_end(previous, reason)))
-        steps.append(lambda conn, events: db._key_row(conn, key))
+            steps.append(_quietly(rows.op_end(previous, reason)))
+        steps.append(lambda conn, events: queries.key_row(conn, key))
         return SessionEntry.from_row(await self._transaction(steps))
 
     async def compress(
@@ -295,8 +296,8 @@ class SessionStore:
         session = await db.aread("get_session", session_id)
         if session is None:
             raise UnknownSession(session_id)
-        rows = await db.aread("get_messages", session_id)
-        if not rows:
+        messages = await db.aread("get_messages", session_id)
+        if not messages:
             raise ValueError(f"session {session_id} has no messages to compress")
         conversation = await db.aread("get_messages_as_conversation", session_id)
         summary = await summarise(conversation)
@@ -309,15 +310,15 @@ class SessionStore:
         if title:
             fields["title"] = await db.aread("next_lineage_title", title)
         key = key or session.get("session_key")
-        last_id = rows[-1]["id"]
+        last_id = messages[-1]["id"]
         steps: list[WriteOp] = [
-            db.op_create_session(child, session["source"], {**fields, "parent_session_id": session_id}),
-            db.op_append(child, "system", SUMMARY_PREFIX.format(parent=session_id) + summary, {}),
-            db._flag_op(session_id, "AND id <= ?", (last_id,), 0, 1),
-            db._op_end(session_id, "compressed"),
+            rows.op_create_session(child, session["source"], {**fields, "parent_session_id": session_id}),
+            rows.op_append(child, "system", SUMMARY_PREFIX.format(parent=session_id) + summary, {}),
+            rows.op_mark_compacted(session_id, last_id),
+            rows.op_end(session_id, "compressed"),
         ]
         if key:
-            move = db._op_set_key(key, child, origin, "compressed")
+            move = rows.op_set_key(key, child, origin, "compressed")
 
             def move_if_current(conn: sqlite3.Connection, events: list) -> None:
                 row = conn.execute("SELECT session_id FROM session_keys WHERE session_key = ?", (key,)).fetchone()
@@ -326,7 +327,7 @@ class SessionStore:
 
             steps.append(move_if_current)
         await self._transaction(steps)
-        log.info("compressed session %s into %s (%d messages)", session_id, child, len(rows))
+        log.info("compressed session %s into %s (%d messages)", session_id, child, len(messages))
         return child
 
     async def _transaction(self, steps: list[WriteOp]) -> Any:

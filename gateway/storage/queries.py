@@ -1,20 +1,49 @@
 """Read queries over the schema, as plain SQL functions of a connection: session and key rows,
 finding a session by what a person types, listing, lineage chains and their titles, and stats.
-`SessionDB` calls them on its per-thread read connection."""
+`SessionDB` calls them on its per-thread read connection.
+
+A session row crosses floors as `Session`, a TypedDict: still the plain dict §10 callers index,
+with one set of key names (the table's columns) wherever it comes from.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 import sqlite3
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict, cast
 
 from gateway.storage.schema import SCHEMA_VERSION, TITLE_MAX
 
 
-def session_row(conn: sqlite3.Connection, session_id: str) -> dict | None:
+class Session(TypedDict):
+    """A row of `sessions`."""
+
+    id: str
+    source: str
+    user_id: str | None
+    session_key: str | None
+    chat_id: str | None
+    chat_type: str | None
+    chat_name: str | None
+    thread_id: str | None
+    user_name: str | None
+    model: str | None
+    title: str | None
+    parent_session_id: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    last_active_at: float
+    message_count: int  # messages in the conversation (schema.IN_CONVERSATION)
+    input_tokens: int
+    output_tokens: int
+    preview: str | None
+
+
+def session_row(conn: sqlite3.Connection, session_id: str) -> Session | None:
     row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    return dict(row) if row else None
+    return cast(Session, dict(row)) if row else None
 
 
 def _key_entry(row: sqlite3.Row | dict) -> dict:
@@ -62,8 +91,10 @@ def key_rows(conn: sqlite3.Connection) -> list[dict]:
     return [_key_entry(row) for row in conn.execute("SELECT * FROM session_keys ORDER BY session_key")]
 
 
-def find_session(conn: sqlite3.Connection, ref: str) -> dict | None:
-    """An exact id, a unique id prefix (>= 6 characters), or an exact title (any case)."""
+def find_session(conn: sqlite3.Connection, ref: str) -> Session | None:
+    """An exact id, a unique id prefix (>= 6 characters), or a title: the exact title first, then
+    the same title in another letter case (titles are unique in any case; the exact match comes first
+    for a database that held case-duplicates before they were made unique)."""
     ref = (ref or "").strip()
     if not ref:
         return None
@@ -74,7 +105,10 @@ def find_session(conn: sqlite3.Connection, ref: str) -> dict | None:
         ids = conn.execute("SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")).fetchall()
         if len(ids) == 1:
             return session_row(conn, ids[0][0])
-    hit = conn.execute("SELECT id FROM sessions WHERE title = ? COLLATE NOCASE LIMIT 1", (ref,)).fetchone()
+    hit = conn.execute(
+        "SELECT id FROM sessions WHERE title = ? COLLATE NOCASE ORDER BY title = ? COLLATE BINARY DESC, started_at LIMIT 1",
+        (ref, ref),
+    ).fetchone()
     return session_row(conn, hit[0]) if hit else None
 
 
@@ -86,7 +120,7 @@ def list_sessions(
     offset: int = 0,
     exclude_sources: Iterable[str] | None = None,
     titled_only: bool = False,
-) -> list[dict]:
+) -> list[Session]:
     """By last activity. `user_id`: sessions the person started or took part in."""
     where, params = [], []
     if source:
@@ -102,13 +136,30 @@ def list_sessions(
     if titled_only:
         where.append("s.title IS NOT NULL")
     sql = (
-        "SELECT s.id, s.title, s.source, s.user_id, s.session_key, s.chat_type, s.chat_name, "
-        "s.started_at, s.last_active_at, s.ended_at, s.end_reason, s.message_count, s.preview, "
-        "s.parent_session_id FROM sessions s"
+        "SELECT s.* FROM sessions s"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY s.last_active_at DESC, s.id DESC LIMIT ? OFFSET ?"
     )
-    return [dict(r) for r in conn.execute(sql, [*params, int(limit), int(offset)])]
+    return [cast(Session, dict(r)) for r in conn.execute(sql, [*params, int(limit), int(offset)])]
+
+
+def count_by_source(conn: sqlite3.Connection) -> dict[str, int]:
+    """Sessions per platform, most first."""
+    return dict(conn.execute("SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY 2 DESC").fetchall())
+
+
+def session_ids(conn: sqlite3.Connection, source: str | None = None) -> list[str]:
+    """Every session id (of one platform), oldest first."""
+    sql, params = "SELECT id FROM sessions", []
+    if source:
+        sql, params = sql + " WHERE source = ?", [str(getattr(source, "value", source))]
+    return [r[0] for r in conn.execute(sql + " ORDER BY started_at, id", params)]
+
+
+def idle_sessions(conn: sqlite3.Connection, cutoff: float) -> list[str]:
+    """Sessions whose last activity is before `cutoff` (epoch seconds), longest idle first."""
+    rows = conn.execute("SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,))
+    return [r[0] for r in rows]
 
 
 def children(conn: sqlite3.Connection, session_id: str) -> list[str]:
@@ -146,8 +197,14 @@ def chain_of(conn: sqlite3.Connection, session_id: str) -> list[str]:
     return chain
 
 
-def title_exists(conn: sqlite3.Connection, title: str) -> bool:
-    return bool(conn.execute("SELECT 1 FROM sessions WHERE title = ?", (title,)).fetchone())
+def title_holder(conn: sqlite3.Connection, title: str, except_id: str | None = None) -> str | None:
+    """THE title rule: the session (other than `except_id`) that has `title` in any letter case, so
+    that a title typed to /resume or the CLI names one session. The unique index on
+    sessions(title COLLATE NOCASE) enforces the same rule on every write."""
+    row = conn.execute(
+        "SELECT id FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
+    ).fetchone()
+    return row[0] if row else None
 
 
 def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
@@ -155,7 +212,7 @@ def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
     m = re.fullmatch(r"(.*?) #(\d+)", title.strip())
     base, n = (m.group(1), int(m.group(2)) + 1) if m else (title.strip(), 2)
     base = base[: TITLE_MAX - 8]
-    while title_exists(conn, f"{base} #{n}"):
+    while title_holder(conn, f"{base} #{n}") is not None:
         n += 1
     return f"{base} #{n}"
 
@@ -180,3 +237,85 @@ def stats(conn: sqlite3.Connection) -> dict[str, Any]:
     except sqlite3.Error:  # dbstat not compiled in
         pass
     return out
+
+
+PAGE_COLUMNS = (
+    "s.id, s.title, s.source, s.user_id, s.user_name, s.session_key, s.chat_type, s.chat_name, "
+    "s.started_at, s.last_active_at, s.ended_at, s.end_reason, s.message_count, s.preview, s.parent_session_id"
+)
+
+
+def list_sessions_page(
+    conn: sqlite3.Connection,
+    *,
+    source: str | None = None,
+    user_id: str | None = None,
+    titled: bool | None = None,
+    active_from: float | None = None,
+    active_before: float | None = None,
+    after: tuple[float, str] | None = None,
+    limit: int = 50,
+) -> list[dict]:
+    """One page of sessions by last activity, newest first, continuing strictly after the
+    (last_active_at, id) of the previous page's last row (keyset paging: page 2,000 costs what
+    page 1 costs, where OFFSET re-reads every skipped row). `user_id`: sessions the person
+    started or took part in; `titled`: True titled only, False untitled only; the dates bound
+    last activity, `active_before` exclusive."""
+    where: list[str] = []
+    params: list[Any] = []
+    if source:
+        where.append("s.source = ?")
+        params.append(source)
+    if user_id:
+        where.append("(s.user_id = ? OR s.id IN (SELECT session_id FROM session_participants WHERE user_id = ?))")
+        params += [user_id, user_id]
+    if titled is True:
+        where.append("s.title IS NOT NULL")
+    elif titled is False:
+        where.append("s.title IS NULL")
+    if active_from is not None:
+        where.append("s.last_active_at >= ?")
+        params.append(float(active_from))
+    if active_before is not None:
+        where.append("s.last_active_at < ?")
+        params.append(float(active_before))
+    if after is not None:
+        # spelt as a range plus a tie-break so SQLite walks the index from the cursor and stops at
+        # LIMIT; "(a < ? OR (a = ? AND id < ?))" became a MULTI-INDEX OR that collected and sorted
+        # every older row before the first one was returned
+        where.append("s.last_active_at <= ? AND (s.last_active_at < ? OR s.id < ?)")
+        params += [float(after[0]), float(after[0]), str(after[1])]
+    sql = (
+        f"SELECT {PAGE_COLUMNS} FROM sessions s"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY s.last_active_at DESC, s.id DESC LIMIT ?"
+    )
+    return [dict(r) for r in conn.execute(sql, [*params, int(limit)])]
+
+
+def sessions_with_key(
+    conn: sqlite3.Connection, session_key: str, user_id: str | None = None, limit: int = 50
+) -> list[dict]:
+    """The newest `limit` sessions a conversation key has pointed at, oldest first: its reset
+    history. sessions.session_key has no index of its own; pass the session's `user_id` (a key
+    belongs to one person's chat) and the walk is over that person's sessions only."""
+    narrow, params = ("user_id = ? AND ", [user_id]) if user_id else ("", [])
+    rows = conn.execute(
+        "SELECT id, title, started_at, last_active_at, ended_at, end_reason, message_count FROM sessions "
+        f"WHERE {narrow}session_key = ? ORDER BY started_at DESC, id DESC LIMIT ?",
+        (*params, session_key, int(limit)),
+    ).fetchall()
+    return [dict(r) for r in reversed(rows)]
+
+
+def messages_by_id(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict[int, dict]:
+    """Messages by id (session, role, content, time, flags); ids that do not exist are left out."""
+    ids = [int(i) for i in message_ids][:500]
+    if not ids:
+        return {}
+    rows = conn.execute(
+        "SELECT id, session_id, role, content, timestamp, active, compacted FROM messages "
+        f"WHERE id IN ({','.join('?' * len(ids))})",
+        ids,
+    )
+    return {r["id"]: dict(r) for r in rows}

@@ -8,6 +8,9 @@ writing into a newer schema could corrupt what it does not understand.
 from __future__ import annotations
 
 import sqlite3
+from typing import Any, Callable, Mapping
+
+from gateway.errors import SchemaTooNew
 
 ROLES = ("user", "assistant", "tool", "system")
 TITLE_MAX = 100  # characters of a session title
@@ -37,7 +40,53 @@ MESSAGE_FIELDS = (
     "user_id",
 )
 
-MIGRATIONS: list[str] = [
+# What the `active` and `compacted` flags mean, written once (every query and check uses these):
+# - in the conversation (what the model is given, and what `sessions.message_count` counts):
+IN_CONVERSATION = "active = 1"
+# - visible (findable by search and recall, shown in transcripts): what was said and kept; compacted
+#   and retried-away messages stay visible, what /undo took back does not.
+_VISIBLE = "({t}active = 1 OR {t}compacted = 1)"
+VISIBLE = _VISIBLE.format(t="")
+
+
+def visible_sql(alias: str = "") -> str:
+    """VISIBLE for a query where the messages table is called `alias` (e.g. "m")."""
+    return _VISIBLE.format(t=f"{alias}." if alias else "")
+
+
+def is_visible(message: Mapping[str, Any]) -> bool:
+    """VISIBLE, for a message row already read."""
+    return bool(message.get("active", 1) or message.get("compacted"))
+
+
+Migration = str | Callable[[sqlite3.Connection], None]
+
+
+def _titles_unique_in_any_case(conn: sqlite3.Connection) -> None:
+    """v3 -> v4: a title is taken in any letter case ("Trip" and "trip" cannot both exist: a title
+    typed to /resume or the CLI must name one session). Case-duplicates already stored keep their
+    text: the session that had it first keeps it, each later one gets the first free " #n" suffix,
+    as a lineage's titles do. Then the unique index compares with NOCASE, so the database enforces
+    the rule. (NOCASE folds ASCII letters only, like every title comparison in SQLite.)"""
+    fold = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")  # as NOCASE does
+    taken = {t.translate(fold) for (t,) in conn.execute("SELECT title FROM sessions WHERE title IS NOT NULL")}
+    later = conn.execute(
+        "SELECT s.id, s.title FROM sessions s WHERE s.title IS NOT NULL AND EXISTS ("
+        " SELECT 1 FROM sessions o WHERE o.title = s.title COLLATE NOCASE AND o.id != s.id"
+        " AND (o.started_at < s.started_at OR (o.started_at = s.started_at AND o.id < s.id)))"
+        " ORDER BY s.started_at, s.id"
+    ).fetchall()
+    for session_id, title in later:
+        base, n = title[: TITLE_MAX - 8], 2
+        while f"{base} #{n}".translate(fold) in taken:
+            n += 1
+        taken.add(f"{base} #{n}".translate(fold))
+        conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (f"{base} #{n}", session_id))
+    conn.execute("DROP INDEX idx_sessions_title")
+    conn.execute("CREATE UNIQUE INDEX idx_sessions_title ON sessions(title COLLATE NOCASE) WHERE title IS NOT NULL")
+
+
+MIGRATIONS: list[Migration] = [
     # v0 -> v1: sessions, messages and the two contentless full-text indexes
     """
     CREATE TABLE sessions (
@@ -125,13 +174,81 @@ MIGRATIONS: list[str] = [
     """
     CREATE VIRTUAL TABLE messages_vocab USING fts5vocab(messages_fts, 'instance');
     """,
+    # v3 -> v4: titles unique in any letter case
+    _titles_unique_in_any_case,
+    # v4 -> v5: lean writes (gateway/storage/indexer.py, gateway/storage/writer.py). A one-message
+    # commit wrote 18 pages, 4 of them the sessions row and its three indexes holding
+    # last_active_at, which every append moves. One index now holds last activity (with the source,
+    # so listing one source scans it without reading rows) and the person index leaves it out.
+    # The full-text indexes are filled in batches after the commit; fts_state.indexed_upto is the
+    # last message id they hold (every message so far: they were indexed inline until now).
+    """
+    DROP INDEX idx_sessions_last_active;
+    DROP INDEX idx_sessions_source;
+    DROP INDEX idx_sessions_user;
+    CREATE INDEX idx_sessions_active ON sessions(last_active_at, source);
+    CREATE INDEX idx_sessions_user_id ON sessions(user_id);
+    CREATE TABLE fts_state (indexed_upto INTEGER NOT NULL);
+    INSERT INTO fts_state (indexed_upto) SELECT COALESCE(MAX(id), 0) FROM messages;
+    """,
+    # v5 -> v6: media kept with messages (files under home/media/, see gateway/storage/media.py);
+    # a row with sha256 NULL names a file that was not kept (too big, refused, failed)
+    """
+    CREATE TABLE attachments (
+        id INTEGER PRIMARY KEY,
+        message_id INTEGER NOT NULL REFERENCES messages(id),
+        kind TEXT NOT NULL,
+        mime_type TEXT,
+        bytes INTEGER,
+        sha256 TEXT,
+        file_name TEXT,
+        platform_file_id TEXT,
+        created_at REAL NOT NULL,
+        dropped_at REAL
+    );
+    CREATE INDEX idx_attachments_message ON attachments(message_id);
+    CREATE INDEX idx_attachments_sha ON attachments(sha256) WHERE sha256 IS NOT NULL;
+    """,
+    # v6 -> v7: embedding vectors of message windows, for recall's semantic stage (gateway/storage/vectors.py)
+    # IF NOT EXISTS: this step is written to run after any other step that lands beside it
+    """
+    CREATE TABLE IF NOT EXISTS message_vectors (
+        session_id TEXT NOT NULL,
+        first_id INTEGER NOT NULL,
+        last_id INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (session_id, first_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS idx_message_vectors_newest ON message_vectors(model, last_id);
+    CREATE TABLE IF NOT EXISTS vector_progress (
+        model TEXT PRIMARY KEY,
+        upto_id INTEGER NOT NULL
+    );
+    -- a window holding a message that /undo took back or that was deleted is dropped, and the
+    -- indexer is sent back to re-embed what is left of it
+    CREATE TRIGGER IF NOT EXISTS message_vectors_session_gone AFTER DELETE ON sessions
+    BEGIN
+        DELETE FROM message_vectors WHERE session_id = OLD.id;
+    END;
+    CREATE TRIGGER IF NOT EXISTS message_vectors_message_hidden AFTER UPDATE OF active ON messages
+    WHEN NEW.active = 0 AND NEW.compacted = 0
+    BEGIN
+        UPDATE vector_progress SET upto_id = min(upto_id, coalesce((
+            SELECT min(first_id) - 1 FROM message_vectors
+            WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id), upto_id));
+        DELETE FROM message_vectors
+        WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id;
+    END;
+    CREATE TRIGGER IF NOT EXISTS message_vectors_message_gone AFTER DELETE ON messages
+    BEGIN
+        DELETE FROM message_vectors
+        WHERE session_id = OLD.session_id AND first_id <= OLD.id AND last_id >= OLD.id;
+    END;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class SchemaTooNew(RuntimeError):
-    """The database was written by a newer chinwag."""
 
 
 def current_version(conn: sqlite3.Connection) -> int:
@@ -159,8 +276,12 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION, path: str = 
             if version >= target:
                 conn.execute("COMMIT")
                 break
-            for statement in _statements(MIGRATIONS[version]):
-                conn.execute(statement)
+            step = MIGRATIONS[version]
+            if callable(step):
+                step(conn)
+            else:
+                for statement in _statements(step):
+                    conn.execute(statement)
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version + 1,))

@@ -15,10 +15,11 @@ import sqlite3
 from typing import Iterable
 
 from gateway.storage.fts import Query, make_snippet, parse_query
+from gateway.storage.schema import visible_sql
 
 CANDIDATE_CAP = 2000
 MIN_SESSIONS_BEFORE_RELAXING = 3
-VISIBLE = "(m.active = 1 OR m.compacted = 1)"
+VISIBLE = visible_sql("m")
 
 
 def build_filters(role_filter: Iterable[str] | None, exclude_sources: Iterable[str] | None) -> tuple[str, list]:

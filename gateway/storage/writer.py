@@ -1,4 +1,5 @@
-"""One writer thread that commits concurrent writes together (group commit).
+"""One writer thread that commits concurrent writes together (group commit), and keeps the
+write-ahead log small.
 
 Every write to the database is a function `op(conn, events)` submitted here. The thread takes
 whatever is queued, runs the ops in one transaction (an op that raises is dropped and the rest
@@ -6,25 +7,51 @@ run again), commits once (one fsync for the whole batch), tells the commit liste
 then resolves each op's future.
 So an append returns only when it is durable, a failing op fails alone, and a hundred chats
 appending at once cost one fsync instead of a hundred.
+
+The WAL. SQLite's automatic checkpoint runs inside the COMMIT that crosses its threshold, and a
+PASSIVE checkpoint from another thread never catches up with steady writes, so the log never
+restarts: 8,000 one-at-a-time appends left a 644 MB WAL beside a 4.6 MB database. Here the writer
+itself checkpoints, between two batches, when the log passes `checkpoint_bytes`: no write is in
+flight, so a RESTART checkpoint copies what is left and the next commit writes the log from its
+start again, reusing the file in place (cheaper to fsync than a growing file: 2,300 vs 1,800
+sequential commits/s measured). `journal_size_limit` cuts the file back to `checkpoint_bytes` on
+that restart, and after `idle_seconds` without writes a TRUNCATE checkpoint empties it. A checkpoint
+copies only the distinct pages the log holds: ~2 ms for 400 sequential commits. It waits for
+readers at most `CHECKPOINT_BUSY_MS`; a reader holding a snapshot for longer only delays it (retried
+as the log grows and when idle), never the writes.
+
+Upkeep tasks (see `add_upkeep`) run on this thread too, between batches or when idle: the deferred
+full-text indexing (gateway/storage/indexer.py) is one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import sqlite3
+import struct
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, Callable
+
+from gateway.storage.connect import BUSY_TIMEOUT_MS
 
 log = logging.getLogger(__name__)
 
 WriteOp = Callable[[sqlite3.Connection, list], Any]
 CommitListener = Callable[[list], None]
+# upkeep(conn, idle): runs on the writer thread outside any transaction; True if it did work
+UpkeepTask = Callable[[sqlite3.Connection, bool], bool]
 
 _STOP = object()
 MAX_BATCH = 256  # bounds how long one append waits behind others in its batch
+CHECKPOINT_BYTES = 8 * 1024 * 1024  # the log is checkpointed and restarted past this
+IDLE_SECONDS = 1.0  # no write for this long: idle upkeep, then the log is truncated
+CHECKPOINT_BUSY_MS = 50  # how long a checkpoint waits for readers before trying again later
+WRITE_BUSY_MS = BUSY_TIMEOUT_MS  # the usual wait for a lock held by another process
 
 
 class WriterClosed(RuntimeError):
@@ -39,7 +66,8 @@ class _LoopSlot:
     __slots__ = ("loop", "future", "outcome")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future) -> None:
-        self.loop, self.future, self.outcome = loop, future, None
+        self.loop, self.future = loop, future
+        self.outcome: tuple[Any, BaseException | None] | None = None
 
     def set_running_or_notify_cancel(self) -> bool:
         return not self.future.cancelled()  # a cancel racing this is handled when settling
@@ -56,7 +84,7 @@ class _LoopSlot:
 
 def _settle(slots: list[_LoopSlot]) -> None:
     for slot in slots:
-        if not slot.future.done():
+        if not slot.future.done() and slot.outcome is not None:
             result, exc = slot.outcome
             if exc is not None:
                 slot.future.set_exception(exc)
@@ -64,17 +92,78 @@ def _settle(slots: list[_LoopSlot]) -> None:
                 slot.future.set_result(result)
 
 
+class WalFile:
+    """The size of a database's write-ahead log: the file on disk, and the part of it in use.
+
+    The file does not shrink when the log restarts (it is reused in place), so its size says
+    nothing about how much of it the current log fills. That is read from the wal-index header
+    in the `-shm` file (mxFrame, a native-endian u32 at byte 16; https://sqlite.org/walformat.html),
+    whose first copy is kept current by every writer."""
+
+    _HEADER = 48
+
+    def __init__(self, db_path: str, page_size: int) -> None:
+        self.path, self.page_size = db_path + "-wal", page_size
+
+    def file_bytes(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return 0
+
+    def position(self) -> tuple[int, int] | None:
+        """(frames in the log, salt of this log generation), None if the wal-index is unreadable."""
+        try:
+            with open(self.path[:-4] + "-shm", "rb") as shm:
+                header = shm.read(self._HEADER)
+        except OSError:
+            return None
+        if len(header) < self._HEADER:
+            return None
+        frames, salt = struct.unpack_from("=I", header, 16)[0], struct.unpack_from("=I", header, 32)[0]
+        return frames, salt
+
+    def log_bytes(self) -> int:
+        """Bytes of log the next checkpoint has to deal with (the file size if unreadable)."""
+        position = self.position()
+        if position is None:
+            return self.file_bytes()
+        return 32 + position[0] * (self.page_size + 24) if position[0] else 0
+
+
+def wal_file_bytes(db_path: str) -> int:
+    """Size of the `-wal` file beside a database, 0 when there is none (for stats and metrics)."""
+    return WalFile(db_path, 0).file_bytes()
+
+
 class GroupCommitWriter:
-    def __init__(self, connect: Callable[[], sqlite3.Connection], name: str = "chinwag-db-writer"):
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        name: str = "chinwag-db-writer",
+        *,
+        checkpoint_bytes: int = CHECKPOINT_BYTES,
+        idle_seconds: float = IDLE_SECONDS,
+    ):
         self._connect = connect
+        self.checkpoint_bytes, self.idle_seconds = int(checkpoint_bytes), float(idle_seconds)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._listeners: list[CommitListener] = []
+        self._upkeep: list[UpkeepTask] = []
+        self._wal: WalFile | None = None
+        self._next_checkpoint = self.checkpoint_bytes
+        self._dirty = False  # written since the last idle upkeep
         self._closed = False
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
-        self.batches = 0  # commits done (for stats/benchmarks)
+        self.batches = 0  # commits of submitted writes (for stats/benchmarks)
         self.ops = 0
+        self.checkpoints = 0  # completed (log restarted or truncated)
+        self.checkpoints_busy = 0  # attempts a reader made wait for a later try
+        self.wal_peak_bytes = 0  # the largest the log got before a checkpoint
+        self.wal_written_bytes = 0  # log frames this writer appended (for benchmarks and metrics)
+        self._position: tuple[int, int] | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -83,6 +172,16 @@ class GroupCommitWriter:
 
     def add_listener(self, listener: CommitListener) -> None:
         self._listeners.append(listener)
+
+    def add_upkeep(self, task: UpkeepTask) -> None:
+        """Run `task(conn, idle)` on the writer thread after every batch (idle False) and once
+        when no write came for `idle_seconds` (idle True), and before closing. It runs outside any
+        transaction and starts its own; an exception is logged and the writer goes on."""
+        self._upkeep.append(task)
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
 
     def submit(self, op: WriteOp) -> Future:
         future: Future = Future()
@@ -121,8 +220,13 @@ class GroupCommitWriter:
         self._ready.set()
         stopping = False
         try:
+            self._setup_wal(conn)
             while not stopping:
-                item = self._queue.get()
+                try:
+                    item = self._queue.get(timeout=self.idle_seconds if self._dirty else None)
+                except queue.Empty:
+                    self._idle(conn)
+                    continue
                 if item is _STOP:
                     break
                 batch = [item]
@@ -136,8 +240,85 @@ class GroupCommitWriter:
                         break
                     batch.append(nxt)
                 self._commit(conn, batch)
+                self._dirty = True
+                self._run_upkeep(conn, idle=False)
+                self._checkpoint_if_due(conn)
+            self._idle(conn)  # closing: finish upkeep, leave an empty log
         finally:
             conn.close()
+
+    # -- upkeep and the WAL ----------------------------------------------------------------------
+    def _setup_wal(self, conn: sqlite3.Connection) -> None:
+        path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+        if not path:  # in-memory database: no log file
+            return
+        self._wal = WalFile(path, conn.execute("PRAGMA page_size").fetchone()[0])
+        # checkpoints are taken here, between batches, never inside a COMMIT
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute(f"PRAGMA journal_size_limit = {self.checkpoint_bytes}")
+        self._position = self._wal.position()
+
+    def _run_upkeep(self, conn: sqlite3.Connection, idle: bool) -> bool:
+        worked = False
+        for task in self._upkeep:
+            try:
+                worked |= bool(task(conn, idle))
+            except Exception:
+                log.exception("writer upkeep task failed")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+        return worked
+
+    def _idle(self, conn: sqlite3.Connection) -> None:
+        self._run_upkeep(conn, idle=True)
+        self._account()
+        truncated = True
+        if self._wal is not None and self._wal.file_bytes() > 0:
+            truncated = self.checkpoint(conn, "TRUNCATE")
+        self._dirty = not truncated  # a reader held on: try again after another idle spell
+
+    def _account(self) -> None:
+        """Add the frames written since the last look (a new salt: the log restarted meanwhile)."""
+        if self._wal is None:
+            return
+        now = self._wal.position()
+        if now is not None:
+            before = self._position
+            added = now[0] if before is None or before[1] != now[1] else max(0, now[0] - before[0])
+            self.wal_written_bytes += added * (self._wal.page_size + 24)
+        self._position = now
+
+    def _checkpoint_if_due(self, conn: sqlite3.Connection) -> None:
+        if self._wal is None:
+            return
+        self._account()
+        size = self._wal.log_bytes()
+        self.wal_peak_bytes = max(self.wal_peak_bytes, size)
+        if size >= self._next_checkpoint:
+            if not self.checkpoint(conn, "RESTART"):  # a reader held on: try again a quarter further on
+                self._next_checkpoint = size + max(1, self.checkpoint_bytes // 4)
+
+    def checkpoint(self, conn: sqlite3.Connection, mode: str = "RESTART") -> bool:
+        """Copy the log into the database and restart it (RESTART) or empty the file (TRUNCATE).
+        Writer thread only. False if a reader kept it from completing (nothing is lost: the log
+        stays, and is checkpointed later)."""
+        started = time.perf_counter()
+        conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_BUSY_MS}")
+        try:
+            busy, log_frames, done = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        except sqlite3.Error as exc:  # I/O trouble: the log stays, try again later
+            log.warning("WAL checkpoint failed: %s", exc)
+            busy = 1
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {WRITE_BUSY_MS}")
+        if busy:
+            self.checkpoints_busy += 1
+            log.debug("WAL checkpoint (%s) could not complete: a reader holds a snapshot", mode)
+            return False
+        self.checkpoints += 1
+        self._next_checkpoint = self.checkpoint_bytes
+        log.debug("WAL checkpoint (%s) in %.1f ms", mode, (time.perf_counter() - started) * 1000)
+        return True
 
     def _commit(self, conn: sqlite3.Connection, batch: list) -> None:
         try:
@@ -167,13 +348,15 @@ class GroupCommitWriter:
         pending = [(op, future) for op, future in batch if future.set_running_or_notify_cancel()]
         while pending:
             conn.execute("BEGIN IMMEDIATE")
-            results, events, failed = [], [], None
+            results: list[Any] = []
+            events: list = []
+            failed: tuple[int, BaseException] | None = None
             for index, (op, _) in enumerate(pending):
                 op_events: list = []
                 try:
                     results.append(op(conn, op_events))
-                except BaseException as exc:
-                    failed = (index, exc)
+                except BaseException as op_error:
+                    failed = (index, op_error)
                     break
                 events.extend(op_events)
             if failed is None:
@@ -211,34 +394,3 @@ class GroupCommitWriter:
                     log.exception("commit listener failed")
         for (_, future), result in zip(pending, results):
             future.set_result(result)
-
-
-class Checkpointer:
-    """Copies the WAL back into the database from its own thread and connection.
-
-    SQLite's automatic checkpoint runs inside the COMMIT that crosses the threshold, so every write
-    in that batch (and every chat waiting on one) would wait for the copy and its fsync. A PASSIVE
-    checkpoint here never blocks the writer or readers; the writer's connection has
-    `wal_autocheckpoint = 0`.
-    """
-
-    def __init__(self, connect: Callable[[], sqlite3.Connection], interval: float = 1.0) -> None:
-        self._connect, self.interval = connect, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chinwag-db-checkpoint", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        conn = self._connect()
-        try:
-            while not self._stop.wait(self.interval):
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except sqlite3.Error as exc:  # busy or I/O trouble: try again next time
-                    log.warning("WAL checkpoint failed: %s", exc)
-        finally:
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()

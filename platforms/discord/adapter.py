@@ -17,13 +17,22 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 import discord
 import yarl
 
 from gateway.source import Platform, SessionSource
-from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, cancel_and_wait
+from platforms.base import (
+    Attachment,
+    AttachmentKind,
+    Backoff,
+    InboundMessage,
+    MessageHandler,
+    PlatformAdapter,
+    Watchdog,
+    cancel_and_wait,
+)
 from platforms.discord.settings import DiscordSettings
 from platforms.settings import settings_from
 
@@ -265,7 +274,8 @@ class DiscordAdapter(PlatformAdapter):
 
         chat_type, chat_id, thread_id, chat_name = await self._place(message)
         text = self._text(message, me.id)
-        if not text:
+        attachments = [_attachment(a) for a in message.attachments]
+        if not text and not attachments:
             return None  # nothing to answer (e.g. only a mention, or an embed)
 
         mentioned = any(u.id == me.id for u in message.mentions) or bool(re.search(rf"<@!?{me.id}>", message.content))
@@ -307,6 +317,7 @@ class DiscordAdapter(PlatformAdapter):
                 "author_bot": author.bot,
                 "content": message.content,
             },
+            attachments=attachments,
         )
 
     async def _place(self, message: discord.Message) -> tuple[str, int, int | None, str | None]:
@@ -350,9 +361,7 @@ class DiscordAdapter(PlatformAdapter):
         for user in message.mentions:  # other people's mentions read as @name
             if user.id != bot_id:
                 text = re.sub(rf"<@!?{user.id}>", "@" + user.display_name, text)
-        text = text.strip()
-        lines = [f"[attachment: {a.filename} {a.url}]" for a in message.attachments]
-        return "\n".join([text, *lines]).strip() if lines else text
+        return text.strip()
 
     # -- outbound ----------------------------------------------------------------------------
     def _channel(self, source: SessionSource) -> discord.PartialMessageable:
@@ -395,3 +404,23 @@ class DiscordAdapter(PlatformAdapter):
             await self._channel(source).typing()
         except discord.HTTPException as exc:  # a hint only: never fail a turn over it
             log.debug("discord typing failed: %s", exc.status)
+
+
+def _attachment(att: discord.Attachment) -> Attachment:
+    """A Discord attachment; its bytes come through the client's own HTTP session (`read`)."""
+    mime = (att.content_type or "").split(";")[0].strip() or None
+    if mime and mime.startswith("image/"):
+        kind: AttachmentKind = "image"
+    elif att.is_voice_message():
+        kind = "voice"
+    elif mime and mime.startswith("audio/"):
+        kind = "audio"
+    elif mime and mime.startswith("video/"):
+        kind = "video"
+    else:
+        kind = "file"
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield await att.read()
+
+    return Attachment(kind, chunks, mime, att.size, att.filename, str(att.id))

@@ -23,7 +23,7 @@ import logging
 from collections import OrderedDict
 from typing import Any, Mapping
 
-import lark_oapi as lark  # type: ignore[import-untyped]  # lark-oapi ships no type information
+import lark_oapi as lark
 
 from gateway.source import Platform, SessionSource
 from platforms.base import Backoff, InboundMessage, MessageHandler, PlatformAdapter, Watchdog, WebhookHandler
@@ -251,7 +251,7 @@ class FeishuAdapter(PlatformAdapter):
     def _ingest(self, payload: dict[str, Any]) -> None:
         self.mark_alive()
         try:
-            msg = message_from_event(payload, self.bot_open_id, self._sent_ids.__contains__)
+            msg = message_from_event(payload, self.bot_open_id, self._sent_ids.__contains__, self._fetch_resource)
         except MalformedEvent as exc:
             log.warning("feishu: malformed event skipped: %s", exc)
             return
@@ -267,6 +267,9 @@ class FeishuAdapter(PlatformAdapter):
         task = self._spawn(self._deliver(msg, self._chains.get(key)))
         self._chains[key] = task
         task.add_done_callback(lambda t: self._chains.pop(key) if self._chains.get(key) is t else None)
+
+    async def _fetch_resource(self, message_id: str, file_key: str, resource_type: str) -> bytes:
+        return await self.api.message_resource(message_id, file_key, resource_type)
 
     async def _deliver(self, msg: InboundMessage, previous: asyncio.Task | None) -> None:
         assert self._on_message is not None

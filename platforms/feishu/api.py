@@ -18,9 +18,9 @@ import logging
 import uuid
 from typing import Any, Callable
 
-import lark_oapi as lark  # type: ignore[import-untyped]  # lark-oapi ships no type information
+import lark_oapi as lark
 import requests
-from lark_oapi.api.im.v1 import (  # type: ignore[import-untyped]
+from lark_oapi.api.im.v1 import (
     CreateMessageReactionRequest,
     CreateMessageReactionRequestBody,
     CreateMessageRequest,
@@ -28,13 +28,14 @@ from lark_oapi.api.im.v1 import (  # type: ignore[import-untyped]
     DeleteMessageReactionRequest,
     Emoji,
     GetMessageRequest,
+    GetMessageResourceRequest,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
     UpdateMessageRequest,
     UpdateMessageRequestBody,
 )
-from lark_oapi.core.exception import ObtainAccessTokenException  # type: ignore[import-untyped]  # lark-oapi ships no type information
-from lark_oapi.core.token.manager import TokenManager  # type: ignore[import-untyped]  # lark-oapi ships no type information
+from lark_oapi.core.exception import ObtainAccessTokenException
+from lark_oapi.core.token.manager import TokenManager
 
 from platforms.base import Backoff
 
@@ -210,6 +211,22 @@ class FeishuApi:
         if not items or items[0].sender is None:
             return None, None
         return items[0].sender.sender_type, items[0].sender.id
+
+    async def message_resource(self, message_id: str, file_key: str, resource_type: str) -> bytes:
+        """A file or image someone sent in a message (`resource_type` "image" or "file")."""
+
+        def do() -> Any:
+            req = (
+                GetMessageResourceRequest.builder()
+                .message_id(message_id)
+                .file_key(file_key)
+                .type(resource_type)
+                .build()
+            )
+            return self.client.im.v1.message_resource.get(req)
+
+        resp = await self.call("download", do)
+        return resp.file.getvalue() if resp.file is not None else b""
 
     async def update_message(self, message_id: str, msg_type: str, content: dict[str, Any]) -> None:
         body = json.dumps(content, ensure_ascii=False)

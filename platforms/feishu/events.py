@@ -10,10 +10,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from gateway.source import Platform, SessionSource
-from platforms.base import InboundMessage
+from platforms.base import Attachment, AttachmentKind, InboundMessage
+
+# (message_id, file_key, resource type "image" | "file") -> the bytes, through the message
+# resource API (the only way a bot may read a file someone sent it)
+FetchResource = Callable[[str, str, str], Awaitable[bytes]]
 
 MESSAGE_EVENT = "im.message.receive_v1"
 
@@ -22,11 +26,15 @@ MESSAGE_EVENT = "im.message.receive_v1"
 _DM_TYPES = {"p2p"}
 _TOPIC_TYPES = {"topic_group", "topic"}
 
-# Non-text messages become a short bracketed note so the agent knows something was sent.
+# Messages that carry a file: its kind, and the resource type the download names.
+_FILE_MESSAGES: dict[str, tuple[AttachmentKind, str]] = {
+    "image": ("image", "image"),
+    "file": ("file", "file"),
+    "audio": ("voice", "file"),  # Feishu audio messages are recorded voice (opus)
+    "media": ("video", "file"),
+}
+# Other non-text messages become a short bracketed note so the agent knows something was sent.
 _PLACEHOLDERS = {
-    "image": "[image]",
-    "audio": "[audio]",
-    "media": "[video]",
     "sticker": "[sticker]",
     "interactive": "[card]",
     "merge_forward": "[forwarded messages]",
@@ -57,6 +65,7 @@ def message_from_event(
     payload: dict[str, Any],
     bot_open_id: str | None,
     sent_by_bot: Callable[[str], bool] = lambda _mid: False,
+    fetch: FetchResource | None = None,
 ) -> InboundMessage | None:
     """Turn a v2 ``im.message.receive_v1`` payload into an `InboundMessage`.
 
@@ -89,8 +98,13 @@ def message_from_event(
 
     mentions = [m for m in (message.get("mentions") or []) if isinstance(m, dict)]
     msg_type = str(message.get("message_type") or message.get("msg_type") or "text")
-    text = render_content(msg_type, message.get("content"))
+    content = _content(message.get("content"))
+    text = render_content(msg_type, content)
     text, mentioned = resolve_mentions(text, mentions, bot_open_id)
+    attachments = [
+        Attachment(kind, _opener(fetch, message_id, key, rtype) if fetch else None, mime, None, name, key)
+        for kind, key, rtype, mime, name in file_resources(msg_type, content)
+    ]
 
     parent_id = message.get("parent_id") or None
     source = SessionSource(
@@ -112,11 +126,39 @@ def message_from_event(
         reply_to_message_id=parent_id,
         timestamp=_timestamp(message.get("create_time")),
         raw={"event_id": header.get("event_id"), "message_type": msg_type, "payload": payload},
+        attachments=attachments,
     )
 
 
-def render_content(msg_type: str, content: Any) -> str:
-    """The readable text of a message's ``content`` (a JSON string in Feishu events)."""
+def file_resources(
+    msg_type: str, content: dict[str, Any]
+) -> list[tuple[AttachmentKind, str, str, str | None, str | None]]:
+    """(kind, file_key, resource type, mime type, file name) of each file a message carries:
+    image/file/audio/media messages, and the images and videos inside a post."""
+    found: list[tuple[AttachmentKind, str, str, str | None, str | None]] = []
+    if msg_type in _FILE_MESSAGES:
+        kind, rtype = _FILE_MESSAGES[msg_type]
+        key = content.get("image_key") if msg_type == "image" else content.get("file_key")
+        if isinstance(key, str) and key:
+            mime = {"image": None, "voice": "audio/opus", "video": "video/mp4"}.get(kind)
+            found.append((kind, key, rtype, mime, content.get("file_name") or None))
+    elif msg_type == "post":
+        for el in _post_elements(content):
+            if el.get("tag") == "img" and isinstance(el.get("image_key"), str):
+                found.append(("image", el["image_key"], "image", None, None))
+            elif el.get("tag") == "media" and isinstance(el.get("file_key"), str):
+                found.append(("video", el["file_key"], "file", "video/mp4", el.get("file_name") or None))
+    return found
+
+
+def _opener(fetch: FetchResource, message_id: str, key: str, rtype: str) -> Callable[[], AsyncIterator[bytes]]:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield await fetch(message_id, key, rtype)
+
+    return chunks
+
+
+def _content(content: Any) -> dict[str, Any]:
     if isinstance(content, str):
         try:
             content = json.loads(content) if content else {}
@@ -124,6 +166,13 @@ def render_content(msg_type: str, content: Any) -> str:
             raise MalformedEvent("message content is not JSON") from None
     if not isinstance(content, dict):
         raise MalformedEvent("message content is not an object")
+    return content
+
+
+def render_content(msg_type: str, content: Any) -> str:
+    """The readable text of a message's ``content`` (a JSON string in Feishu events). A file
+    message has no text of its own: its file travels as an attachment."""
+    content = _content(content)
     if msg_type == "text":
         text = content.get("text")
         if not isinstance(text, str):
@@ -131,18 +180,32 @@ def render_content(msg_type: str, content: Any) -> str:
         return text
     if msg_type == "post":
         return _render_post(content)
-    if msg_type == "file":
-        return f"[file: {content.get('file_name') or 'unnamed'}]"
+    if msg_type in _FILE_MESSAGES:
+        return ""
     return _PLACEHOLDERS.get(msg_type, f"[{msg_type} message]")
 
 
-def _render_post(content: dict[str, Any]) -> str:
+def _post_body(content: dict[str, Any]) -> dict[str, Any]:
     # Received posts are {"title", "content": [[elements]]}; some payloads wrap that in a locale.
     if "content" not in content:
         for value in content.values():
             if isinstance(value, dict) and "content" in value:
-                content = value
-                break
+                return value
+    return content
+
+
+def _post_elements(content: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        el
+        for paragraph in _post_body(content).get("content") or []
+        if isinstance(paragraph, list)
+        for el in paragraph
+        if isinstance(el, dict)
+    ]
+
+
+def _render_post(content: dict[str, Any]) -> str:
+    content = _post_body(content)
     lines: list[str] = []
     title = content.get("title")
     if isinstance(title, str) and title:
@@ -166,10 +229,7 @@ def _render_post(content: dict[str, Any]) -> str:
             elif tag == "code_block":
                 lang = el.get("language") or ""
                 parts.append(f"```{lang.lower()}\n{el.get('text', '')}\n```")
-            elif tag == "img":
-                parts.append("[image]")
-            elif tag == "media":
-                parts.append("[video]")
+            # img and media elements travel as attachments
             elif tag == "emotion":
                 parts.append(f":{el.get('emoji_type', '')}:")
         lines.append("".join(parts))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from aiohttp import web
-from lark_oapi.core.utils import AESCipher  # type: ignore[import-untyped]  # lark-oapi ships no type information
+from lark_oapi.core.utils import AESCipher
 
 log = logging.getLogger(__name__)
 

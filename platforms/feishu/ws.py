@@ -20,10 +20,10 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-import lark_oapi as lark  # type: ignore[import-untyped]  # lark-oapi ships no type information
-import lark_oapi.ws.client as sdk_ws  # type: ignore[import-untyped]  # lark-oapi ships no type information
+import lark_oapi as lark
+import lark_oapi.ws.client as sdk_ws
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class HookedWsClient(lark.ws.Client):
     The overridden methods are the SDK's internal steps; each calls the original unchanged.
     """
 
-    def __init__(self, *args, hooks: WsHooks, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, hooks: WsHooks, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hooks = hooks
 

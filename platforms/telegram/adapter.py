@@ -351,7 +351,7 @@ class TelegramAdapter(PlatformAdapter):
         never stalls polling (or the webhook reply)."""
         try:
             update = Update.de_json(raw, self.bot)
-            inbound = update_to_inbound(update, raw, self._bot_id, self._bot_username)
+            inbound = update_to_inbound(update, raw, self._bot_id, self._bot_username, self._fetch_file)
         except Exception as exc:
             log.warning("telegram: skipping malformed update %s (%s)", raw.get("update_id"), brief(exc))
             return
@@ -361,6 +361,11 @@ class TelegramAdapter(PlatformAdapter):
         task = asyncio.create_task(self._deliver(inbound))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _fetch_file(self, file_id: str) -> bytes:
+        """getFile, then the download from `base_file_url` (python-telegram-bot builds the URL)."""
+        tg_file = await self.bot.get_file(file_id)
+        return bytes(await tg_file.download_as_bytearray())
 
     async def _deliver(self, inbound: InboundMessage) -> None:
         assert self._on_message is not None

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from telegram import Message, MessageEntity, Update
 
 from gateway.source import Platform, SessionSource
-from platforms.base import InboundMessage
+from platforms.base import Attachment, AttachmentKind, InboundMessage
+
+# file_id -> the file's bytes (getFile, then a download from the Bot API file URL)
+FetchFile = Callable[[str], Awaitable[bytes]]
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +40,22 @@ def parse_message_key(key: str) -> tuple[str | None, int]:
 
 
 def update_to_inbound(
-    update: Update, raw: dict[str, Any], bot_id: int | None, bot_username: str | None
+    update: Update,
+    raw: dict[str, Any],
+    bot_id: int | None,
+    bot_username: str | None,
+    fetch: FetchFile | None = None,
 ) -> InboundMessage | None:
-    """Map one update to an InboundMessage, or None for updates that carry no user text
-    (edits, channel posts, service messages, stickers...)."""
+    """Map one update to an InboundMessage, or None for updates that carry neither text nor a
+    file (edits, channel posts, service messages, stickers...). With files, the caption is the text."""
     msg = update.message
     if msg is None:
         return None
+    attachments = message_attachments(msg, fetch)
     text = msg.text if msg.text is not None else msg.caption
-    if text is None:
+    if text is None and not attachments:
         return None
+    text = text or ""
     chat = msg.chat
     if chat.type == "supergroup" and chat.is_forum:
         chat_type = "forum"
@@ -96,7 +105,47 @@ def update_to_inbound(
         reply_to_message_id=reply_id,
         timestamp=msg.date.timestamp() if msg.date else 0.0,
         raw=raw,
+        attachments=attachments,
     )
+
+
+def message_attachments(msg: Message, fetch: FetchFile | None) -> list[Attachment]:
+    """The files of a message: the largest photo size (Telegram sends several renditions; the Bot
+    API serves at most 20 MB, and the gateway's cap applies on top), documents, voice notes,
+    audio, videos and video notes."""
+    found: list[tuple[AttachmentKind, Any, str | None, str | None]] = []
+    if msg.photo:
+        found.append(("image", max(msg.photo, key=lambda p: p.width * p.height), "image/jpeg", None))
+    if msg.document is not None:
+        mime = msg.document.mime_type
+        kind: AttachmentKind = "image" if (mime or "").startswith("image/") else "file"
+        found.append((kind, msg.document, mime, msg.document.file_name))
+    if msg.voice is not None:
+        found.append(("voice", msg.voice, msg.voice.mime_type or "audio/ogg", "voice.oga"))
+    if msg.audio is not None:
+        found.append(("audio", msg.audio, msg.audio.mime_type, msg.audio.file_name))
+    if msg.video is not None:
+        found.append(("video", msg.video, msg.video.mime_type, msg.video.file_name))
+    if msg.video_note is not None:
+        found.append(("video", msg.video_note, "video/mp4", "video_note.mp4"))
+    return [
+        Attachment(
+            kind=kind,
+            open=_opener(fetch, item.file_id) if fetch is not None else None,
+            mime_type=mime,
+            size=item.file_size,
+            file_name=name,
+            platform_file_id=item.file_id,
+        )
+        for kind, item, mime, name in found
+    ]
+
+
+def _opener(fetch: FetchFile, file_id: str) -> Callable[[], AsyncIterator[bytes]]:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield await fetch(file_id)
+
+    return chunks
 
 
 def _mentions(msg: Message, text: str, bot_id: int | None, bot_username: str | None) -> tuple[bool, str]:

@@ -63,6 +63,7 @@ def make_agent(fake: FakeOpenAI, tools: list[Tool] = (), **kw) -> Agent:
     timeout = kw.pop("timeout", 10)
     settings = ModelSettings(base_url=fake.base_url, api_key="k", name="fake-model", timeout=timeout)
     kw.setdefault("retry_backoff", 0.01)
+    kw.setdefault("owns_client", True)  # the agent's own client: closed with it
     return Agent(make_client(settings), settings, ToolRegistry(list(tools)), "SYSTEM PROMPT", **kw)
 
 

@@ -190,7 +190,7 @@ async def test_child_session_continues_in_the_agent_loop(fake, db):
     settings = settings_for(fake)
     client = make_client(settings)
     child = await compress_session(db, old, client, settings)
-    agent = Agent(client, settings, ToolRegistry(), "BASE PROMPT")
+    agent = Agent(client, settings, ToolRegistry(), "BASE PROMPT", owns_client=True)
 
     async def persist(message):
         await db.aappend_message(child, message["role"], message.get("content"))

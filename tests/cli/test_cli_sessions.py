@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import time
 from pathlib import Path
 
@@ -11,10 +12,11 @@ import pytest
 
 from gateway.cli.format import Progress, clip, width
 from gateway.cli.main import main
-from gateway.cli.sessions import _search_fallback
 from gateway.db import MAX_CONTENT_CHARS, SessionDB, TitleTaken, new_session_id
 from gateway.sessions.mirrors import Mirrors
+from gateway.storage.fts import ident_text, index_text
 from gateway.storage.home import resolve_home
+from gateway.storage.schema import MIGRATIONS, _statements
 from tests.mirror_check import mirror_problems
 
 DAY = 86400.0
@@ -277,8 +279,9 @@ def test_repair_and_stats(capsys, home, seeded):
     rc, out, _ = run(capsys, home, "stats", "--json")
     stats = json.loads(out)
     assert stats["sessions"] == 3 and stats["messages"] == 8 and stats["transcripts"] == 3
+    assert isinstance(stats["wal_bytes"], int)
     rc, out, _ = run(capsys, home, "stats")
-    assert "sessions from telegram" in out
+    assert "sessions from telegram" in out and "wal bytes" in out
 
 
 def test_unwritable_export_and_a_broken_database(capsys, home, seeded, tmp_path):
@@ -368,8 +371,66 @@ def test_db_import_is_all_or_nothing_and_leaves_mirrors_alone(home):
         assert not list((home / "sessions").glob("*.jsonl")) and not (home / "sessions.json").exists()
 
 
-def test_search_fallback_groups_message_hits_by_session(home, seeded):
+def v3_database(path: Path, titled: list[tuple[str, str, float]]) -> None:
+    """A database as chinwag wrote it at schema v3, when titles were unique only in their exact case:
+    sessions (id, title, started_at) in this rowid order, one message each."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    for migration in MIGRATIONS[:3]:
+        for statement in _statements(migration):
+            conn.execute(statement)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (3)")
+    for sid, title, started in titled:
+        conn.execute(
+            "INSERT INTO sessions (id, source, title, started_at, last_active_at, message_count) "
+            "VALUES (?, 'local', ?, ?, ?, 1)",
+            (sid, title, started, started),
+        )
+        text = f"said in {sid}"
+        mid = conn.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+            (sid, text, started),
+        ).lastrowid
+        conn.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)", (mid, index_text(text)))
+        conn.execute("INSERT INTO messages_ident (rowid, content) VALUES (?, ?)", (mid, ident_text(text)))
+    conn.commit()
+    conn.close()
+
+
+def test_delete_by_title_takes_the_exact_title_first(capsys, home):
+    # "Nginx Outage" is stored first; "nginx outage" is another session (it started earlier)
+    v3_database(home / "state.db", [("s_upper", "Nginx Outage", 200.0), ("s_lower", "nginx outage", 100.0)])
+    rc, out, _ = run(capsys, home, "delete", "nginx outage", "--yes")
+    assert rc == 0 and out.startswith("deleted s_lower (nginx outage)")
     with SessionDB(home / "state.db") as db:
-        hits = _search_fallback(db, "deploy", 5, None)
-        assert [h["session_id"] for h in hits] == [seeded["deploy"]] and "deploy" in hits[0]["snippet"].lower()
-        assert _search_fallback(db, "deploy", 5, "ou_2") == []
+        assert db.get_session("s_lower") is None and db.get_session("s_upper") is not None
+
+
+def test_case_duplicate_titles_are_made_unique_losing_nothing(capsys, home):
+    v3_database(
+        home / "state.db",
+        [("a", "Trip", 100.0), ("b", "trip", 200.0), ("c", "TRIP", 300.0), ("d", "trip #2", 400.0), ("e", "Ünï", 5.0)],
+    )
+    with SessionDB(home / "state.db") as db:
+        titles = {r["id"]: r["title"] for r in db.list_sessions_rich(limit=10)}
+        # the first keeps its title; later ones get the first free " #n", as a lineage's titles do
+        assert titles == {"a": "Trip", "b": "trip #3", "c": "TRIP #4", "d": "trip #2", "e": "Ünï"}
+        assert db.count_messages() == 5 and db.find_session("trip")["id"] == "a"
+        with pytest.raises(TitleTaken) as taken:
+            db.set_title("e", "tRiP")
+        assert taken.value.holder == "a"
+    rc, _, err = run(capsys, home, "rename", "e", "TRIP #3")
+    assert rc == 2 and err == "rename: title 'TRIP #3' is already used by session b\n"
+
+
+def test_list_and_search_count_the_same_messages(capsys, home, seeded):
+    with SessionDB(home / "state.db") as db:  # a retried reply: out of the conversation, still findable
+        q = db.append_message(seeded["deploy"], "user", "and the deploy to production?", user_id="u1")
+        db.append_message(seeded["deploy"], "assistant", "the same deploy target, with prod")
+        db.supersede_after(seeded["deploy"], q)
+    rc, out, _ = run(capsys, home, "list", "--json")
+    listed = {r["id"]: r["message_count"] for r in json.loads(out)}
+    rc, out, _ = run(capsys, home, "search", "deploy", "production", "--json")
+    found = {h["session_id"]: h["message_count"] for h in json.loads(out)}
+    assert found == {seeded["deploy"]: listed[seeded["deploy"]]} and listed[seeded["deploy"]] == 5

@@ -89,8 +89,14 @@ async def test_title(tmp_path):
         assert gw.db.get_session(gw.session_id())["title"] == "Garden project"
         assert await gw.say("/title") == ["This conversation is titled “Garden project”."]
         await gw.say("hi", chat_id="200", user_id="200")
+        # someone else's session has it: the refusal must not tell that such a conversation exists
         reply = await gw.say("/title garden project", chat_id="200", user_id="200")
-        assert reply == ["Another conversation is already titled “garden project”. Pick a different title."]
+        assert reply == ["That title can't be used here; pick another."]
+        assert (await gw.say("/new GARDEN PROJECT", chat_id="200", user_id="200")) == reply
+        # their own: say why, as before
+        await gw.say("/new")
+        reply = await gw.say("/title garden PROJECT")
+        assert reply == ["Another conversation is already titled “garden PROJECT”. Pick a different title."]
 
 
 async def test_undo_hides_exchanges_but_keeps_them(tmp_path):

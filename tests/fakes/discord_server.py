@@ -118,12 +118,14 @@ class FakeDiscord:
         self._events: list[dict[str, Any]] = []  # dispatches of this session, for RESUME replay
         self._served: Served | None = None
         self.port = 0
+        self.cdn: dict[str, bytes] = {}  # attachment id -> bytes, served at the attachment's url
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> "FakeDiscord":
         app = web.Application()
         app.router.add_get("/gateway", self._ws_handler)
         app.router.add_route("*", "/api/v10/{tail:.*}", self._rest)
+        app.router.add_get("/attachments/{id}/{name}", self._attachment)
         self._served = await serve(app)
         self.port = self._served.port
         return self
@@ -258,6 +260,20 @@ class FakeDiscord:
             self.guilds[guild_id]["threads"].append(thread)
             await self.dispatch("THREAD_CREATE", dict(thread, newly_created=True))
         return thread
+
+    def attachment(self, data: bytes, filename: str, content_type: str | None = None) -> dict:
+        """An attachment as Discord describes it, its url served by this fake (as the CDN would)."""
+        att_id = str(self.snowflake())
+        self.cdn[att_id] = data
+        url = f"http://127.0.0.1:{self.port}/attachments/{att_id}/{filename}"
+        att = {"id": att_id, "filename": filename, "size": len(data), "url": url, "proxy_url": url}
+        if content_type:
+            att["content_type"] = content_type
+        return att
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        data = self.cdn.get(request.match_info["id"])
+        return web.Response(body=data) if data is not None else web.Response(status=404)
 
     def message_payload(
         self,

@@ -99,6 +99,9 @@ class FakeFeishu:
         self._uuids: dict[str, str] = {}
         self._served: Served | None = None
         self.base_url = ""
+        # file_key -> bytes, served by the message resource API to the message that carries it
+        self.resources: dict[str, bytes] = {}
+        self.resource_requests: list[tuple[str, str, str]] = []  # (message_id, file_key, type)
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self) -> str:
@@ -109,6 +112,7 @@ class FakeFeishu:
         app.router.add_post("/open-apis/im/v1/messages/{mid}/reply", self._reply)
         app.router.add_put("/open-apis/im/v1/messages/{mid}", self._update)
         app.router.add_get("/open-apis/im/v1/messages/{mid}", self._get)
+        app.router.add_get("/open-apis/im/v1/messages/{mid}/resources/{key}", self._resource)
         app.router.add_post("/open-apis/im/v1/messages/{mid}/reactions", self._react)
         app.router.add_delete("/open-apis/im/v1/messages/{mid}/reactions/{rid}", self._unreact)
         app.router.add_post("/callback/ws/endpoint", self._endpoint)
@@ -255,6 +259,20 @@ class FakeFeishu:
                 "message": message,
             },
         }
+
+    async def _resource(self, request: web.Request) -> web.Response:
+        mid, key = request.match_info["mid"], request.match_info["key"]
+        self.resource_requests.append((mid, key, request.query.get("type", "")))
+        if not request.headers.get("Authorization", "").startswith("Bearer "):
+            return web.json_response({"code": 99991661, "msg": "missing access token"}, status=401)
+        data = self.resources.get(key)
+        if data is None:
+            return web.json_response({"code": 234003, "msg": "file not found"}, status=404)
+        return web.Response(
+            body=data,
+            content_type="application/octet-stream",
+            headers={"Content-Disposition": f'attachment; filename="{key}"'},
+        )
 
     # -- waiting ------------------------------------------------------------------------------------
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:

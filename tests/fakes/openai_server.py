@@ -14,12 +14,23 @@ With nothing queued, the reply is "echo: <last user message>". `fake.delay` slow
 `fake.gate` (an asyncio.Event) makes every reply wait until it is set; `Reply.wait` does the same
 for one reply. `await fake.wait_requests(n)` waits until n requests have arrived.
 Streaming (`"stream": true`) is served as server-sent events, in chunks, like the real API.
+
+`POST /v1/embeddings` answers with deterministic vectors: by default `hashed_embedding` (each
+word adds ±1 to a dimension chosen by its hash, so texts sharing words are close, and the same
+text always gets the same vector); `fake.embed = fn(texts, model) -> vectors` puts another model
+behind it; `fake.embedding_status = 500` makes every embeddings call fail. Bodies are kept in
+`fake.embedding_requests`. Both `encoding_format` "float" and "base64" are served.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
+import math
+import re
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -54,6 +65,18 @@ class Reply:
 
 Script = Union[Reply, str, Callable[[dict[str, Any]], Any]]
 
+EMBEDDING_DIM = 64
+
+
+def hashed_embedding(text: str, dim: int = EMBEDDING_DIM) -> list[float]:
+    """A deterministic bag-of-words vector: every lower-cased word adds ±1 to one dimension."""
+    vector = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        digest = hashlib.sha256(word.encode()).digest()
+        vector[digest[0] % dim] += 1.0 if digest[1] % 2 else -1.0
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector]
+
 
 def _estimate(text: str) -> int:
     return max(1, len(text) // 4)
@@ -78,10 +101,20 @@ class FakeOpenAI:
         self.gate: asyncio.Event | None = None
         self.chunk_size = 4  # characters per streamed content chunk
         self._script: deque[Script] = deque()
+        # /audio/transcriptions: each upload recorded as {"model", "file_name", "mime_type", "data"};
+        # the reply is `transcript` (or an HTTP error when `transcription_status` >= 400)
+        self.transcriptions: list[dict[str, Any]] = []
+        self.transcript = "hello from a voice note"
+        self.transcription_status = 200
         self._arrived = asyncio.Condition()
         self._served: Served | None = None
         self._counter = 0
         self.port = 0
+        self.embed: Callable[[list[str], str], list[list[float]]] = lambda texts, model: [
+            hashed_embedding(t) for t in texts
+        ]
+        self.embedding_status = 200
+        self.embedding_requests: list[dict[str, Any]] = []
 
     # --- scripting -----------------------------------------------------------------------
     def push(self, *items: Script) -> None:
@@ -107,6 +140,8 @@ class FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         self._served = await serve(app, handle_signals=False)
         self.port = self._served.port
         return self
@@ -119,9 +154,54 @@ class FakeOpenAI:
             self._served = None
 
     # --- handlers ------------------------------------------------------------------------
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        upload = form.get("file")
+        data = upload.file.read() if hasattr(upload, "file") else b""
+        self.transcriptions.append(
+            {
+                "model": form.get("model"),
+                "file_name": getattr(upload, "filename", None),
+                "mime_type": getattr(upload, "content_type", None),
+                "data": data,
+            }
+        )
+        if self.transcription_status >= 400:
+            return web.json_response({"error": {"message": "cannot transcribe"}}, status=self.transcription_status)
+        return web.json_response({"text": self.transcript})
+
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in self.models]
         return web.json_response({"object": "list", "data": data})
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "bad json"}}, status=400)
+        self.embedding_requests.append(body)
+        if self.embedding_status >= 400:
+            error = {"message": f"error {self.embedding_status}", "type": "server_error", "code": None}
+            return web.json_response({"error": error}, status=self.embedding_status)
+        texts = body.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return web.json_response({"error": {"message": "input must be a string or strings"}}, status=400)
+        model = str(body.get("model") or "")
+        vectors = await asyncio.to_thread(self.embed, texts, model)
+        as_base64 = body.get("encoding_format") == "base64"
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() if as_base64 else v,
+            }
+            for i, v in enumerate(vectors)
+        ]
+        tokens = sum(_estimate(t) for t in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return web.json_response({"object": "list", "data": data, "model": model, "usage": usage})
 
     def _next_reply(self, body: dict[str, Any]) -> Reply:
         item: Any = self._script.popleft() if self._script else None

@@ -185,6 +185,8 @@ class FakeTelegram:
         self.commands: list[dict[str, str]] = []
         self.webhook: dict[str, Any] | None = None
         self.webhook_deliveries: list[int] = []  # HTTP statuses of webhook POSTs
+        self.files: dict[str, bytes] = {}  # file_id -> bytes, served by getFile + the file URL
+        self.downloads: list[str] = []  # file paths downloaded, in order
         self._changed = asyncio.Condition()
         self._poll_generation = 0
         self._release = asyncio.Event()
@@ -198,6 +200,7 @@ class FakeTelegram:
         already points)."""
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._served = await serve(app, port, shutdown_timeout=0.5, access_log=None)
         self.port = self._served.port
         self._client = aiohttp.ClientSession()
@@ -216,6 +219,17 @@ class FakeTelegram:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/bot"
+
+    @property
+    def base_file_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/file/bot"
+
+    def add_file(self, data: bytes, **fields: Any) -> dict[str, Any]:
+        """Store a file as the Bot API would and return its description (file_id, file_size,
+        plus `fields`, e.g. mime_type, file_name, width/height, duration)."""
+        file_id = f"F{len(self.files) + 1:04d}"
+        self.files[file_id] = data
+        return {"file_id": file_id, "file_unique_id": "u" + file_id, "file_size": len(data), **fields}
 
     # -- test controls ------------------------------------------------------------------------
     def fail(self, method: str, kind: str, times: int = 1, **opts: Any) -> None:
@@ -389,6 +403,25 @@ class FakeTelegram:
         raise ValueError(f"unknown failure kind {f.kind}")
 
     # -- Bot API methods ----------------------------------------------------------------------
+    async def _api_getfile(self, p: dict) -> dict:
+        file_id = str(p.get("file_id"))
+        if file_id not in self.files:
+            raise ApiError(400, "Bad Request: invalid file_id")
+        return {
+            "file_id": file_id,
+            "file_unique_id": "u" + file_id,
+            "file_size": len(self.files[file_id]),
+            "file_path": f"documents/{file_id}",
+        }
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["token"] not in self.valid_tokens:
+            return web.Response(status=401)
+        path = request.match_info["path"]
+        self.downloads.append(path)
+        data = self.files.get(path.rpartition("/")[2])
+        return web.Response(body=data) if data is not None else web.Response(status=404)
+
     async def _api_getme(self, p: dict) -> dict:
         return self.bot_user
 

@@ -223,19 +223,23 @@ async def test_other_bots_delivered_when_configured(fake):
         await adapter.stop()
 
 
-async def test_system_messages_skipped_attachments_described(fake, running):
+async def test_system_messages_skipped_attachments_fetched(fake, running):
     _, inbox = running
     await fake.user_says(GENERAL, alice(fake), "", msg_type=7)  # member join notice
-    att = {
-        "id": "1",
-        "filename": "plan.txt",
-        "size": 3,
-        "url": "http://127.0.0.1/plan.txt",
-        "proxy_url": "http://127.0.0.1/plan.txt",
-    }
-    await fake.user_says(GENERAL, alice(fake), "see file", attachments=[att])
+    plan = fake.attachment(b"step 1", "plan.txt", "text/plain; charset=utf-8")
+    shot = fake.attachment(b"\x89PNG...", "shot.png", "image/png")
+    await fake.user_says(GENERAL, alice(fake), "see file", attachments=[plan, shot])
     msg = await inbox.next()
-    assert msg.text == "see file\n[attachment: plan.txt http://127.0.0.1/plan.txt]"
+    assert msg.text == "see file"  # the caption; the files travel as attachments
+    assert [(a.kind, a.file_name, a.mime_type, a.size) for a in msg.attachments] == [
+        ("file", "plan.txt", "text/plain", 6),
+        ("image", "shot.png", "image/png", 7),
+    ]
+    opener = msg.attachments[0].open
+    assert opener is not None
+    assert b"".join([chunk async for chunk in opener()]) == b"step 1"  # through the client's session
+    await fake.user_says(GENERAL, alice(fake), "", attachments=[fake.attachment(b"x", "only.bin")])
+    assert (await inbox.next()).attachments[0].file_name == "only.bin"  # a file alone is a message
 
 
 async def test_long_reply_split_at_2000_keeping_code_fences(fake, running):

@@ -35,14 +35,26 @@ def test_post_content_renders_text_links_mentions_and_code():
     )
     msg = message_from_event(event, "ou_bot")
     assert msg is not None and msg.mentioned
-    assert msg.text == "Report\nsee the doc (https://example.com/d)\n```python\nprint(1)\n```\n[image]:SMILE:"
+    assert msg.text == "Report\nsee the doc (https://example.com/d)\n```python\nprint(1)\n```\n:SMILE:"
+    [image] = msg.attachments  # the post's image travels as an attachment
+    assert (image.kind, image.platform_file_id) == ("image", "img_1")
     # a post wrapped in a locale is read too
     assert render_content("post", {"en_us": {"title": "", "content": [[{"tag": "text", "text": "hi"}]]}}) == "hi"
 
 
-def test_non_text_messages_become_placeholders():
-    assert render_content("image", json.dumps({"image_key": "k"})) == "[image]"
-    assert render_content("file", json.dumps({"file_name": "a.pdf"})) == "[file: a.pdf]"
+def test_non_text_messages_become_placeholders_and_files_attachments():
+    assert render_content("image", json.dumps({"image_key": "k"})) == ""  # the file is the message
+    assert render_content("sticker", json.dumps({"file_key": "k"})) == "[sticker]"
+    for msg_type, content, expected in (
+        ("image", {"image_key": "img_k"}, ("image", "img_k", None)),
+        ("file", {"file_key": "file_k", "file_name": "a.pdf"}, ("file", "file_k", "a.pdf")),
+        ("audio", {"file_key": "file_a", "duration": 3000}, ("voice", "file_a", None)),
+        ("media", {"file_key": "file_v", "image_key": "img_v", "file_name": "v.mp4"}, ("video", "file_v", "v.mp4")),
+    ):
+        msg = message_from_event(fake.message_event(msg_type=msg_type, content=content), "ou_bot")
+        assert msg is not None and msg.text == ""
+        [att] = msg.attachments
+        assert (att.kind, att.platform_file_id, att.file_name) == expected
     assert render_content("hongbao", "{}") == "[hongbao message]"
     with pytest.raises(MalformedEvent):
         render_content("text", json.dumps({"no": "text"}))

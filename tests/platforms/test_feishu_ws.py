@@ -187,3 +187,16 @@ async def test_secrets_never_reach_the_logs(fake, make_adapter, caplog):
     assert fake.app_secret not in logged
     assert not any(t in logged for t in fake.valid_tokens)
     assert fake.ticket and fake.ticket not in logged
+
+
+async def test_files_come_through_the_message_resource_api(fake, make_adapter):
+    _, inbox = await make_adapter()
+    fake.resources["img_photo"] = b"\x89PNG photo bytes"
+    event = fake.message_event(msg_type="image", content={"image_key": "img_photo"})
+    await fake.push_event(event)
+    msg = await asyncio.wait_for(inbox.get(), 5)
+    [image] = msg.attachments
+    assert image.kind == "image" and image.open is not None
+    assert b"".join([chunk async for chunk in image.open()]) == b"\x89PNG photo bytes"
+    mid = event["event"]["message"]["message_id"]
+    assert fake.resource_requests == [(mid, "img_photo", "image")]  # with a tenant token (else 401)

@@ -371,3 +371,11 @@ def test_a_word_that_occurs_is_always_found(db, add, word, noise, where):
     }[where]
     hits = ids(find_sessions(db, query, see_all=True))
     assert db._seeded[word] in hits
+
+
+def test_a_whole_question_in_quotes_still_finds_its_words(db, add):
+    """A quoted sentence is rarely said verbatim: its words count too, or the answer is empty."""
+    food = add(["I love Sichuan cuisine, the spicier the better", "Noted: spicy Sichuan dishes."])
+    add(FILLER)
+    hits = find_sessions(db, '"What kind of cuisine do I like?"')
+    assert ids(hits)[:1] == [food]

@@ -6,6 +6,7 @@ import asyncio
 
 from agent.llm import NOT_CONFIGURED_TEXT
 from tests.fakes.gateway_harness import Gateway
+from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import Reply
 
 
@@ -32,16 +33,11 @@ async def test_typing_hint_while_a_slow_turn_runs(tmp_path):
         gw.fake.push(Reply(text="done", wait=release))
         await gw.adapter.inject("think hard")
         await gw.fake.wait_requests(1)
-        await asyncio.wait_for(_until(lambda: gw.adapter.typing), 5)
+        await wait_until(lambda: gw.adapter.typing)
         assert gw.adapter.typing[0].chat_id == "100"
         release.set()
         await gw.runner.drain()
         assert gw.adapter.texts() == ["done"]
-
-
-async def _until(predicate) -> None:
-    while not predicate():
-        await asyncio.sleep(0.01)
 
 
 async def test_second_turn_sees_history(tmp_path):

@@ -9,15 +9,8 @@ import threading
 from gateway.runtime.lanes import ACK_TEXT, pending_cap_text
 from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.gateway_harness import Gateway
+from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import Reply, ToolCall
-
-
-async def wait_until(predicate, timeout: float = 5.0) -> None:
-    async def _poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(_poll(), timeout)
 
 
 def pending(gw) -> int:
@@ -37,7 +30,7 @@ async def test_each_chat_in_order_and_chats_concurrently(tmp_path):
                 await gw.adapter.inject(f"c{chat} m{n}", chat_id=chat, user_id=chat)
         # every chat's first turn is in flight at once: chats do not wait for each other
         await gw.fake.wait_requests(len(chats))
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: pending(gw) == 2 * len(chats))  # the rest taken in, waiting
         assert len(gw.fake.requests) == len(chats), "a chat started its second turn before its first ended"
         gw.fake.gate.set()
         await gw.runner.drain()
@@ -204,7 +197,7 @@ async def test_a_read_only_command_waits_for_a_command_before_it(tmp_path):
         await gw.adapter.inject("/new")
         await wait_until(lambda: any(lane.busy for lane in gw.runner.lanes.values()))
         await gw.adapter.inject("/search Mongolia capital")
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: pending(gw) == 1)  # taken in, and waiting behind /new
         writer_free.set()
         await held
         await gw.runner.drain()
@@ -220,7 +213,7 @@ async def test_the_terminal_answers_read_only_commands_in_order(tmp_path):
         await adapter.inject("working", chat_id="me", user_id="me")
         await gw.fake.wait_requests(1)
         await adapter.inject("/help", chat_id="me", user_id="me")
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: pending(gw) == 1)  # taken in, and queued behind the turn
         assert adapter.texts() == []  # behind the turn, not before its answer
         gw.fake.gate.set()
         await gw.runner.drain()

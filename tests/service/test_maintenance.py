@@ -50,7 +50,7 @@ def test_forgetting_is_done_in_batches(db, monkeypatch):
         seen_at(db, f"old-{i}", EVENT_TTL_SECONDS + 60)
     seen_at(db, "recent", 60)
     commits = db.commit_stats[0]
-    assert retention.forget_seen_events(db) == 10
+    assert db.forget_seen_events() == 10
     assert db.commit_stats[0] - commits == 4  # 3 + 3 + 3 + 1: chats can write between them
     assert db.is_event_seen("feishu", "recent")
 
@@ -106,3 +106,28 @@ def test_storage_settings_are_validated():
     assert parse_config({"storage": {"retention_days": 90}}, env={}).storage.retention_days == 90
     with pytest.raises(ConfigError, match="storage.retention_days"):
         parse_config({"storage": {"retention_days": -1}}, env={})
+
+
+def test_upkeep_keeps_media_under_its_cap_oldest_ended_first_and_sweeps_orphans(db, tmp_path) -> None:
+    import os
+
+    from gateway.service.maintenance import run_maintenance
+    from gateway.storage import media as media_rows
+    from gateway.storage.media import SWEEP_GRACE, AttachmentRow, MediaStore
+
+    store = MediaStore(tmp_path / "media")
+    old_file, live_file, orphan = (store.save_bytes(data) for data in (b"o" * 600, b"l" * 600, b"x" * 10))
+    for sid, stored in (("s_old", old_file), ("s_live", live_file)):
+        db.create_session(sid, "telegram", user_id="1")
+        mid = db.append_message(
+            sid, "user", "[image]", attachments=[AttachmentRow("image", None, stored.size, stored.sha256, "p")]
+        )
+        assert db.read(lambda conn, m=mid: media_rows.attachments_of(conn, [m]))[mid]
+    db.end_session("s_old")
+    past = __import__("time").time() - SWEEP_GRACE - 5
+    for stored in (old_file, live_file, orphan):
+        os.utime(store.path_for(stored.sha256), (past, past))
+    report = run_maintenance(db, 0, media=store, media_total_bytes=1000)
+    assert report.media_files_removed == 2  # the ended session's file (over the cap) and the orphan
+    assert store.exists(live_file.sha256) and not store.exists(old_file.sha256) and not store.exists(orphan.sha256)
+    assert db.media_bytes() == 600

@@ -8,6 +8,8 @@ import time
 import pytest
 
 from gateway.db import SessionDB, TitleTaken, UnknownSession, new_session_id
+from gateway.errors import ImportRecordError
+from gateway.storage.events import KeyChanged, KeyDeleted, MessageAppended, SessionDeleted, SessionRewritten
 from gateway.storage.schema import MIGRATIONS, SCHEMA_VERSION, SchemaTooNew, _statements
 
 
@@ -299,10 +301,11 @@ def test_key_entries_and_commit_events(db):
     entry = db.get_key_entry("agent:main:local:dm:me")
     assert entry["session_id"] == "s" and entry["origin"] == {"platform": "local"}
     mid = db.append_message("s", "user", "hi")
-    kinds = [k for k, _ in events]
-    assert kinds == ["session", "key", "message"] and events[-1][1]["id"] == mid
+    kinds = [type(e) for e in events]  # a session row change has no event: no mirror shows it
+    assert kinds == [KeyChanged, MessageAppended] and events[-1].message_id == mid
+    assert events[0].entry == entry and events[-1].row["content"] == "hi"
     db.delete_key_entry("agent:main:local:dm:me")
-    assert db.list_key_entries() == [] and events[-1][0] == "key_deleted"
+    assert db.list_key_entries() == [] and events[-1] == KeyDeleted("agent:main:local:dm:me")
 
 
 def test_a_key_and_its_session_in_one_read(db):
@@ -350,11 +353,17 @@ def test_import_and_delete_tell_the_mirrors(db):
         "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "active": 0}],
     }
     db.import_records([record])
-    assert ("rewrite", {"session_id": "i1"}) in events  # hidden flags reach the transcript
+    assert SessionRewritten("i1") in events  # hidden flags reach the transcript
     db.set_key_entry("k", "i1")
     events.clear()
     db.delete_session("i1")
-    assert ("key_deleted", {"session_key": "k"}) in events and ("session_deleted", {"id": "i1"}) in events
+    assert KeyDeleted("k") in events and SessionDeleted("i1") in events
+
+
+async def test_reads_are_awaited_by_method_or_by_name(db):
+    db.create_session("s", "local", title="read me")
+    assert (await db.aread(db.get_session, "s"))["title"] == "read me"
+    assert await db.aread("find_session", "READ ME") == db.get_session("s")
 
 
 async def test_move_key_is_one_transaction(db):
@@ -412,3 +421,29 @@ def test_an_op_failing_midway_leaves_nothing_and_its_batch_commits(db):
     assert isinstance(outcome["bad"], ValueError)
     rows = db.read(lambda c: [r[0] for r in c.execute("SELECT event_id FROM processed_events WHERE platform = 't'")])
     assert sorted(rows) == ["a", "b"]
+
+
+def test_a_title_is_taken_in_any_letter_case(db):
+    db.create_session("a", "local", title="Trip")
+    db.create_session("b", "local")
+    for attempt in (lambda: db.set_title("b", "tRIP"), lambda: db.create_session("c", "local", title="TRIP")):
+        with pytest.raises(TitleTaken) as taken:
+            attempt()
+        assert taken.value.holder == "a" and taken.value.title.lower() == "trip"
+    assert db.get_session("c") is None
+    assert db.set_title("a", "TRIP") == "TRIP"  # its own title in another case is no clash
+    assert db.next_lineage_title("trip") == "trip #2"
+
+
+def test_import_checks_records_with_the_format_validator(db):
+    with pytest.raises(ImportRecordError, match=r"record 1: session.id '../../etc/x' may only hold") as bad:
+        db.import_records([{"session": {"id": "../../etc/x", "source": "local"}, "messages": []}])
+    assert bad.value.record == 1 and isinstance(bad.value, ValueError) and db.count_sessions() == 0
+    with pytest.raises(ImportRecordError, match="record 2: message 1: content must be str or null"):
+        db.import_records(
+            [
+                {"session": {"id": "ok", "source": "local"}},
+                {"session": {"id": "x", "source": "local"}, "messages": [{"role": "user", "content": 5}]},
+            ]
+        )
+    assert db.count_sessions() == 0

@@ -356,3 +356,22 @@ def test_hostile_queries_through_the_tool(db, add, query):
     out = parse(session_search(query=query, db=db, recaps=False))
     assert "error" not in out and out["count"] <= 5
     assert out["count"] == len(out["results"])
+
+
+def test_session_search_uses_the_semantic_stage_it_is_given(db):
+    from gateway.recall.index import backfill
+    from tests.recall.test_semantic import Endpoint, concept_embedding
+
+    served = Endpoint()
+    served.fake.embed = lambda texts, model: [concept_embedding(t) for t in texts]
+    try:
+        db.create_session("s_met", "telegram", user_id="tom", started_at=1.7e9)
+        db.append_message("s_met", "user", "I met a wonderful woman at the cafe")
+        embedder = served.embedder()
+        backfill(db, embedder)
+        words_only = json.loads(session_search("spouse", db=db, recaps=False, embedder=None))
+        assert words_only["count"] == 0
+        found = json.loads(session_search("spouse", db=db, recaps=False, embedder=embedder))
+        assert [r["session_id"] for r in found["results"]] == ["s_met"]
+    finally:
+        served.close()

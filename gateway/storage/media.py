@@ -1,0 +1,262 @@
+"""Media kept with the conversation: content-addressed files under `home/media/` and the
+`attachments` rows that tie them to messages.
+
+A photo forwarded to three chats, or sent again, is stored once: the file's name is its SHA-256
+(`media/<first two hex>/<sha256>`), so writing it twice is a no-op and a row needs only the hash.
+Bytes go to a temporary file in the same directory, are fsynced and renamed into place, so a crash
+leaves either no file or the whole file (never a torn one), and a file exists before any committed
+row names it. Files whose rows are gone (a deleted or pruned session, a crash between a download
+and its commit) are removed by `sweep`, which upkeep runs; a file younger than `SWEEP_GRACE` is
+left alone because its row may not be committed yet.
+
+The size cap is checked twice: against the size the platform declares (before any byte is
+fetched) and while reading, so a platform that under-declares, or declares nothing, still cannot
+fill the disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Iterable
+
+DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+SWEEP_GRACE = 3600.0  # seconds: a file this young may belong to a row not yet committed
+KINDS = ("image", "audio", "voice", "video", "file")
+
+
+class MediaTooLarge(ValueError):
+    """The file is over the configured cap; nothing was kept."""
+
+    def __init__(self, size: int | None, limit: int) -> None:
+        self.size, self.limit = size, limit
+        shown = f"{size:,} bytes" if size is not None else "more than the limit"
+        super().__init__(f"the file is too big ({shown}; the limit is {limit:,} bytes)")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class AttachmentRow:
+    """What the `attachments` table holds for one file of one message."""
+
+    kind: str
+    mime_type: str | None
+    size: int | None
+    sha256: str | None  # None: named only (too big, refused, or the download failed)
+    file_name: str | None
+    platform_file_id: str | None = None
+
+
+class MediaStore:
+    """The files under `home/media/`, by hash."""
+
+    def __init__(self, root: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.root = Path(root)
+        self.max_bytes = int(max_bytes)
+
+    def path_for(self, sha256: str) -> Path:
+        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+            raise ValueError(f"not a sha256 hex digest: {sha256!r}")
+        return self.root / sha256[:2] / sha256
+
+    def check_declared(self, size: int | None) -> None:
+        if size is not None and size > self.max_bytes:
+            raise MediaTooLarge(size, self.max_bytes)
+
+    async def save_stream(self, chunks: AsyncIterator[bytes], declared_size: int | None = None) -> StoredFile:
+        """Read `chunks` into the store, refusing past the cap; returns the file's hash and size."""
+        self.check_declared(declared_size)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        digest = hashlib.sha256()
+        size = 0
+        fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=self.root)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise MediaTooLarge(None, self.max_bytes)
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            return self._place(tmp, digest.hexdigest(), size)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def save_bytes(self, data: bytes) -> StoredFile:
+        if len(data) > self.max_bytes:
+            raise MediaTooLarge(len(data), self.max_bytes)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=self.root)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            return self._place(tmp, hashlib.sha256(data).hexdigest(), len(data))
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def _place(self, tmp: str, sha256: str, size: int) -> StoredFile:
+        final = self.path_for(sha256)
+        if not final.exists():
+            final.parent.mkdir(exist_ok=True, mode=0o700)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, final)  # same filesystem: atomic
+            _fsync_dir(final.parent)
+        return StoredFile(sha256, size)
+
+    def read(self, sha256: str) -> bytes:
+        return self.path_for(sha256).read_bytes()
+
+    def exists(self, sha256: str) -> bool:
+        return self.path_for(sha256).is_file()
+
+    def remove(self, sha256s: Iterable[str]) -> int:
+        removed = 0
+        for sha in sha256s:
+            try:
+                self.path_for(sha).unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def files(self) -> Iterable[tuple[str, int, float]]:
+        """(sha256, bytes, mtime) of every stored file."""
+        if not self.root.is_dir():
+            return
+        for sub in self.root.iterdir():
+            if not sub.is_dir() or len(sub.name) != 2:
+                continue
+            for path in sub.iterdir():
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue
+                yield path.name, st.st_size, st.st_mtime
+
+    def sweep(self, referenced: set[str], now: float | None = None) -> int:
+        """Remove files no row references, older than the grace period. Returns how many."""
+        now = time.time() if now is None else now
+        stale = [sha for sha, _, mtime in self.files() if sha not in referenced and now - mtime > SWEEP_GRACE]
+        return self.remove(stale)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- SQL ----------------------------------------------------------------------------------------
+
+
+def insert_attachments(conn: sqlite3.Connection, message_id: int, rows: Iterable[AttachmentRow]) -> int:
+    """Add the attachment rows of one message (in the caller's transaction)."""
+    now = time.time()
+    count = 0
+    for row in rows:
+        if row.kind not in KINDS:
+            raise ValueError(f"unknown attachment kind {row.kind!r}")
+        conn.execute(
+            "INSERT INTO attachments (message_id, kind, mime_type, bytes, sha256, file_name, platform_file_id,"
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (message_id, row.kind, row.mime_type, row.size, row.sha256, row.file_name, row.platform_file_id, now),
+        )
+        count += 1
+    return count
+
+
+def attachments_of(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict[int, list[dict]]:
+    """message id -> its attachment rows, in the order they were stored."""
+    ids = list(message_ids)
+    found: dict[int, list[dict]] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for row in conn.execute(
+            f"SELECT id, message_id, kind, mime_type, bytes, sha256, file_name, platform_file_id, created_at,"
+            f" dropped_at FROM attachments WHERE message_id IN ({marks}) ORDER BY id",
+            chunk,
+        ):
+            found.setdefault(row[1], []).append(
+                {
+                    "id": row[0],
+                    "kind": row[2],
+                    "mime_type": row[3],
+                    "bytes": row[4],
+                    "sha256": row[5],
+                    "file_name": row[6],
+                    "platform_file_id": row[7],
+                    "created_at": row[8],
+                    "dropped": row[9] is not None,
+                }
+            )
+    return found
+
+
+def referenced_hashes(conn: sqlite3.Connection) -> set[str]:
+    """Hashes some kept (not dropped) attachment row still points at."""
+    return {
+        r[0]
+        for r in conn.execute("SELECT DISTINCT sha256 FROM attachments WHERE sha256 IS NOT NULL AND dropped_at IS NULL")
+    }
+
+
+def delete_attachments_of_session(conn: sqlite3.Connection, session_id: str) -> None:
+    """Remove the rows of a session's messages (in the caller's transaction, before the messages);
+    the files go at the next sweep unless another message still references them."""
+    conn.execute(
+        "DELETE FROM attachments WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?)", (session_id,)
+    )
+
+
+def stored_bytes(conn: sqlite3.Connection) -> int:
+    """Bytes held for kept attachments, each file counted once."""
+    row = conn.execute(
+        "SELECT COALESCE(SUM(bytes), 0) FROM (SELECT sha256, MAX(bytes) AS bytes FROM attachments"
+        " WHERE sha256 IS NOT NULL AND dropped_at IS NULL GROUP BY sha256)"
+    ).fetchone()
+    return int(row[0])
+
+
+def drop_oldest_of_ended_sessions(conn: sqlite3.Connection, over_bytes: int, now: float | None = None) -> list[str]:
+    """Mark as dropped the oldest attachments of ended sessions until `over_bytes` are freed (in the
+    caller's transaction). The rows stay -- the transcript still says a photo was sent -- but the
+    bytes may go. Returns the hashes no kept row references any more."""
+    now = time.time() if now is None else now
+    freed = 0
+    candidates: list[str] = []
+    rows = conn.execute(
+        "SELECT a.id, a.sha256, a.bytes FROM attachments a JOIN messages m ON m.id = a.message_id"
+        " JOIN sessions s ON s.id = m.session_id"
+        " WHERE a.sha256 IS NOT NULL AND a.dropped_at IS NULL AND s.ended_at IS NOT NULL"
+        " ORDER BY a.created_at, a.id"
+    ).fetchall()
+    for attachment_id, sha, size in rows:
+        if freed >= over_bytes:
+            break
+        conn.execute("UPDATE attachments SET dropped_at = ? WHERE id = ?", (now, attachment_id))
+        still = conn.execute(
+            "SELECT 1 FROM attachments WHERE sha256 = ? AND dropped_at IS NULL LIMIT 1", (sha,)
+        ).fetchone()
+        if not still:
+            freed += int(size or 0)
+            candidates.append(sha)
+    return candidates

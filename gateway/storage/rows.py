@@ -1,0 +1,316 @@
+"""Write ops over the schema, as plain functions: what `queries.py` is for reads.
+
+Each `op_*` checks and prepares its input in the caller's thread (validation, JSON encoding, the
+full-text tokens) and returns a `WriteOp`, a function of (connection, events) that the single
+writer runs inside its transaction. Preparing outside matters: tokenising a long message for the
+two indexes costs more than the INSERTs, and the writer thread is shared by every chat, so only
+the SQL runs there. Ops compose: `op_move_key` runs several in one transaction, and retention and
+import build on them. Each op reports what it changed as typed events (gateway.storage.events).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from typing import Any, Iterable, Sequence
+
+from gateway.errors import TitleTaken, UnknownSession
+from gateway.storage import queries
+from gateway.storage.events import (
+    Events,
+    IndexPending,
+    KeyChanged,
+    KeyDeleted,
+    MessageAppended,
+    SessionRewritten,
+    WriteOp,
+)
+from gateway.storage.fts import ident_text, index_text
+from gateway.storage.media import AttachmentRow, insert_attachments
+from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX
+
+MAX_CONTENT_CHARS = 4_000_000
+PREVIEW_CHARS = 200
+
+
+def sanitize_title(title: str | None) -> str | None:
+    """A title on one line: control and invisible characters become spaces, runs of space one,
+    cut to TITLE_MAX; None when nothing is left."""
+    if title is None:
+        return None
+    text = re.sub(r"[\x00-\x1f\x7f\u200b-\u200f\u2028-\u202e\ufeff]", " ", str(title))
+    text = " ".join(text.split())[:TITLE_MAX].strip()
+    return text or None
+
+
+def json_or_none(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _title_taken(conn: sqlite3.Connection, title: str | None, session_id: str) -> TitleTaken:
+    """The unique title index refused `title`: say which session holds it."""
+    return TitleTaken(title, queries.title_holder(conn, title, except_id=session_id) if title else None)
+
+
+# -- sessions -------------------------------------------------------------------------------------
+def op_create_session(session_id: str, source: Any, fields: dict[str, Any]) -> WriteOp[None]:
+    """Create a session, or update the fields given of an existing one (upsert)."""
+    unknown = set(fields) - set(SESSION_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown session field(s): {', '.join(sorted(unknown))}")
+    if not session_id or not isinstance(session_id, str):
+        raise ValueError("session_id must be a non-empty string")
+    values = dict(fields)
+    if "title" in values:
+        values["title"] = sanitize_title(values["title"])
+    started = float(values.pop("started_at", None) or time.time())
+    source_name = str(getattr(source, "value", source))
+    cols = ["id", "source", "started_at", "last_active_at", *values]
+    params = [session_id, source_name, started, started, *values.values()]
+    updates = ", ".join(["source = excluded.source", *(f"{c} = excluded.{c}" for c in values)])
+    sql = (
+        f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+        f"ON CONFLICT(id) DO UPDATE SET {updates}"
+    )
+
+    def op(conn: sqlite3.Connection, events: Events) -> None:
+        try:
+            conn.execute(sql, params)
+        except sqlite3.IntegrityError:
+            raise _title_taken(conn, values.get("title"), session_id) from None
+        if values.get("user_id"):
+            conn.execute(
+                "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
+                (session_id, values["user_id"]),
+            )
+
+    return op
+
+
+def _op_update_session(session_id: str, sql: str, params: Iterable[Any]) -> WriteOp[None]:
+    args = (*params, session_id)
+
+    def op(conn: sqlite3.Connection, events: Events) -> None:
+        if conn.execute(sql, args).rowcount == 0:
+            raise UnknownSession(session_id)
+
+    return op
+
+
+def op_end(session_id: str, reason: str) -> WriteOp[None]:
+    return _op_update_session(
+        session_id, "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ?", (time.time(), reason)
+    )
+
+
+def op_reopen(session_id: str) -> WriteOp[None]:
+    return _op_update_session(session_id, "UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", ())
+
+
+def op_add_tokens(session_id: str, input_tokens: int, output_tokens: int) -> WriteOp[None]:
+    return _op_update_session(
+        session_id,
+        "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ? WHERE id = ?",
+        (int(input_tokens or 0), int(output_tokens or 0)),
+    )
+
+
+def op_set_title(session_id: str, title: str | None) -> WriteOp[str | None]:
+    """Set (or with None clear) a title; the op returns it as stored (sanitised)."""
+    clean = sanitize_title(title)
+
+    def op(conn: sqlite3.Connection, events: Events) -> str | None:
+        try:
+            changed = conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id)).rowcount
+        except sqlite3.IntegrityError:
+            raise _title_taken(conn, clean, session_id) from None
+        if not changed:
+            raise UnknownSession(session_id)
+        return clean
+
+    return op
+
+
+# -- messages -------------------------------------------------------------------------------------
+def op_append(
+    session_id: str,
+    role: str,
+    content: Any,
+    fields: dict[str, Any],
+    seen_event: tuple[str, str] | None = None,
+    attachments: Sequence[AttachmentRow] = (),
+) -> WriteOp[int]:
+    """The write of one message; the op returns its id. `seen_event` = (platform, event id) is
+    marked seen, and the message's `attachments` rows are added, in the same transaction (see
+    gateway.sessions.dedup and gateway.storage.media)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    unknown = set(fields) - set(MESSAGE_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
+    if content is not None and not isinstance(content, str):
+        content = json.dumps(content, ensure_ascii=False)
+    if content is not None and len(content) > MAX_CONTENT_CHARS:
+        raise ValueError(f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}")
+    row = {k: fields.get(k) for k in MESSAGE_FIELDS}
+    row["tool_calls"] = json_or_none(row["tool_calls"])
+    row["timestamp"] = float(row["timestamp"] or time.time())
+    words, idents = index_text(content), ident_text(content)  # computed off the writer thread
+    preview = " ".join(content.split())[:PREVIEW_CHARS] if role == "user" and content else None
+
+    def op(conn: sqlite3.Connection, events: Events) -> int:
+        updated = conn.execute(
+            "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
+            "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?",
+            (row["timestamp"], preview, session_id),
+        ).rowcount
+        if not updated:
+            raise UnknownSession(session_id)
+        cur = conn.execute(
+            f"INSERT INTO messages (session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
+            f"VALUES (?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})",
+            (session_id, role, content, *row.values()),
+        )
+        message_id = int(cur.lastrowid or 0)
+        events.append(IndexPending(message_id, words, idents))  # indexed in batches: storage/indexer.py
+        if role == "user" and row["user_id"]:
+            conn.execute(
+                "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
+                (session_id, row["user_id"]),
+            )
+        if seen_event is not None:
+            mark_seen(conn, *seen_event)
+        if attachments:
+            insert_attachments(conn, message_id, attachments)
+        stored = {"id": message_id, "session_id": session_id, "role": role, "content": content, **row}
+        events.append(MessageAppended({**stored, "active": 1, "compacted": 0}))
+        return message_id
+
+    return op
+
+
+def _hide(conn: sqlite3.Connection, events: Events, session_id: str, where: str, params: tuple, compacted: bool) -> int:
+    """Take messages of the conversation (active ones matching `where`) out of it: compacted ones
+    stay findable, the others (undone) do not. Returns how many."""
+    sets = "active = 0, compacted = 1" if compacted else "active = 0"
+    changed = conn.execute(
+        f"UPDATE messages SET {sets} WHERE session_id = ? AND active = 1 {where}", (session_id, *params)
+    ).rowcount
+    if changed:
+        conn.execute(
+            "UPDATE sessions SET message_count = MAX(0, message_count - ?) WHERE id = ?", (changed, session_id)
+        )
+        events.append(SessionRewritten(session_id))
+    return changed
+
+
+def op_rewind(session_id: str, exchanges: int) -> WriteOp[int]:
+    """`/undo`: hide the last `exchanges` user turns and all that followed."""
+    exchanges = max(1, int(exchanges))
+
+    def op(conn: sqlite3.Connection, events: Events) -> int:
+        users = conn.execute(
+            "SELECT id FROM messages WHERE session_id = ? AND active = 1 AND role = 'user' ORDER BY id DESC LIMIT ?",
+            (session_id, exchanges),
+        ).fetchall()
+        if not users:
+            return 0
+        return _hide(conn, events, session_id, "AND id >= ?", (users[-1]["id"],), compacted=False)
+
+    return op
+
+
+def op_supersede_after(session_id: str, message_id: int) -> WriteOp[int]:
+    """`/retry`: what followed `message_id` leaves the conversation; it stays searchable."""
+    after = int(message_id)
+    return lambda conn, events: _hide(conn, events, session_id, "AND id > ?", (after,), compacted=True)
+
+
+def op_mark_compacted(session_id: str, up_to_id: int | None = None) -> WriteOp[int]:
+    where, params = ("AND id <= ?", (int(up_to_id),)) if up_to_id is not None else ("", ())
+    return lambda conn, events: _hide(conn, events, session_id, where, params, compacted=True)
+
+
+# -- routing entries and inbound de-duplication -------------------------------------------------
+def op_set_key(
+    session_key: str, session_id: str, origin: dict[str, Any] | None, reason: str | None
+) -> WriteOp[dict[str, Any]]:
+    """Point a key at a session; the op returns the key's entry."""
+    now = time.time()
+    origin_json = json_or_none(origin)
+
+    def op(conn: sqlite3.Connection, events: Events) -> dict[str, Any]:
+        conn.execute(
+            "INSERT INTO session_keys (session_key, session_id, origin, created_at, updated_at, reason) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_key) DO UPDATE SET "
+            "session_id = excluded.session_id, origin = COALESCE(excluded.origin, origin), "
+            "updated_at = excluded.updated_at, reason = excluded.reason",
+            (session_key, session_id, origin_json, now, now, reason),
+        )
+        entry = queries.key_row(conn, session_key)
+        assert entry is not None  # just written, in this transaction
+        events.append(KeyChanged(entry))
+        return entry
+
+    return op
+
+
+def op_move_key(
+    session_key: str,
+    session_id: str,
+    origin: dict[str, Any] | None,
+    reason: str | None,
+    *,
+    create: tuple[str, dict[str, Any]] | None = None,
+    reopen: bool = False,
+    end_previous: str | None = None,
+) -> WriteOp[dict[str, Any]]:
+    """Create (`create` = (source, fields)) or reopen a session, point the key at it, then end the
+    previous session with `reason`: one transaction, all or nothing."""
+    first: WriteOp[None] | None = None
+    if create is not None:
+        first = op_create_session(session_id, create[0], dict(create[1]))
+    elif reopen:
+        first = op_reopen(session_id)
+    move = op_set_key(session_key, session_id, origin, reason)
+    end = op_end(end_previous, reason or "ended") if end_previous and end_previous != session_id else None
+
+    def op(conn: sqlite3.Connection, events: Events) -> dict[str, Any]:
+        if first is not None:
+            first(conn, events)
+        entry = move(conn, events)
+        if end is not None:
+            try:
+                end(conn, events)
+            except UnknownSession:  # deleted meanwhile: nothing to end
+                pass
+        return entry
+
+    return op
+
+
+def op_delete_key(session_key: str) -> WriteOp[None]:
+    def op(conn: sqlite3.Connection, events: Events) -> None:
+        if conn.execute("DELETE FROM session_keys WHERE session_key = ?", (session_key,)).rowcount:
+            events.append(KeyDeleted(session_key))
+
+    return op
+
+
+def mark_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
+    """Remember an inbound event id (in the caller's transaction); True if it was new."""
+    return (
+        conn.execute(
+            "INSERT OR IGNORE INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
+            (str(platform), str(event_id), time.time()),
+        ).rowcount
+        == 1
+    )
+
+
+def op_mark_seen(platform: str, event_id: str) -> WriteOp[bool]:
+    return lambda conn, events: mark_seen(conn, platform, event_id)

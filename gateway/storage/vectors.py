@@ -1,0 +1,196 @@
+"""Embedding vectors of message windows, stored beside the messages (storage floor: plain SQL, no SDK).
+
+Recall's semantic stage (gateway/recall/semantic.py) compares a question with *windows*: up to
+WINDOW consecutive visible user/assistant messages of one session, embedded as one text. Why
+windows and not messages: a turn and its reply together say what happened ("did you meet anyone?"
+/ "yes, a woman at the café"), and four messages share one vector, so an int8 vector of 384
+dimensions costs 96 bytes per message (the budget is 256).
+
+Tables (migration in gateway/storage/schema.py):
+- message_vectors(session_id, first_id, last_id, model, vector): one row per window; `vector` is
+  int8, L2-normalised before quantising (cosine = dot / (|a| |b|) on the int8 values; int8 keeps
+  rank order: measured 0.99+ cosine to the float vector on LoCoMo windows).
+- vector_progress(model, upto_id): every message with a smaller id has been looked at for that
+  model. Triggers drop a window when one of its messages is deleted or taken back by /undo and
+  send the watermark back, so what is left of the window is embedded again.
+
+A window still open (fewer than WINDOW messages, the session may go on) is stored too, and is
+re-embedded with its new messages when the session grows: recall never waits for a window to fill.
+A model change is a new `model` value: its backlog starts at 0, and rows of other models are
+replaced as the indexer goes (ranking only reads rows of the model in use).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from array import array
+from dataclasses import dataclass
+from typing import Sequence
+
+WINDOW = 4  # messages per window
+MESSAGE_CHARS = 400  # characters of one message that go into its window's text
+ROLES = ("user", "assistant")
+_VISIBLE = "(active = 1 OR compacted = 1)"
+
+
+@dataclass
+class Window:
+    session_id: str
+    first_id: int
+    last_id: int
+    text: str
+    size: int  # messages in it
+
+
+def quantise(vector: Sequence[float]) -> bytes:
+    """int8 bytes of an L2-normalised vector, scaled so its largest component is ±127."""
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    top = max((abs(x) for x in vector), default=0.0) / norm or 1.0
+    scale = 127.0 / top / norm
+    return array("b", [max(-127, min(127, round(x * scale))) for x in vector]).tobytes()
+
+
+def unpack(blob: bytes) -> array:
+    values = array("b")
+    values.frombytes(blob)
+    return values
+
+
+def progress(conn: sqlite3.Connection, model: str) -> int:
+    row = conn.execute("SELECT upto_id FROM vector_progress WHERE model = ?", (model,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def backlog(conn: sqlite3.Connection, model: str) -> int:
+    """Visible user/assistant messages not yet looked at for `model` (what the indexer has left)."""
+    return int(
+        conn.execute(
+            f"SELECT count(*) FROM messages WHERE id > ? AND role IN ('user', 'assistant') AND {_VISIBLE}",
+            (progress(conn, model),),
+        ).fetchone()[0]
+    )
+
+
+def stored(conn: sqlite3.Connection, model: str) -> tuple[int, int]:
+    """(windows, bytes of vectors) stored for `model`."""
+    row = conn.execute(
+        "SELECT count(*), coalesce(sum(length(vector)), 0) FROM message_vectors WHERE model = ?", (model,)
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def _window_text(rows: list[tuple[int, str, str]]) -> str:
+    return "\n".join(f"{role}: {(content or '')[:MESSAGE_CHARS]}" for _, role, content in rows)
+
+
+def pending_windows(conn: sqlite3.Connection, model: str, max_messages: int) -> tuple[list[Window], int]:
+    """The windows to embed for the next (at most) `max_messages` messages past the watermark, and
+    the id the watermark moves to once they are stored. A session's open window is rebuilt with
+    its new messages."""
+    upto = progress(conn, model)
+    rows = conn.execute(
+        f"""SELECT id, session_id, role, content FROM messages
+            WHERE id > ? AND role IN ('user', 'assistant') AND {_VISIBLE}
+            ORDER BY id LIMIT ?""",
+        (upto, max_messages),
+    ).fetchall()
+    if not rows:
+        return [], upto
+    new_upto = int(rows[-1][0])
+    by_session: dict[str, list[tuple[int, str, str]]] = {}
+    for mid, sid, role, content in rows:
+        if (content or "").strip():
+            by_session.setdefault(sid, []).append((int(mid), role, content))
+    windows: list[Window] = []
+    for sid, fresh in by_session.items():
+        last = conn.execute(
+            "SELECT first_id, last_id FROM message_vectors WHERE session_id = ? AND model = ? "
+            "ORDER BY first_id DESC LIMIT 1",
+            (sid, model),
+        ).fetchone()
+        covered = int(last[1]) if last else 0
+        fresh = [r for r in fresh if r[0] > covered]
+        if not fresh:
+            continue
+        if last is not None:  # the last stored window may still be open: take its messages back in
+            earlier = conn.execute(
+                f"""SELECT id, role, content FROM messages
+                    WHERE session_id = ? AND id >= ? AND id <= ? AND role IN ('user', 'assistant')
+                    AND {_VISIBLE} AND content IS NOT NULL AND trim(content) != '' ORDER BY id""",
+                (sid, int(last[0]), covered),
+            ).fetchall()
+            if 0 < len(earlier) < WINDOW:
+                fresh = [(int(i), r, c) for i, r, c in earlier] + fresh
+        for start in range(0, len(fresh), WINDOW):
+            chunk = fresh[start : start + WINDOW]
+            windows.append(Window(sid, chunk[0][0], chunk[-1][0], _window_text(chunk), len(chunk)))
+    return windows, new_upto
+
+
+def store_op(model: str, windows: list[Window], vectors: list[bytes], upto: int, expected_upto: int):
+    """A writer op: store the windows' vectors and move the watermark to `upto`, unless the
+    watermark moved meanwhile (an undo sent it back: the batch is read again)."""
+
+    def op(conn: sqlite3.Connection, events: list) -> bool:
+        if progress(conn, model) != expected_upto:
+            return False
+        for window, vector in zip(windows, vectors):
+            # a window that grew replaces its open version; rows of another model starting there go too
+            conn.execute(
+                "DELETE FROM message_vectors WHERE session_id = ? AND first_id >= ? AND first_id <= ?",
+                (window.session_id, window.first_id, window.last_id),
+            )
+            conn.execute(
+                "INSERT INTO message_vectors (session_id, first_id, last_id, model, vector) VALUES (?, ?, ?, ?, ?)",
+                (window.session_id, window.first_id, window.last_id, model, vector),
+            )
+        conn.execute(
+            "INSERT INTO vector_progress (model, upto_id) VALUES (?, ?) "
+            "ON CONFLICT(model) DO UPDATE SET upto_id = excluded.upto_id",
+            (model, upto),
+        )
+        return True
+
+    return op
+
+
+def forget_other_models_op(model: str, batch: int = 5000):
+    """A writer op: delete up to `batch` windows of models other than `model`; returns how many."""
+
+    def op(conn: sqlite3.Connection, events: list) -> int:
+        cur = conn.execute(
+            """DELETE FROM message_vectors WHERE (session_id, first_id) IN
+               (SELECT session_id, first_id FROM message_vectors WHERE model != ? LIMIT ?)""",
+            (model, batch),
+        )
+        conn.execute("DELETE FROM vector_progress WHERE model != ?", (model,))
+        return cur.rowcount
+
+    return op
+
+
+def session_vectors(conn: sqlite3.Connection, model: str, session_ids: Sequence[str]) -> dict[str, list[bytes]]:
+    """session -> the int8 vectors of its windows, for `model`."""
+    out: dict[str, list[bytes]] = {}
+    ids = list(dict.fromkeys(session_ids))
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        for sid, vector in conn.execute(
+            f"SELECT session_id, vector FROM message_vectors WHERE model = ? AND session_id IN "
+            f"({','.join('?' * len(chunk))})",
+            (model, *chunk),
+        ):
+            out.setdefault(sid, []).append(vector)
+    return out
+
+
+def newest_vectors(conn: sqlite3.Connection, model: str, limit: int) -> list[tuple[str, bytes]]:
+    """(session, vector) of the `limit` newest windows of `model` (the vector-only stage's scan)."""
+    return [
+        (sid, vector)
+        for sid, vector in conn.execute(
+            "SELECT session_id, vector FROM message_vectors WHERE model = ? ORDER BY last_id DESC LIMIT ?",
+            (model, limit),
+        )
+    ]

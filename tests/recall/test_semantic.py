@@ -1,0 +1,250 @@
+"""The embedding seam and recall's semantic stage: the real `openai` client against the fake
+/embeddings server on 127.0.0.1 (tests/fakes/openai_server.py), real SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from gateway.embeddings import EmbeddingSettings, EndpointEmbedder, make_embedder
+from gateway.recall import semantic
+from gateway.recall.index import BackgroundIndexer, backfill, index_step, stats
+from gateway.recall.rank import find_sessions
+from gateway.storage import vectors
+from tests.fakes.openai_server import FakeOpenAI, hashed_embedding
+
+# a tiny "model" that knows a few synonyms: each concept is one dimension
+CONCEPTS = {
+    "meet": 0, "met": 0, "meeting": 0,
+    "wife": 1, "woman": 1, "spouse": 1,
+    "car": 2, "prius": 2,
+    "cafe": 3, "coffee": 3,
+    "tom": 4,
+}  # fmt: skip
+
+
+def concept_embedding(text: str) -> list[float]:
+    vector = [0.0] * 8
+    for word in text.lower().replace(":", " ").replace(",", " ").replace("?", " ").split():
+        if word in CONCEPTS:
+            vector[CONCEPTS[word]] += 1.0
+    vector[7] = 0.1  # never a zero vector
+    return vector
+
+
+class Endpoint:
+    """FakeOpenAI on its own event loop thread: recall and the indexer call it synchronously."""
+
+    def __init__(self) -> None:
+        self.fake = FakeOpenAI()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.fake.__aenter__(), self.loop).result()
+
+    def embedder(self, model: str = "concepts") -> EndpointEmbedder:
+        settings = EmbeddingSettings(base_url=self.fake.base_url, api_key="k", model=model, timeout=5)
+        embedder = make_embedder(settings)
+        assert isinstance(embedder, EndpointEmbedder)
+        return embedder
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.fake.__aexit__(None, None, None), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def endpoint():
+    served = Endpoint()
+    served.fake.embed = lambda texts, model: [concept_embedding(t) for t in texts]
+    yield served
+    served.close()
+
+
+def add(db, sid, messages, started=1.7e9, user_id="tom"):
+    db.create_session(sid, "telegram", user_id=user_id, started_at=started)
+    ids = []
+    for i, text in enumerate(messages):
+        ids.append(db.append_message(sid, "user" if i % 2 == 0 else "assistant", text, timestamp=started + i))
+    return ids
+
+
+def windows(db, model):
+    return db.read(
+        lambda conn: conn.execute(
+            "SELECT session_id, first_id, last_id, model FROM message_vectors WHERE model = ? ORDER BY first_id",
+            (model,),
+        ).fetchall()
+    )
+
+
+# --- settings --------------------------------------------------------------------------------
+
+
+def test_embeddings_are_off_by_default_and_fall_back_to_the_model_endpoint():
+    assert EmbeddingSettings().kind == "off"
+    assert make_embedder(EmbeddingSettings.from_config({})) is None
+    assert EmbeddingSettings.from_config({"model": {"base_url": "http://127.0.0.1:9/v1"}}).kind == "off"
+    settings = EmbeddingSettings.from_config(
+        {"model": {"base_url": "http://127.0.0.1:9/v1", "api_key": "m"}, "embeddings": {"model": "e5"}}
+    )
+    assert (settings.kind, settings.base_url, settings.api_key) == ("endpoint", "http://127.0.0.1:9/v1", "m")
+    own = EmbeddingSettings.from_config(
+        {"model": {"base_url": "http://a/v1"}, "embeddings": {"model": "e5", "base_url": "http://b/v1"}}
+    )
+    assert own.base_url == "http://b/v1"
+    assert EmbeddingSettings.from_config({"embeddings": {"model": "e5", "provider": "off"}}).kind == "off"
+
+
+def test_the_endpoint_embedder_speaks_the_openai_embeddings_api(endpoint):
+    endpoint.fake.embed = lambda texts, model: [hashed_embedding(t) for t in texts]
+    embedder = endpoint.embedder("e5-small")
+    texts = [f"text number {i}" for i in range(40)]  # more than one request's batch
+    out = embedder.embed(texts, "passage")
+    assert out == [pytest.approx(hashed_embedding(t)) for t in texts]
+    assert [len(r["input"]) for r in endpoint.fake.embedding_requests] == [32, 8]
+    assert {r["model"] for r in endpoint.fake.embedding_requests} == {"e5-small"}
+    assert embedder.model == "endpoint:e5-small"
+
+
+def test_int8_vectors_keep_the_direction():
+    vector = [0.3, -0.2, 0.05, 0.9, -0.7]
+    packed = vectors.quantise(vector)
+    assert len(packed) == len(vector)
+    values = list(vectors.unpack(packed))
+    assert max(abs(v) for v in values) == 127
+    query = semantic.QueryVector("m", tuple(x / sum(y * y for y in vector) ** 0.5 for x in vector))
+    assert semantic.best_similarity(query, [packed]) == pytest.approx(1.0, abs=0.01)
+
+
+# --- indexing ----------------------------------------------------------------------------------
+
+
+def test_backfill_empties_the_backlog_in_windows_of_a_few_messages(db, endpoint):
+    add(db, "a", [f"message {i} about the car" for i in range(10)])
+    add(db, "b", ["hello", "hi there", "bye"])
+    embedder = endpoint.embedder()
+    assert stats(db, embedder.model)["backlog"] == 13
+    seen = []
+    assert backfill(db, embedder, progress=lambda done, total: seen.append((done, total))) == 13
+    info = stats(db, embedder.model)
+    assert info["backlog"] == 0
+    assert seen[-1] == (13, 13)
+    assert [(w[0], w[2] - w[1] + 1) for w in windows(db, embedder.model)] == [("a", 4), ("a", 4), ("a", 2), ("b", 3)]
+    assert info["vector_bytes"] / 13 <= 256
+
+
+def test_an_open_window_is_embedded_again_when_the_session_grows(db, endpoint):
+    first = add(db, "a", ["one", "two"])
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    assert [(w[1], w[2]) for w in windows(db, embedder.model)] == [(first[0], first[1])]
+    more = [db.append_message("a", "user", "three"), db.append_message("a", "assistant", "four")]
+    more.append(db.append_message("a", "user", "five"))
+    backfill(db, embedder)
+    assert [(w[1], w[2]) for w in windows(db, embedder.model)] == [(first[0], more[1]), (more[2], more[2])]
+
+
+def test_undo_and_delete_drop_the_vectors_and_what_is_left_is_embedded_again(db, endpoint):
+    ids = add(db, "a", ["car one", "car two", "car three", "car four", "car five", "car six"])
+    add(db, "b", ["coffee", "cafe"])
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    assert len(windows(db, embedder.model)) == 3
+    assert db.rewind("a", 1) > 0  # the last exchange (ids[4], ids[5]) taken back
+    rows = windows(db, embedder.model)
+    assert all(not (w[1] <= ids[5] and w[2] >= ids[4]) for w in rows if w[0] == "a")
+    assert stats(db, embedder.model)["backlog"] > 0
+    backfill(db, embedder)
+    assert [(w[1], w[2]) for w in windows(db, embedder.model) if w[0] == "a"] == [(ids[0], ids[3])]
+    db.delete_session("b")
+    assert [w for w in windows(db, embedder.model) if w[0] == "b"] == []
+
+
+def test_a_model_change_embeds_everything_again(db, endpoint):
+    add(db, "a", ["car one", "car two", "car three"])
+    old, new = endpoint.embedder("old-model"), endpoint.embedder("new-model")
+    backfill(db, old)
+    assert stats(db, new.model)["backlog"] == 3
+    backfill(db, new)
+    assert windows(db, old.model) == []
+    assert len(windows(db, new.model)) == 1
+    assert stats(db, new.model)["backlog"] == 0
+
+
+def test_a_failing_endpoint_stores_nothing_and_keeps_the_backlog(db, endpoint):
+    add(db, "a", ["car one", "car two"])
+    embedder = endpoint.embedder()
+    endpoint.fake.embedding_status = 500
+    with pytest.raises(Exception):
+        index_step(db, embedder)
+    assert stats(db, embedder.model) == {"backlog": 2, "windows": 0, "vector_bytes": 0}
+
+
+def test_the_background_indexer_embeds_what_is_committed(db, endpoint):
+    embedder = endpoint.embedder()
+    indexer = BackgroundIndexer(db, embedder)
+    indexer.start()
+    try:
+        add(db, "a", ["car one", "car two", "car three"])
+        deadline = time.monotonic() + 20
+        while stats(db, embedder.model)["backlog"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stats(db, embedder.model)["backlog"] == 0
+        assert len(windows(db, embedder.model)) == 1
+    finally:
+        indexer.stop()
+
+
+# --- ranking -----------------------------------------------------------------------------------
+
+
+def test_the_semantic_stage_lifts_the_session_that_means_the_question(db, endpoint, monkeypatch):
+    met = "s_met"
+    add(db, met, ["Tom: I met a wonderful woman at the cafe today", "That is lovely news, Tom!"])
+    add(db, "s_car", ["Tom: my wife needs the car for work", "Then take the bus, Tom."], started=1.7e9 + 100)
+    question = "How did Tom meet his future wife?"
+    assert [h.session_id for h in find_sessions(db, question, embedder=None)][0] == "s_car"
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    monkeypatch.setattr(semantic, "SEMANTIC_WEIGHT", 1.0)
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == met
+
+
+def test_vectors_alone_answer_when_no_word_of_the_query_occurs(db, endpoint):
+    add(db, "s_met", ["I met a wonderful woman at the cafe", "lovely"])
+    add(db, "s_car", ["the prius broke down", "call a garage"])
+    add(db, "s_hidden", ["spouse spouse"], user_id="tom")
+    db.read(lambda conn: None)
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    assert find_sessions(db, "spouse encounter", embedder=None, exclude_session_ids=["s_hidden"]) == []
+    hits = find_sessions(db, "spouse encounter", embedder=embedder, exclude_session_ids=["s_hidden"])
+    assert [h.session_id for h in hits][0] == "s_met"
+    assert "s_hidden" not in [h.session_id for h in hits]
+    assert find_sessions(db, "spouse encounter", embedder=embedder, person_id="someone-else") == []
+
+
+def test_a_failing_endpoint_leaves_the_words_ranking(db, endpoint):
+    add(db, "s_car", ["my wife needs the car", "take the bus"])
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    endpoint.fake.embedding_status = 503
+    hits = find_sessions(db, "wife car", embedder=embedder)
+    assert [h.session_id for h in hits] == ["s_car"]
+
+
+def test_the_installed_embedder_is_the_default(db, endpoint):
+    add(db, "s_met", ["I met a wonderful woman at the cafe", "lovely"])
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    previous = semantic.use(embedder)
+    try:
+        assert [h.session_id for h in find_sessions(db, "spouse")] == ["s_met"]
+    finally:
+        semantic.use(previous)
+    assert find_sessions(db, "spouse") == []

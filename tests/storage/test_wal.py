@@ -1,0 +1,167 @@
+"""The write-ahead log stays bounded: under one-at-a-time appends, under many chats at once, with a
+reader connection left open, and it is cut back once the writes stop. Real SQLite files; the bound
+is test-sized (CHECKPOINT) so a few hundred appends cross it many times."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+
+from gateway.db import SessionDB
+from gateway.storage.connect import connect
+
+CHECKPOINT = 128 * 1024
+TEXT = "a message about docker timeout and 部署 /srv/app-{i} " * 4
+
+
+def wal_size(path) -> int:
+    return os.path.getsize(str(path) + "-wal") if os.path.exists(str(path) + "-wal") else 0
+
+
+def wait_until(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def one_batch_bound(db: SessionDB) -> int:
+    """The bound: the threshold plus what one batch (and its index upkeep) can add past it."""
+    return CHECKPOINT + 2 * 256 * 1024
+
+
+def test_wal_stays_bounded_under_sequential_appends_and_is_cut_back_when_idle(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionDB(path, checkpoint_bytes=CHECKPOINT, idle_seconds=0.2) as db:
+        db.create_session("s", "local")
+        peak = 0
+        for i in range(600):
+            db.append_message("s", "user", TEXT.format(i=i))
+            peak = max(peak, wal_size(path))
+        stats = db.wal_stats()
+        assert stats["wal_written_bytes"] > 4 * CHECKPOINT  # the log really was filled several times over
+        assert stats["checkpoints"] >= 3
+        assert peak <= one_batch_bound(db), peak
+        assert wait_until(lambda: wal_size(path) == 0), wal_size(path)  # idle: truncated
+        assert db.count_messages() == 600
+        assert len(db.search_messages("部署", limit=1000)) == 600  # every message indexed
+
+
+def test_wal_stays_bounded_with_many_chats_at_once(tmp_path):
+    path = tmp_path / "state.db"
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, wal_size(path))
+            time.sleep(0.002)
+
+    with SessionDB(path, checkpoint_bytes=CHECKPOINT, idle_seconds=0.2) as db:
+
+        async def chats() -> None:
+            await asyncio.gather(*(db.acreate_session(f"c{c}", "telegram") for c in range(50)))
+
+            async def chat(c: int) -> None:
+                for i in range(20):
+                    await db.aappend_message(f"c{c}", "user", TEXT.format(i=i))
+
+            await asyncio.gather(*(chat(c) for c in range(50)))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            asyncio.run(chats())
+        finally:
+            done.set()
+            sampler.join()
+        assert db.wal_stats()["wal_written_bytes"] > 4 * CHECKPOINT
+        assert peak <= one_batch_bound(db), peak
+        assert wait_until(lambda: wal_size(path) == 0)
+        assert db.count_messages() == 1000
+
+
+def test_an_open_reader_does_not_pin_the_wal(tmp_path):
+    """Readers keep their connections between reads (one per thread); a connection left open
+    after reads, and statements read only in part, must not hold a snapshot."""
+    path = tmp_path / "state.db"
+    with SessionDB(path, checkpoint_bytes=CHECKPOINT, idle_seconds=0.2) as db:
+        db.create_session("s", "local")
+        for i in range(50):
+            db.append_message("s", "user", TEXT.format(i=i))
+        reads_done = threading.Event()
+        release = threading.Event()
+
+        def reader() -> None:  # this thread's read connection stays open until release
+            db.get_messages("s")
+            db.search_messages("docker")
+            db.list_sessions_rich()
+            db.get_session("s")
+            db.find_session("s")
+            reads_done.set()
+            release.wait()
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        try:
+            assert reads_done.wait(10)
+            before = db.wal_stats()["checkpoints"]
+            peak = 0
+            for i in range(400):
+                db.append_message("s", "user", TEXT.format(i=i))
+                peak = max(peak, wal_size(path))
+            assert db.wal_stats()["checkpoints"] > before
+            assert peak <= one_batch_bound(db), peak
+            assert wait_until(lambda: wal_size(path) == 0)
+        finally:
+            release.set()
+            thread.join()
+
+
+def test_a_reader_holding_a_snapshot_delays_the_checkpoint_but_not_the_writes(tmp_path):
+    """An outside connection in an open read transaction keeps the log from restarting: the writes
+    go on (nothing waits on the checkpoint for more than a moment), and the log is cut back as soon
+    as the snapshot ends."""
+    path = tmp_path / "state.db"
+    with SessionDB(path, checkpoint_bytes=CHECKPOINT, idle_seconds=0.2) as db:
+        db.create_session("s", "local")
+        db.append_message("s", "user", "first")
+        holder = connect(str(path))
+        holder.execute("BEGIN")
+        holder.execute("SELECT count(*) FROM messages").fetchone()  # the snapshot is taken here
+        try:
+            for i in range(300):
+                db.append_message("s", "user", TEXT.format(i=i))
+            assert db.wal_stats()["checkpoints_busy"] > 0
+            assert wal_size(path) > CHECKPOINT  # pinned, as SQLite must
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        assert wait_until(lambda: wal_size(path) == 0)
+        assert db.count_messages() == 301
+
+
+def test_messages_left_unindexed_by_a_crash_are_indexed_on_open(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", "local")
+        db.append_message("s", "user", "indexed before the crash")
+    # what a kill between a commit and its index batch leaves: a message above the mark
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute(
+        "INSERT INTO messages (session_id, role, content, timestamp) VALUES ('s', 'user', 'quokka 机房 ERR_77', 1.0)"
+    )
+    raw.close()
+    with SessionDB(path) as db:
+        assert [h["snippet"] for h in db.search_messages("quokka")] == ["«quokka» 机房 ERR_77"]
+        assert len(db.search_messages("机房")) == 1
+        assert len(db.search_messages("ERR_77")) == 1
+        assert db.delete_session("s")
+        assert db.search_messages("quokka") == []
+        assert db.read(lambda c: c.execute("PRAGMA integrity_check").fetchone()[0]) == "ok"

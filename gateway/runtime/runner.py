@@ -81,6 +81,11 @@ class GatewayRunner:
         if metrics is not None:
             metrics.set_gauge_fn("queue_depth", self.queue_depth)
             metrics.set_gauge_fn("agent_cache_size", self.cache_size)
+            # A 0 sample from the start: a dashboard's rate() sees the first event as an increase.
+            for platform in self.adapters:
+                for counter in ("messages_in_total", "messages_out_total", "duplicates_total"):
+                    metrics.inc(counter, {"platform": platform}, by=0)
+            metrics.inc("model_errors_total", by=0)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -134,7 +139,8 @@ class GatewayRunner:
         return {name: adapter.health() for name, adapter in self.adapters.items()}
 
     def queue_depth(self) -> int:
-        return sum(lane.depth() for lane in self.lanes.values())
+        """Messages waiting: the running one in each chat is not counted."""
+        return sum(lane.waiting() for lane in self.lanes.values())
 
     def cache_size(self) -> int:
         return len(self.cache)
@@ -268,7 +274,7 @@ class GatewayRunner:
             log.exception("handling a message for %s failed", lane.key)
             await self.send(job.msg, ERROR_TEXT)
         finally:
-            if job.kind == "turn":
+            if job.kind == "turn":  # (commands are timed in _run_command, those answered at once too)
                 self.observe("turn_seconds", time.monotonic() - started)
 
     async def notify(self, lane: ChatLane, msg: InboundMessage, text: str) -> None:
@@ -350,6 +356,7 @@ class GatewayRunner:
     # -- internals -------------------------------------------------------------------------------
     async def _run_command(self, lane: ChatLane, msg: InboundMessage, command: ParsedCommand) -> None:
         ctx = CommandContext(self, lane.key, msg, command, self.access.is_admin(msg.source))
+        started = time.monotonic()
         try:
             reply = await run_command(ctx)
         except asyncio.CancelledError:
@@ -357,6 +364,9 @@ class GatewayRunner:
         except Exception:
             log.exception("command /%s failed", command.name)
             reply = ERROR_TEXT
+        finally:
+            # Apart from turns: commands take milliseconds and would hide how long turns take.
+            self.observe("command_seconds", time.monotonic() - started)
         if reply:
             await self.send(msg, reply)
 

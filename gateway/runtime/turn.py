@@ -131,6 +131,7 @@ class TurnRunner:
         config: Any = None,  # gateway.config.Config, handed to the tools (session_search reads it)
         send_typing: SendTyping | None = None,
         media: MediaIntake | None = None,  # attachments -> stored files, text and image parts
+        metrics: Any = None,  # gateway.service.metrics.Metrics: failed model calls are counted
     ) -> None:
         self.cache = cache
         self.factory = factory
@@ -145,6 +146,7 @@ class TurnRunner:
         self.config = config
         self.send_typing = send_typing
         self.media = media
+        self.metrics = metrics
 
     async def forget(self, session_id: str) -> None:
         """Drop what is kept warm for exactly this session (its agent and its conversation copy):
@@ -228,6 +230,8 @@ class TurnRunner:
             await typing.stop()
             await self.cache.release(session_id, session_agent)
 
+        if result.error is not None and self.model_settings.is_configured:
+            self._model_failed()
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:
             await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
@@ -236,6 +240,10 @@ class TurnRunner:
             notice = await self.compress(msg, session_id, auto=True)
             if notice:
                 await self.send(msg, notice)
+
+    def _model_failed(self) -> None:
+        if self.metrics is not None:
+            self.metrics.inc("model_errors_total")
 
     def _near_window(self, system_prompt: str, conversation: list[dict[str, Any]]) -> bool:
         """Is the conversation near the model's context window? A character count bounds the token
@@ -278,6 +286,7 @@ class TurnRunner:
             return "" if auto else f"Nothing to compress: {exc}."
         except Exception as exc:
             log.warning("compressing %s failed: %s", session_id, describe_error(exc))
+            self._model_failed()
             return "" if auto else f"Sorry, compressing failed: {describe_error(exc)}. Nothing was changed."
         await self.forget(session_id)
         session = await self.db.aread("get_session", child)

@@ -278,6 +278,7 @@ def build_runner(
         config=config,
         send_typing=outbound.send_typing,
         media=build_media_intake(config),
+        metrics=metrics,
     )
     return GatewayRunner(config, db, store, outbound, turns, access, Dedup(db), clock=clock, metrics=metrics)
 

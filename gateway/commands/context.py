@@ -19,6 +19,7 @@ from agent.llm import ModelSettings
 from gateway.db import SessionDB
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
+from gateway.storage.schema import TITLE_MAX
 from platforms.base import COMMAND_PATTERN, InboundMessage
 
 ALIASES = {"reset": "new", "h": "help", "start": "help"}
@@ -134,6 +135,24 @@ class Command:
     help: str
     handler: Handler
     immediate: bool = False  # read-only: answered at once even while a turn runs
+
+
+def numeric_title_refusal(title: str | None) -> str | None:
+    """A title of digits only is refused: `/resume 1` means the first conversation of the list."""
+    if title and title.isdigit():
+        return (
+            f"A title can't be only a number: /resume {title} means number {title} of your list. "
+            "Add a word, e.g. /title " + f"{title} notes."
+        )
+    return None
+
+
+def cut_notice(asked: str, stored: str | None) -> str:
+    """What to add when a title was shortened to fit (sanitize_title keeps TITLE_MAX characters)."""
+    wanted = " ".join(asked.split())
+    if stored and len(wanted) > len(stored):
+        return f" (cut to {len(stored)} characters: titles are at most {TITLE_MAX})"
+    return ""
 
 
 def when(ts: float | None) -> str:

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO, cast
 
 from gateway.source import Platform, SessionSource
 from platforms.base import InboundMessage, MessageHandler, PlatformAdapter, cancel_and_wait
@@ -89,14 +89,16 @@ class LocalAdapter(PlatformAdapter):
         self._answered = asyncio.Event()  # the gateway answered everything typed so far
         self._waiting = False  # a typed message is being answered
         self._stop_sent = False  # Ctrl-C already asked to stop this answer
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
 
     async def start(self, on_message: MessageHandler) -> None:
         self._handler = on_message
         if self.interactive:
             from platforms.local_editor import LineEditor  # only a terminal needs the editor
 
-            self._editor = LineEditor(self.input, self.output, self.prompt, self.history_path)
+            # a terminal's streams are text files, the TextIO the editor wants
+            stdin, stdout = cast(TextIO, self.input), cast(TextIO, self.output)
+            self._editor = LineEditor(stdin, stdout, self.prompt, self.history_path)
             self._pump = asyncio.create_task(self._converse(on_message))
             self.set_ready(True, "terminal")
             self.mark_alive()
@@ -186,7 +188,7 @@ class LocalAdapter(PlatformAdapter):
             return False
         self._stop_sent = True
         self._write("\n")
-        task = asyncio.get_running_loop().create_task(self._handler(self._message("/stop")))
+        task: asyncio.Future[None] = asyncio.ensure_future(self._handler(self._message("/stop")))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return True

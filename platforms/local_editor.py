@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import Any, Callable, TextIO
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import run_in_terminal
@@ -60,7 +60,7 @@ def _bindings() -> KeyBindings:
 class LineEditor:
     """Reads one message at a time from a terminal; `editing` is true while a prompt is shown."""
 
-    def __init__(self, stdin: IO[str], stdout: IO[str], prompt: str, history: Path | None = None) -> None:
+    def __init__(self, stdin: TextIO, stdout: TextIO, prompt: str, history: Path | None = None) -> None:
         self.prompt = prompt
         self.editing = False
         self.session: PromptSession[str] = PromptSession(

@@ -58,9 +58,12 @@ def _logging(config: Config, *, terminal: bool, quiet: bool, verbose: bool) -> N
     level = "DEBUG" if verbose else config.logging.level
     secrets = secrets_from_config(config)
     if terminal:
-        Home(config.home).ensure()  # owner-only, before the log file is made inside it
-        setup_logging(level, config.logging.format, secrets, file=log_file(config), to_stream=verbose)
-        return
+        try:
+            Home(config.home).ensure()  # owner-only, before the log file is made inside it
+            setup_logging(level, config.logging.format, secrets, file=log_file(config), to_stream=verbose)
+            return
+        except OSError as exc:  # no log file: stderr then (the start says why it cannot go on)
+            print(f"chinwag: cannot write the log file {log_file(config)}: {exc.strerror or exc}", file=sys.stderr)
     if quiet and not verbose and level in ("DEBUG", "INFO"):
         level = "WARNING"
     setup_logging(level, config.logging.format, secrets)

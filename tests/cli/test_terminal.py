@@ -182,7 +182,7 @@ async def test_ctrl_c_during_a_slow_reply_stops_it_and_ctrl_c_at_the_prompt_quit
 async def test_log_lines_go_to_a_file_in_the_terminal_and_to_stderr_with_v(tmp_path: Path) -> None:
     async with FakeOpenAI() as fake:
         env = model_env(tmp_path, fake)
-        fake.push(*[Reply(status=500, error="the model fell over")] * 5)  # (the client retries)
+        fake.push(Reply(status=400, error="the model fell over"))  # (a 400 is not retried)
         term = Terminal(["chat"], env)
         try:
             await term.prompt()
@@ -199,7 +199,7 @@ async def test_log_lines_go_to_a_file_in_the_terminal_and_to_stderr_with_v(tmp_p
         assert "chinwag running" in logged and "WARNING" in logged
         assert "sk-terminal-test-1234" not in logged
         assert stat.S_IMODE(log_file.stat().st_mode) == 0o600
-        fake.push(*[Reply(status=500, error="the model fell over")] * 5)
+        fake.push(Reply(status=400, error="the model fell over"))
         term = Terminal(["chat", "-v"], env)
         try:
             await term.prompt()

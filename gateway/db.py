@@ -65,7 +65,11 @@ class SessionDB:
         """`writer_options`: GroupCommitWriter's `checkpoint_bytes` and `idle_seconds`."""
         self.path = os.fspath(path)
         if self.path != ":memory:":
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            # Owner-only: it holds conversations. SQLite gives the -wal and -shm files the mode
+            # of the database file, so making that one 0600 covers all three.
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True, mode=0o700)
+            if not os.path.exists(self.path):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
         setup = _connect(self.path)
         try:
             setup.execute("PRAGMA journal_mode = WAL")

@@ -272,6 +272,15 @@ class PlatformAdapter(abc.ABC):
         """Routes (path -> aiohttp handler) this adapter serves on the gateway's HTTP port."""
         return {}
 
+    def chat_idle(self, source: SessionSource) -> None:
+        """The gateway has answered everything the chat of `source` sent so far (its queue is
+        empty and nothing runs). Default: nothing; the terminal shows its prompt again."""
+
+    def interrupt(self) -> bool:
+        """Ctrl-C reached the process. True when the adapter took it (the terminal stops the reply
+        being written); otherwise the gateway shuts down, as it does on SIGINT. Default: False."""
+        return False
+
     def bot_commands(self, commands: dict[str, str]) -> None:
         """Receive the gateway's command list (name -> help) e.g. for a bot menu. Default: ignore."""
 

@@ -8,6 +8,14 @@ been handed to the gateway after end of input.
 
 A streamed reply is printed as it is written, piece by piece; a tool's status line shows on its own
 line (on a terminal it is erased again when the text resumes).
+
+On a terminal (stdin and stdout both ttys) lines come from a line editor instead
+(platforms.local_editor): pastes of any length, multi-line messages, history, Ctrl-R. The prompt
+comes back only once the gateway has answered everything typed (`chat_idle`), so a reply never
+tears a line being edited. Ctrl-C while a reply is on its way reaches the gateway as a signal
+(the editor is not reading then) and is handed to `interrupt`, which stops the reply as `/stop`
+does; at an empty prompt Ctrl-C raises SIGINT as it would without the editor, so the process
+shuts down the usual graceful way, and Ctrl-D ends the input.
 """
 
 from __future__ import annotations
@@ -17,10 +25,12 @@ import getpass
 import itertools
 import logging
 import re
+import signal
 import sys
 import threading
 import time
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, Any, TextIO, cast
 
 from gateway.source import Platform, SessionSource
 from platforms.base import InboundMessage, MessageHandler, PlatformAdapter, ReplyStream, cancel_and_wait
@@ -53,6 +63,7 @@ class LocalAdapter(PlatformAdapter):
         *,
         input: IO[str] | None = None,
         output: IO[str] | None = None,
+        history: Path | str | None = None,
     ) -> None:
         super().__init__()
         config = config or {}
@@ -75,8 +86,26 @@ class LocalAdapter(PlatformAdapter):
         self._ids = itertools.count(1)
         self._session_tag = f"{time.time_ns():x}"  # message ids stay unique across runs (dedup is persisted)
         self._write_lock = threading.Lock()
+        self.history_path = Path(history) if history is not None else None  # the editor's, on a terminal
+        self._editor: Any = None  # platforms.local_editor.LineEditor, on a terminal
+        self._handler: MessageHandler | None = None
+        self._answered = asyncio.Event()  # the gateway answered everything typed so far
+        self._waiting = False  # a typed message is being answered
+        self._stop_sent = False  # Ctrl-C already asked to stop this answer
+        self._tasks: set[asyncio.Future[None]] = set()
 
     async def start(self, on_message: MessageHandler) -> None:
+        self._handler = on_message
+        if self.interactive:
+            from platforms.local_editor import LineEditor  # only a terminal needs the editor
+
+            # a terminal's streams are text files, the TextIO the editor wants
+            stdin, stdout = cast(TextIO, self.input), cast(TextIO, self.output)
+            self._editor = LineEditor(stdin, stdout, self.prompt, self.history_path)
+            self._pump = asyncio.create_task(self._converse(on_message))
+            self.set_ready(True, "terminal")
+            self.mark_alive()
+            return
         loop = asyncio.get_running_loop()
         self._queue = asyncio.Queue()
         queue = self._queue
@@ -119,17 +148,74 @@ class LocalAdapter(PlatformAdapter):
                 log.exception("local: handling a line failed")
         self.input_closed.set()
 
+    async def _converse(self, on_message: MessageHandler) -> None:
+        """The terminal: one message from the editor, then wait for its answer, then the next."""
+        from platforms.local_editor import Interrupt
+
+        editor = self._editor
+        while True:
+            try:
+                text = await editor.read()
+            except Interrupt:  # Ctrl-C at an empty prompt: what Ctrl-C means without the editor
+                self._write("\n")
+                signal.raise_signal(signal.SIGINT)
+                return
+            if text is None:  # Ctrl-D at an empty prompt
+                break
+            if not text.strip():
+                continue
+            self.mark_alive()
+            self._answered.clear()
+            self._waiting, self._stop_sent = True, False
+            try:
+                await on_message(self._message(text))
+            except Exception:  # the gateway reports its own errors; the terminal must keep reading
+                log.exception("local: handling a line failed")
+                self._answered.set()
+            try:
+                await self._answered.wait()
+            finally:
+                self._waiting = False
+        self.input_closed.set()
+
+    def _message(self, text: str) -> InboundMessage:
+        return InboundMessage(source=self.source, text=text, message_id=f"{self._session_tag}-{next(self._ids)}")
+
+    def chat_idle(self, source: SessionSource) -> None:
+        self._answered.set()
+
+    def interrupt(self) -> bool:
+        """Ctrl-C while a typed message is being answered: stop that answer, as `/stop` does (its
+        reply says so). A second Ctrl-C before the stop lands is left to the gateway (shut down)."""
+        if not self._waiting or self._stop_sent or self._handler is None:
+            return False
+        self._stop_sent = True
+        self._write("\n")
+        task: asyncio.Future[None] = asyncio.ensure_future(self._handler(self._message("/stop")))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
     async def stop(self) -> None:
+        editing = self._editor is not None and self._editor.editing
         await cancel_and_wait(self._pump)
         self._pump = None
+        if editing:  # the shell's prompt starts on a line of its own
+            self._write("\n")
         self.set_ready(False, "stopped")
 
     async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
-        with self._write_lock:
-            self.output.write(text.rstrip("\n") + "\n")
-            if self.interactive:
-                self.output.write("\n")
-            self.output.flush()
+        def write() -> None:
+            with self._write_lock:
+                self.output.write(text.rstrip("\n") + "\n")
+                if self.interactive:
+                    self.output.write("\n")
+                self.output.flush()
+
+        if self._editor is not None:
+            await self._editor.print_above(write)
+        else:
+            write()
         self._show_prompt()
         return [f"out-{self._session_tag}-{next(self._ids)}"]
 
@@ -142,6 +228,8 @@ class LocalAdapter(PlatformAdapter):
             self.output.flush()
 
     def _show_prompt(self) -> None:
+        if self._editor is not None:
+            return  # the editor draws its own prompt
         if self.prompt and not self.input_closed.is_set():
             with self._write_lock:
                 self.output.write(self.prompt)

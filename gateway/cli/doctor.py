@@ -83,6 +83,7 @@ def run_doctor(
     check_home(report, data_dir)
     check_database(report, data_dir / "state.db")
     check_mirrors(report, data_dir)
+    check_transcripts(report, data_dir)
     if config is not None:
         check_http_port(report, config)
         asyncio.run(check_endpoints(report, config, timeout))
@@ -168,8 +169,69 @@ def check_http_port(report: Report, config: Config) -> None:
     report.ok(f"http: {host}:{port} is free")
 
 
+MAX_TRANSCRIPT_PROBLEMS = 10  # named one by one; beyond that, counted
+
+
+def check_transcripts(report: Report, root: Path) -> None:
+    """Each session's sessions/<id>.jsonl: present, every line JSON, one line per stored message
+    (what `chinwag sessions repair` rewrites). The DB is read read-only; files are only read."""
+    path = root / "state.db"
+    sessions_dir = root / "sessions"
+    if not path.exists():
+        return
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = conn.execute(
+                "SELECT s.id, (SELECT count(*) FROM messages m WHERE m.session_id = s.id) FROM sessions s ORDER BY s.id"
+            ).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return  # check_database has said what is wrong with it
+    problems: list[str] = []
+    for session_id, messages in rows:
+        if not messages or not isinstance(session_id, str) or "/" in session_id or session_id.startswith("."):
+            continue  # an empty session has no transcript; an id that is no file name neither
+        problem = _transcript_problem(sessions_dir / f"{session_id}.jsonl", messages)
+        if problem:
+            problems.append(f"transcript {session_id} {problem}")
+    if not problems:
+        report.ok(f"transcripts: {len(rows)} session(s), all match the database")
+        return
+    for problem in problems[:MAX_TRANSCRIPT_PROBLEMS]:
+        report.warn(problem)
+    more = len(problems) - MAX_TRANSCRIPT_PROBLEMS
+    report.warn(
+        f"transcripts: {len(problems)} of {len(rows)} differ from the database"
+        + (f" ({more} more not shown)" if more > 0 else "")
+        + "; the database is intact and wins: `chinwag sessions repair` (or the next start) rewrites them"
+    )
+
+
+def _transcript_problem(path: Path, messages: int) -> str | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    lines = data.split(b"\n")
+    if lines[-1]:
+        return "is garbled (its last line is cut off)"
+    lines.pop()
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            return "is garbled (a line is not JSON)"
+    if len(lines) != messages:
+        return f"is out of date ({len(lines)} lines; the database has {messages} messages)"
+    return None
+
+
 def check_mirrors(report: Report, root: Path) -> None:
-    """sessions.json must parse; the transcripts are checked by `chinwag sessions repair`."""
+    """sessions.json must parse (the transcripts: check_transcripts)."""
     index = root / "sessions.json"
     if not index.exists():
         return
@@ -246,7 +308,8 @@ async def check_model(
     if status in (401, 403):
         report.fail(f"{label}: {base} refused the API key (HTTP {status})")
     elif status == 404:
-        report.fail(f"{label}: {base}/models not found (HTTP 404); the base URL usually ends in /v1")
+        hint = "" if base.rstrip("/").endswith("/v1") else "; the base URL usually ends in /v1"
+        report.fail(f"{label}: {base}/models not found (HTTP 404){hint}")
     elif status >= 400:
         report.fail(f"{label}: {base}/models answered HTTP {status}")
     else:

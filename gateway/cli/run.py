@@ -12,12 +12,19 @@ import argparse
 import asyncio
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from gateway.config.load import Config, ConfigError, load_config
 from gateway.service.logs import Redactor, secrets_from_config, setup_logging
+from gateway.storage.home import Home
 
 log = logging.getLogger("chinwag")
+
+TERMINAL_HELP = (
+    "chinwag: Enter sends, Alt-Enter adds a line, Up/Ctrl-R recall; /help lists commands; "
+    "Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at an empty prompt) quits."
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,36 +49,56 @@ def _load(args: argparse.Namespace) -> Config | None:
         return None
 
 
-def _logging(config: Config, *, quiet: bool, verbose: bool) -> None:
+def log_file(config: Config) -> Path:
+    return config.home / "logs" / "chinwag.log"
+
+
+def _logging(config: Config, *, terminal: bool, quiet: bool, verbose: bool) -> None:
+    """`terminal`: the conversation is on this screen, so the log goes to a file under home (and to
+    stderr too with -v). Otherwise stderr, as a daemon's is; `quiet` keeps a piped chat to warnings."""
     level = "DEBUG" if verbose else config.logging.level
+    secrets = secrets_from_config(config)
+    if terminal:
+        try:
+            Home(config.home).ensure()  # owner-only, before the log file is made inside it
+            setup_logging(level, config.logging.format, secrets, file=log_file(config), to_stream=verbose)
+            return
+        except OSError as exc:  # no log file: stderr then (the start says why it cannot go on)
+            print(f"chinwag: cannot write the log file {log_file(config)}: {exc.strerror or exc}", file=sys.stderr)
     if quiet and not verbose and level in ("DEBUG", "INFO"):
-        level = "WARNING"  # the terminal is for the conversation
-    setup_logging(level, config.logging.format, secrets_from_config(config))
+        level = "WARNING"
+    setup_logging(level, config.logging.format, secrets)
+
+
+def _on_a_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 2
-    # A conversation on this terminal should not be interleaved with INFO lines.
-    terminal = "local" in config.configured_platforms() and sys.stdin.isatty()
-    _logging(config, quiet=terminal, verbose=args.verbose)
-    return _serve(config, local_only=False, http=False if args.no_http else None)
+    terminal = "local" in config.configured_platforms() and _on_a_terminal()
+    _logging(config, terminal=terminal, quiet=False, verbose=args.verbose)
+    return _serve(config, local_only=False, http=False if args.no_http else None, terminal=terminal)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 2
-    _logging(config, quiet=True, verbose=args.verbose)
-    return _serve(config, local_only=True, http=False)
+    terminal = _on_a_terminal()
+    _logging(config, terminal=terminal, quiet=True, verbose=args.verbose)
+    return _serve(config, local_only=True, http=False, terminal=terminal)
 
 
-def _serve(config: Config, *, local_only: bool, http: bool | None) -> int:
+def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: bool = False) -> int:
     from gateway.service.app import AppError, build_app
 
     for warning in config.warnings:
         log.warning("config: %s", warning)
+        if terminal:  # the log is in a file there; a config warning is for the person
+            print(f"chinwag: config: {warning}", file=sys.stderr, flush=True)
     if not config.model.is_configured:
         log.warning(
             "no model configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url): "
@@ -84,9 +111,10 @@ def _serve(config: Config, *, local_only: bool, http: bool | None) -> int:
 
     async def main() -> int:
         app = build_app(config, local_only=local_only, http=http)
+        app.announce = lambda line: print(line, file=sys.stderr, flush=True)
         local = next((a for a in app.adapters if a.platform.value == "local"), None)
         if local is not None and getattr(local, "interactive", False):
-            print("chinwag: type a message; /help lists commands; Ctrl-D quits.", flush=True)
+            print(TERMINAL_HELP + f"\n(log: {log_file(config)})", flush=True)
         return await app.run_forever()
 
     try:

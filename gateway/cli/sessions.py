@@ -10,8 +10,10 @@ argparse and printing only: what it reads and writes goes through SessionDB.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -20,10 +22,11 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from gateway.cli.format import Progress, ago, fmt_time, table, worth_telling
-from gateway.db import SessionDB, TitleTaken
+from gateway.db import SessionDB, TitleTaken, sanitize_title
 from gateway.errors import ImportRecordError, SchemaTooNew
 from gateway.recall import find_sessions
 from gateway.sessions.mirrors import Mirrors
+from gateway.source import Platform
 from gateway.storage.home import Home, home_from_args
 from gateway.storage.queries import Session
 from gateway.storage.transfer import check_record, has_hidden_messages
@@ -33,6 +36,10 @@ EXIT_BAD_INPUT = 2
 
 class CliError(Exception):
     """A problem with what the user asked for: printed as one line, exit code 2."""
+
+
+class NoData(Exception):
+    """The home holds no database: nothing to read or change, and nothing is created (exit 1)."""
 
 
 # -- plumbing --------------------------------------------------------------------------------------
@@ -60,23 +67,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--user", help="only sessions this person took part in")
     p.set_defaults(handler=_wrap(cmd_search))
 
-    p = cmds.add_parser("export", help="write sessions as JSONL (stdout when no FILE)")
+    p = cmds.add_parser("export", parents=[common], help="write sessions as JSONL (stdout when no FILE)")
     p.add_argument("file", nargs="?", metavar="FILE")
     p.add_argument("--session", action="append", default=[], metavar="ID", help="only this session (repeatable)")
     p.add_argument("--source", help="only this platform")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p.set_defaults(handler=_wrap(cmd_export))
 
-    p = cmds.add_parser("import", help="read sessions from JSONL ('-' for stdin); all or nothing")
+    p = cmds.add_parser("import", parents=[common], help="read sessions from JSONL ('-' for stdin); all or nothing")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--skip-existing", action="store_true", help="leave sessions that already exist alone")
     p.set_defaults(handler=_wrap(cmd_import))
 
-    p = cmds.add_parser("delete", help="delete a session and its messages")
+    p = cmds.add_parser("delete", parents=[common], help="delete a session and its messages")
     p.add_argument("id", metavar="ID")
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when not on a terminal)")
+    p.add_argument("--include-current", action="store_true", help="also when a chat is still in it")
     p.set_defaults(handler=_wrap(cmd_delete))
 
-    p = cmds.add_parser("rename", help="set a session's title")
+    p = cmds.add_parser("rename", parents=[common], help="set a session's title")
     p.add_argument("id", metavar="ID")
     p.add_argument("title", nargs="+", metavar="TITLE")
     p.set_defaults(handler=_wrap(cmd_rename))
@@ -117,6 +126,9 @@ def _wrap(fn: Any) -> Any:
         except CliError as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except NoData as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            return 1
         except (SchemaTooNew, sqlite3.DatabaseError) as exc:  # not the user's typo: exit 1
             print(f"{name}: database {home_from_args(args).db_path}: {exc}", file=sys.stderr)
             return 1
@@ -131,12 +143,22 @@ def _wrap(fn: Any) -> Any:
 
 
 @contextmanager
-def _open_db(args: argparse.Namespace, mirrors: bool = False) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
-    """The DB of this home; with `mirrors`, changes are mirrored to the files as the daemon does."""
+def _open_db(
+    args: argparse.Namespace, mirrors: bool = False, create: bool = False
+) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
+    """The DB of this home; with `mirrors`, changes are mirrored to the files as the daemon does.
+    Only `create` (import) may make a home that is not there: asking must never leave data behind."""
     try:
         home = home_from_args(args)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    if not create and not home.db_path.exists():
+        raise NoData(
+            f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
+            "`chinwag sessions import` makes it; --home DIR names another)"
+        )
+    if create:
+        home.ensure()  # owner-only, before the database is made inside it
     db = SessionDB(home.db_path)
     m = Mirrors(home, db) if mirrors else None
     try:
@@ -147,11 +169,53 @@ def _open_db(args: argparse.Namespace, mirrors: bool = False) -> Iterator[tuple[
         db.close()
 
 
+AMBIGUOUS_SHOWN = 10
+
+
 def _find(db: SessionDB, ref: str) -> Session:
+    """An id, a unique id prefix (6+), the unique random part at an id's end (4+ hex), or a title.
+    Several matches are named, never taken as none."""
     row = db.find_session(ref)
-    if row is None:
-        raise CliError(f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title)")
-    return row
+    if row is not None:
+        return row
+    ref = ref.strip()
+    if re.fullmatch(r"[0-9a-f_]{4,}", ref):
+        prefixed, suffixed = db.read(
+            lambda conn: (
+                [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT id FROM sessions WHERE id >= ? AND id < ? ORDER BY id", (ref, ref + "\uffff")
+                    )
+                ],
+                [r[0] for r in conn.execute("SELECT id FROM sessions WHERE id LIKE '%' || ? ORDER BY id", (ref,))]
+                if re.fullmatch(r"[0-9a-f]{4,}", ref)
+                else [],
+            )
+        )
+        if not prefixed and len(suffixed) == 1:
+            found = db.get_session(suffixed[0])
+            if found is not None:
+                return found
+        several = prefixed if len(prefixed) > 1 else suffixed
+        if len(several) > 1:
+            shown = ", ".join(several[:AMBIGUOUS_SHOWN]) + (" …" if len(several) > AMBIGUOUS_SHOWN else "")
+            raise CliError(f"{ref!r} is ambiguous: {len(several)} sessions match ({shown}); give more of the id")
+    raise CliError(f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title)")
+
+
+KNOWN_SOURCES = (*(p.value for p in Platform), "tool")
+
+
+def _check_source(db: SessionDB, source: str | None) -> None:
+    """A --source nobody has is a typo far more often than a question: name the valid ones."""
+    if source is None:
+        return
+    valid = sorted(set(KNOWN_SOURCES) | set(db.count_by_source()))
+    if source not in valid:
+        close = difflib.get_close_matches(source, valid, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise CliError(f"unknown source {source!r}: {hint}sources are {', '.join(valid)}")
 
 
 def _print_json(data: Any) -> None:
@@ -161,6 +225,7 @@ def _print_json(data: Any) -> None:
 # -- read commands -----------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
     with _open_db(args) as (_, db, _m):
+        _check_source(db, args.source)
         rows = db.list_sessions_rich(source=args.source, user_id=args.user, limit=args.limit)
         total = db.count_sessions()
     if args.json:
@@ -247,7 +312,9 @@ def _search_hits(db: SessionDB, query: str, limit: int, user: str | None) -> lis
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    query = " ".join(args.query)
+    query = " ".join(" ".join(args.query).split())
+    if not query:
+        raise CliError("give words to search for, e.g. `chinwag sessions search nginx timeout`")
     with _open_db(args) as (_, db, _m):
         hits = _search_hits(db, query, args.limit, args.user)
     if args.json:
@@ -306,14 +373,19 @@ def _human(n: int | None) -> str:
 # -- export / import ---------------------------------------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
     with _open_db(args) as (_, db, _m):
+        _check_source(db, args.source)
         if args.session:
             ids = [_find(db, ref)["id"] for ref in args.session]
         else:
             ids = db.session_ids(source=args.source)
         to_stdout = not args.file or args.file == "-"
         target = None if to_stdout else Path(args.file)
+        if to_stdout and args.json:
+            raise CliError("--json needs a FILE: without one the export itself is what goes to stdout")
         if target is not None and target.is_dir():
             raise CliError(f"{target} is a directory; give a file name")
+        if target is not None and target.exists() and not args.force:
+            raise CliError(f"{target} exists; --force replaces it")
         messages = 0
         with Progress(len(ids), "export") as bar, _export_stream(target) as out:
             for n, sid in enumerate(ids, 1):
@@ -321,7 +393,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                 messages += len(record["messages"])
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 bar.update(n)
-    if not to_stdout:
+    if args.json:
+        _print_json({"sessions": len(ids), "messages": messages, "file": str(target)})
+    elif not to_stdout:
         print(f"exported {len(ids)} session(s), {messages} message(s) to {target}", file=sys.stderr)
     return 0
 
@@ -394,7 +468,7 @@ def parse_import(lines: list[str], db: SessionDB, skip_existing: bool) -> tuple[
 
 def cmd_import(args: argparse.Namespace) -> int:
     lines = _read_lines(args.file)
-    with _open_db(args, mirrors=True) as (_, db, mirrors):
+    with _open_db(args, mirrors=True, create=True) as (_, db, mirrors):
         records, line_of = parse_import(lines, db, args.skip_existing)
         fresh = [r for r in records if db.get_session(r["session"]["id"]) is None]
         if worth_telling(len(records)):  # one transaction: no progress to show while it runs
@@ -409,8 +483,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         flagged = [r["session"]["id"] for r in records if has_hidden_messages(r)]
         for sid in flagged:  # appended as visible by the import; the file must carry the real flags
             mirrors.rewrite_session(sid)
+        mirrors.write_index()  # sessions.json too, so the next start has nothing to reconcile
     messages = sum(len(r.get("messages") or []) for r in fresh)
     skipped = len(records) - imported
+    if args.json:
+        _print_json({"imported": imported, "messages": messages, "skipped": skipped})
+        return 0
     print(
         f"imported {imported} session(s), {messages} message(s)"
         + (f"; skipped {skipped} that already existed" if skipped else "")
@@ -433,27 +511,38 @@ def cmd_delete(args: argparse.Namespace) -> int:
     with _open_db(args, mirrors=True) as (_, db, _m):
         session = _find(db, args.id)
         label = session["id"] + (f" ({session['title']})" if session.get("title") else "")
-        if not args.yes and sys.stdin.isatty():
+        chats = [e["session_key"] for e in db.list_key_entries() if e["session_id"] == session["id"]]
+        if chats and not args.include_current:  # as prune protects it: a chat would lose its place
+            raise CliError(f"{label} is the current session of {', '.join(chats)}; --include-current deletes it anyway")
+        if not args.yes:
+            if not sys.stdin.isatty():  # a script's stdin is no answer: `echo n |` must not delete
+                raise CliError(f"not on a terminal, so not asking: add --yes to delete {label}")
             answer = input(f"delete {label} and its {session['message_count']} message(s)? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing deleted")
                 return 1
         db.delete_session(session["id"])
-    print(f"deleted {label}")
+    if args.json:
+        _print_json({"deleted": session["id"], "messages": session["message_count"]})
+    else:
+        print(f"deleted {label}")
     return 0
 
 
 def cmd_rename(args: argparse.Namespace) -> int:
     title = " ".join(args.title)
+    if not sanitize_title(title):  # refused before anything is written
+        raise CliError("the title is empty (after removing control characters); nothing was changed")
     with _open_db(args) as (_, db, _m):
         session = _find(db, args.id)
         try:
             clean = db.set_title(session["id"], title)
         except TitleTaken as exc:  # the operator sees every session: name the one that has it
             raise CliError(f"title {title!r} is already used by session {exc.holder or '?'}") from None
-    if not clean:
-        raise CliError("the title is empty after removing control characters")
-    print(f"renamed {session['id']}: {clean}")
+    if args.json:
+        _print_json({"id": session["id"], "title": clean})
+    else:
+        print(f"renamed {session['id']}: {clean}")
     return 0
 
 
@@ -467,15 +556,21 @@ def cmd_prune(args: argparse.Namespace) -> int:
         victims = [sid for sid in idle if sid not in keep]
         kept = len(idle) - len(victims)
         deleted = len(victims) if args.dry_run else db.prune(days, keep=keep)
-    result = {"deleted": deleted, "dry_run": args.dry_run, "kept_current": kept, "older_than_days": days}
+    result: dict[str, Any] = {"dry_run": args.dry_run, "kept_current": kept, "older_than_days": days}
+    if args.dry_run:  # nothing was deleted: the fields say "would"
+        result |= {"would_delete_count": deleted, "would_delete": victims}
+    else:
+        result |= {"deleted": deleted, "deleted_ids": victims}
     if args.json:
-        _print_json(result | ({"would_delete": victims} if args.dry_run else {}))
+        _print_json(result)
         return 0
     verb = "would delete" if args.dry_run else "deleted"
     print(
         f"{verb} {deleted} session(s) idle for more than {days:g} day(s)"
         + (f"; kept {kept} that a chat is still in (--include-current to delete them too)" if kept else "")
     )
+    for sid in victims[:deleted]:
+        print(f"  {sid}")
     return 0
 
 

@@ -12,9 +12,11 @@ once, at import.
 
 from __future__ import annotations
 
+import difflib
+
 from gateway.commands import basic
 from gateway.commands import sessions as moves
-from gateway.commands.context import ChatServices, Command, CommandContext, ParsedCommand, parse_command
+from gateway.commands.context import ALIASES, ChatServices, Command, CommandContext, ParsedCommand, parse_command
 from gateway.db import UnknownSession
 
 __all__ = [
@@ -69,7 +71,10 @@ def command_menu() -> dict[str, str]:
 
 
 async def unknown(ctx: CommandContext) -> str:
-    return f"Unknown command /{ctx.command.name}. Send /help for the list of commands."
+    # A typo gets the close command named, as config validation names the close key.
+    close = difflib.get_close_matches(ctx.command.name, [*COMMANDS, *ALIASES], n=1, cutoff=0.7)
+    hint = f" Did you mean /{close[0]}?" if close else ""
+    return f"Unknown command /{ctx.command.name}.{hint} Send /help for the list of commands."
 
 
 async def run_command(ctx: CommandContext) -> str | None:

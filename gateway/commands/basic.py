@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from gateway.commands.context import CommandContext, ascii_number, label, when
-from gateway.db import TitleTaken
+from gateway.commands.context import CommandContext, ascii_number, cut_notice, label, numeric_title_refusal, when
+from gateway.db import TitleTaken, sanitize_title
 from gateway.sessions.access import title_refusal
 from gateway.source import describe_session_key
 
@@ -36,6 +36,9 @@ async def cmd_title(ctx: CommandContext) -> str:
                 "easy to /resume."
             )
         )
+    refusal = numeric_title_refusal(sanitize_title(ctx.args))
+    if refusal:
+        return refusal
     try:
         clean = await asyncio.to_thread(db.set_title, entry.session_id, ctx.args)
     except TitleTaken as exc:
@@ -46,7 +49,7 @@ async def cmd_title(ctx: CommandContext) -> str:
         return f"That title can't be used: {exc}"
     if not clean:
         return "Title cleared."
-    return f"Titled this conversation “{clean}”. Later, /resume {clean} brings it back."
+    return f"Titled this conversation “{clean}”{cut_notice(ctx.args, clean)}. Later, /resume {clean} brings it back."
 
 
 async def cmd_undo(ctx: CommandContext) -> str:
@@ -57,12 +60,19 @@ async def cmd_undo(ctx: CommandContext) -> str:
             return f"Usage: /undo [n] — n is a number of exchanges from 1 to {MAX_UNDO}."
         n = number
     entry = await ctx.session()
-    hidden = await asyncio.to_thread(ctx.services.db.rewind, entry.session_id, n)
+    db = ctx.services.db
+    visible = await asyncio.to_thread(db.get_messages, entry.session_id)
+    exchanges = min(n, sum(1 for m in visible if m["role"] == "user"))  # what there is to undo
+    hidden = await asyncio.to_thread(db.rewind, entry.session_id, n)
     await ctx.services.forget(entry.session_id)
     if not hidden:
         return "Nothing to undo in this conversation."
-    what = "exchange" if n == 1 else f"{n} exchanges"
-    return f"Undid the last {what} ({hidden} messages). They are hidden from this conversation but stay in the history."
+    what = "exchange" if exchanges == 1 else f"{exchanges} exchanges"
+    short = f" (you asked for {n}; there were only {exchanges})" if exchanges < n else ""
+    return (
+        f"Undid the last {what} ({hidden} messages){short}. "
+        "They are hidden from this conversation but stay in the history."
+    )
 
 
 async def cmd_retry(ctx: CommandContext) -> str | None:
@@ -79,9 +89,21 @@ async def cmd_retry(ctx: CommandContext) -> str | None:
     return None
 
 
+MIN_COMPRESS_EXCHANGES = 2  # below this a summary is no shorter than what it summarises
+
+
 async def cmd_compress(ctx: CommandContext) -> str:
     entry = await ctx.session()
-    return await ctx.services.compress(ctx.msg, entry.session_id, auto=False)
+    services = ctx.services
+    if services.model_settings.is_configured:
+        visible = await asyncio.to_thread(services.db.get_messages, entry.session_id)
+        asked = sum(1 for m in visible if m["role"] == "user")
+        if 0 < asked < MIN_COMPRESS_EXCHANGES:
+            return (
+                f"This conversation is too short to compress ({asked} exchange): a summary would be no "
+                "shorter. /new starts a fresh one."
+            )
+    return await services.compress(ctx.msg, entry.session_id, auto=False)
 
 
 async def cmd_status(ctx: CommandContext) -> str:
@@ -107,6 +129,8 @@ async def cmd_status(ctx: CommandContext) -> str:
     busy_mode, waiting = services.chat_state(ctx.key)
     lines.append(f"Model: {services.model_settings.describe()}")
     lines.append(f"When busy: {busy_mode} (waiting here: {waiting})")
+    if services.ops_url:
+        lines.append(f"Ops: {services.ops_url} (/healthz, /readyz, /metrics)")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from agent.llm import ModelSettings
 from gateway.db import SessionDB
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
+from gateway.storage.schema import TITLE_MAX
 from platforms.base import COMMAND_PATTERN, InboundMessage
 
 ALIASES = {"reset": "new", "h": "help", "start": "help"}
@@ -48,6 +49,7 @@ class ChatServices(Protocol):
     db: SessionDB
     store: SessionStore
     model_settings: ModelSettings
+    ops_url: str | None  # the ops HTTP server's address, once it listens
     single_owner: bool
     clock: Callable[[], float]
 
@@ -139,6 +141,24 @@ def ascii_number(text: str) -> int | None:
     """A command's numeric argument: ASCII digits only. `str.isdigit()` also says yes to "²" and
     "١", which `int()` refuses or reads as another number; to a person `/undo ²` is not a number."""
     return int(text) if text.isascii() and text.isdigit() else None
+
+
+def numeric_title_refusal(title: str | None) -> str | None:
+    """A title of digits only is refused: `/resume 1` means the first conversation of the list."""
+    if title and title.isdigit():
+        return (
+            f"A title can't be only a number: /resume {title} means number {title} of your list. "
+            "Add a word, e.g. /title " + f"{title} notes."
+        )
+    return None
+
+
+def cut_notice(asked: str, stored: str | None) -> str:
+    """What to add when a title was shortened to fit (sanitize_title keeps TITLE_MAX characters)."""
+    wanted = " ".join(asked.split())
+    if stored and len(wanted) > len(stored):
+        return f" (cut to {len(stored)} characters: titles are at most {TITLE_MAX})"
+    return ""
 
 
 def when(ts: float | None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.commands.context import CommandContext, ascii_number
+from gateway.commands.context import CommandContext, ascii_number, numeric_title_refusal
 from gateway.commands.context import label as _label
 from gateway.commands.context import when as _when
 from gateway.db import VISIBLE, SessionDB, TitleTaken, sanitize_title
@@ -30,6 +30,9 @@ def _one_line(text: str | None, limit: int = SNIPPET_CHARS) -> str:
 async def cmd_new(ctx: CommandContext) -> str:
     services = ctx.services
     title = sanitize_title(ctx.args) if ctx.args else None
+    refusal = numeric_title_refusal(title)
+    if refusal:
+        return refusal
     old = ctx.existing()
     try:
         entry = await services.store.reset(ctx.source, reason="new", title=title)
@@ -95,6 +98,26 @@ async def resume_choices(
     return out[:limit]
 
 
+TITLE_MATCH_SCAN = 1000  # titled sessions looked through for a part of a title
+
+
+async def _title_matches(ctx: CommandContext, ref: str) -> list[dict[str, Any]]:
+    """The person's titled sessions whose title starts with `ref` (in any letter case), else
+    contains it; a unique prefix wins over other substring matches. Newest first, at most a list."""
+    person = None if ctx.see_all else ctx.source.person_id
+    if person is None and not ctx.see_all:
+        return []
+    rows: list[dict[str, Any]] = await ctx.services.db.aread(
+        "list_sessions_rich", user_id=person, limit=TITLE_MATCH_SCAN, exclude_sources=["tool"], titled_only=True
+    )
+    wanted = " ".join(ref.split()).casefold()
+    prefix = [r for r in rows if str(r["title"]).casefold().startswith(wanted)]
+    if len(prefix) == 1:
+        return prefix
+    inside = [r for r in rows if wanted in str(r["title"]).casefold()]
+    return inside[:RESUME_LIST]
+
+
 def _latest_in_chain(db: SessionDB, session_id: str) -> str:
     """A compressed conversation continues in its newest child: resume that one."""
     seen = {session_id}
@@ -139,7 +162,19 @@ async def cmd_resume(ctx: CommandContext) -> str:
         session = await db.aread("get_session", listing[index - 1])
     if session is None:
         session = await db.aread("find_session", ref)
-    if session is None or not await _visible(ctx, session):
+        if session is not None and not await _visible(ctx, session):
+            session = None
+    if session is None:
+        matches = await _title_matches(ctx, ref)
+        if len(matches) > 1:  # several: a numbered list, and `/resume 2` means what was shown
+            services.remember_listing(ctx.key, [r["id"] for r in matches])
+            lines = [f"Several conversations match “{ref}”:"]
+            for i, r in enumerate(matches, 1):
+                lines.append(f"{i}. {r['title']} — last active {_when(r.get('last_active_at'))} ({r['id']})")
+            lines.append("Send /resume <number> to pick one.")
+            return "\n".join(lines)
+        session = matches[0] if matches else None
+    if session is None:
         return f"No conversation of yours matches “{ref}”. Send /resume for a list or /search <words>."
 
     target_id = await asyncio.to_thread(_latest_in_chain, db, session["id"])
@@ -194,6 +229,11 @@ async def cmd_search(ctx: CommandContext) -> str:
     )
     services.observe("search_seconds", max(0.0, services.clock() - started))
     if not hits:
+        if len(lineage) > 1:  # what this conversation was compressed from is not searched either
+            return (
+                f"No other conversation of yours mentions “{_one_line(query, 60)}”. "
+                "(/search looks beyond this conversation, including what it was summarised from.)"
+            )
         return f"No conversation of yours mentions “{_one_line(query, 60)}”."
     answers = await asyncio.to_thread(_answers, db, [h.matched_message_ids[:1] for h in hits])
     lines = [f"Conversations matching “{_one_line(query, 60)}”:"]

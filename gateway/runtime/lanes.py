@@ -107,7 +107,11 @@ class ChatLane:
         return self.current is not None and not self.current.done()
 
     def depth(self) -> int:
-        return len(self.inbox) + len(self.pending) + (1 if self.busy else 0)
+        return self.waiting() + (1 if self.busy else 0)
+
+    def waiting(self) -> int:
+        """Messages not yet running (the queue_depth gauge): arrived, or accepted and queued."""
+        return len(self.inbox) + len(self.pending)
 
     # -- controls used by the runner ---------------------------------------------------------
     def cancel_current(self) -> bool:

@@ -96,12 +96,19 @@ class GatewayRunner:
         self._side: set[asyncio.Task] = set()
         self._listings: OrderedDict[str, list[str]] = OrderedDict()  # key -> ids shown by bare /resume
         self._refused: OrderedDict[str, float] = OrderedDict()
+        self._lane_sources: dict[str, SessionSource] = {}  # key -> the chat a lane serves (for chat_idle)
         self._stopping = False
+        self.ops_url: str | None = None  # the ops HTTP server's address once it listens (/status shows it)
         if metrics is not None:
             metrics.set_gauge_fn("queue_depth", self.queue_depth)
             metrics.set_gauge_fn("agent_cache_size", self.cache_size)
             metrics.set_gauge_fn("inbox_backlog", db.inbox_backlog)
             metrics.set_gauge_fn("outbox_backlog", db.outbox_backlog)
+            # A 0 sample from the start: a dashboard's rate() sees the first event as an increase.
+            for platform in self.adapters:
+                for counter in ("messages_in_total", "messages_out_total", "duplicates_total"):
+                    metrics.inc(counter, {"platform": platform}, by=0)
+            metrics.inc("model_errors_total", by=0)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -204,7 +211,8 @@ class GatewayRunner:
         return {name: adapter.health() for name, adapter in self.adapters.items()}
 
     def queue_depth(self) -> int:
-        return sum(lane.depth() for lane in self.lanes.values())
+        """Messages waiting: the running one in each chat is not counted."""
+        return sum(lane.waiting() for lane in self.lanes.values())
 
     def cache_size(self) -> int:
         return len(self.cache)
@@ -279,6 +287,7 @@ class GatewayRunner:
                     clock=self.clock,
                 )
             self.lanes[key] = lane
+            self._lane_sources[key] = source
             self._idle.clear()
         lane.push(msg)
 
@@ -361,7 +370,7 @@ class GatewayRunner:
             log.exception("handling a message for %s failed", lane.key)
             await self.reply(job.msg, ERROR_TEXT, outcome="failed")
         finally:
-            if job.kind == "turn":
+            if job.kind == "turn":  # (commands are timed in _run_command, those answered at once too)
                 self.observe("turn_seconds", time.monotonic() - started)
 
     async def _take_up_interrupted(self, lane: ChatLane, msg: InboundMessage) -> None:
@@ -393,6 +402,10 @@ class GatewayRunner:
     def lane_idle(self, lane: ChatLane) -> None:
         if self.lanes.get(lane.key) is lane:
             del self.lanes[lane.key]
+            source = self._lane_sources.pop(lane.key, None)
+            adapter = self.adapters.get(source.platform.value) if source is not None else None
+            if adapter is not None and source is not None:
+                adapter.chat_idle(source)
         if not self.lanes:
             self._idle.set()
 
@@ -480,6 +493,7 @@ class GatewayRunner:
     # -- internals -------------------------------------------------------------------------------
     async def _run_command(self, lane: ChatLane, msg: InboundMessage, command: ParsedCommand) -> None:
         ctx = CommandContext(self, lane.key, msg, command, self.access.is_admin(msg.source))
+        started = time.monotonic()
         try:
             reply = await run_command(ctx)
         except asyncio.CancelledError:
@@ -487,6 +501,9 @@ class GatewayRunner:
         except Exception:
             log.exception("command /%s failed", command.name)
             reply = ERROR_TEXT
+        finally:
+            # Apart from turns: commands take milliseconds and would hide how long turns take.
+            self.observe("command_seconds", time.monotonic() - started)
         await self.reply(msg, reply or "")
 
     def _spawn(self, coro: Any) -> None:

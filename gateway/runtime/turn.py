@@ -153,6 +153,7 @@ class TurnRunner:
         begin_reply: BeginReply | None = None,  # a streamed reply for a message, or None
         count_out: CountOut | None = None,  # messages a streamed reply sent (metrics)
         tool_status: bool = True,  # show "searching past conversations…" while a tool runs
+        metrics: Any = None,  # gateway.service.metrics.Metrics: failed model calls are counted
     ) -> None:
         self.cache = cache
         self.factory = factory
@@ -173,6 +174,7 @@ class TurnRunner:
         self.begin_reply = begin_reply
         self.count_out = count_out
         self.tool_status = tool_status
+        self.metrics = metrics
 
     async def forget(self, session_id: str) -> None:
         """Drop what is kept warm for exactly this session (its agent and its conversation copy):
@@ -270,6 +272,8 @@ class TurnRunner:
             await typing.stop()
             await self.cache.release(session_id, session_agent)
 
+        if result.error is not None and self.model_settings.is_configured:
+            self._model_failed()
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:
             await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
@@ -322,6 +326,10 @@ class TurnRunner:
             self.count_out(msg, len(ids))
         return ids
 
+    def _model_failed(self) -> None:
+        if self.metrics is not None:
+            self.metrics.inc("model_errors_total")
+
     def _near_window(self, system_prompt: str, conversation: list[dict[str, Any]]) -> bool:
         """Is the conversation near the model's context window? A character count bounds the token
         estimate from above (no text has more tokens than characters), so the estimate itself only
@@ -363,6 +371,7 @@ class TurnRunner:
             return "" if auto else f"Nothing to compress: {exc}."
         except Exception as exc:
             log.warning("compressing %s failed: %s", session_id, describe_error(exc))
+            self._model_failed()
             return "" if auto else f"Sorry, compressing failed: {describe_error(exc)}. Nothing was changed."
         await self.forget(session_id)
         session = await self.db.aread("get_session", child)

@@ -103,7 +103,7 @@ def create_adapter(
     settings = config.adapter_config(name)
     try:
         if name == "local":
-            return cls(settings, input=stdin, output=stdout)
+            return cls(settings, input=stdin, output=stdout, history=config.home / "terminal_history")
         return cls(settings)
     except (ValueError, TypeError) as exc:
         raise AppError(f"platforms.{name}: {exc}") from exc
@@ -121,6 +121,8 @@ class App:
     metrics: Metrics
     ops: OpsServer | None = None
     maintenance: Maintenance | None = None
+    # Lines meant for the person at the console (the CLI prints them), not for the log.
+    announce: Callable[[str], None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
 
@@ -141,6 +143,10 @@ class App:
                     raise AppError(f"{exc}; webhooks need it") from None
                 log.warning("%s; running without the ops HTTP server", exc)
                 self.ops = None
+        if self.ops is not None:
+            self.runner.ops_url = self.ops.url
+            if self.ops.requested_port == 0 and self.announce is not None:  # picked now: say where
+                self.announce(f"chinwag: ops http on {self.ops.url} (/healthz, /readyz, /metrics)")
         tune_gc()  # a process-wide choice: made here, where the process is assembled
         await self.runner.start()
         storage = self.config.storage
@@ -211,6 +217,9 @@ class App:
         return 0
 
     def _on_signal(self, sig: int) -> None:
+        if sig == signal.SIGINT and any(adapter.interrupt() for adapter in self.adapters):
+            log.info("SIGINT taken by the terminal: the reply being written is stopped")
+            return
         log.info(
             "%s received: shutting down gracefully (running turns get up to %gs; signal again to stop at once)",
             signal.Signals(sig).name,
@@ -276,6 +285,7 @@ def build_runner(
         begin_reply=outbound.begin_reply,
         count_out=outbound.count_out,
         tool_status=tool_status_enabled(config),
+        metrics=metrics,
     )
     return GatewayRunner(config, db, store, outbound, turns, access, Inbox(db), outbox, clock=clock, metrics=metrics)
 

@@ -6,16 +6,24 @@ like a credential even when nobody configured it — Telegram bot tokens (also i
 `sk-…` keys, `Authorization:` header values, bearer tokens, Discord-style dotted tokens, Feishu
 tenant tokens, and `secret=…`/`"token": "…"` pairs. Exceptions and stack traces are redacted too,
 because SDK errors love to echo the URL they failed on.
+
+Where lines go: stderr (a daemon's journal collects it), and/or a file under the home. In an
+interactive terminal the conversation owns the screen, so `chinwag chat`/`run` there write the log
+to `<home>/logs/chinwag.log` (owner-only, rotated at 10 MB, 3 kept) and to stderr only with `-v`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import IO, Any, Iterable
+from urllib.parse import urlsplit
 
 REDACTED = "[redacted]"
 
@@ -33,6 +41,8 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + REDACTED),
     # Discord bot tokens and JWTs: three dot-separated base64url parts.
     (re.compile(r"\b[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{20,}\b"), REDACTED),
+    # A password in a URL's user part: postgresql://user:password@host/db
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+(@)"), r"\1" + REDACTED + r"\2"),
     # Feishu/Lark tenant/app/user access tokens.
     (re.compile(r"\b[tu]-[A-Za-z0-9_-]{20,}"), REDACTED),
     # key=value / "key": "value" pairs whose name says secret.
@@ -127,9 +137,26 @@ class TextFormatter(logging.Formatter):
 _HANDLER_NAME = "chinwag"
 
 
+LOG_FILE_BYTES = 10 * 1024 * 1024
+LOG_FILE_BACKUPS = 3
+
+
 def secrets_from_config(config: Any) -> list[str]:
     """Every secret-valued setting of a gateway.config.Config."""
-    found = [config.model.api_key, config.auxiliary.api_key]
+    found = [
+        config.model.api_key,
+        config.auxiliary.api_key,
+        config.transcription.api_key,
+        config.embeddings.api_key,
+        config.http.console_token,
+    ]
+    dsn = config.storage.postgres_dsn
+    if dsn:
+        found.append(dsn)
+        try:
+            found.append(urlsplit(dsn).password or "")  # alone, as a driver's error may show it
+        except ValueError:
+            pass
     for name in ("telegram", "feishu", "discord"):
         raw = config.platforms.get(name) or {}
         for key in ("token", "app_secret", "secret_token", "verification_token", "encrypt_key"):
@@ -137,22 +164,48 @@ def secrets_from_config(config: Any) -> list[str]:
     return [s for s in found if s]
 
 
+class PrivateRotatingFile(logging.handlers.RotatingFileHandler):
+    """A rotating log file that is owner-only (logs quote messages), each new file too."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        super().__init__(path, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8", delay=True)
+        self.stream = self._open()
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.fchmod(fd, 0o600)  # a file made before, under another umask
+        return os.fdopen(fd, "a", encoding="utf-8")
+
+
 def setup_logging(
     level: str = "INFO",
     fmt: str = "text",
     secrets: Iterable[str] = (),
     stream: IO[str] | None = None,
+    *,
+    file: Path | None = None,
+    to_stream: bool = True,
 ) -> logging.Handler:
-    """Install (or replace) chinwag's handler on the root logger; returns it."""
+    """Install (or replace) chinwag's handlers on the root logger: to `stream` (stderr) unless
+    `to_stream` is false, and to `file` when given. Returns the first one installed."""
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if handler.get_name() == _HANDLER_NAME:
+        if (handler.get_name() or "").startswith(_HANDLER_NAME):
             root.removeHandler(handler)
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.set_name(_HANDLER_NAME)
-    handler.addFilter(RedactingFilter(Redactor(secrets)))
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    root.addHandler(handler)
+            if isinstance(handler, logging.FileHandler):
+                handler.close()
+    installed: list[logging.Handler] = []
+    if to_stream:
+        installed.append(logging.StreamHandler(stream or sys.stderr))
+    if file is not None:
+        installed.append(PrivateRotatingFile(file))
+    redacting = RedactingFilter(Redactor(secrets))
+    for index, handler in enumerate(installed):
+        handler.set_name(_HANDLER_NAME if index == 0 else f"{_HANDLER_NAME}-{index}")
+        handler.addFilter(redacting)
+        handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+        root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
     # Per-request access lines and SDK chatter drown the gateway's own lines at INFO.
     for noisy in (
@@ -166,4 +219,4 @@ def setup_logging(
         "openai",
     ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
-    return handler
+    return installed[0] if installed else logging.NullHandler()

@@ -23,7 +23,8 @@ DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 KNOWN: dict[str, tuple[str, str]] = {
     "messages_in_total": ("counter", "Inbound messages accepted by the gateway, by platform."),
     "messages_out_total": ("counter", "Reply messages sent, by platform."),
-    "turn_seconds": ("histogram", "Wall time of one agent turn or command, seconds."),
+    "turn_seconds": ("histogram", "Wall time of one agent turn, seconds."),
+    "command_seconds": ("histogram", "Wall time of one chat command, seconds."),
     "search_seconds": ("histogram", "Wall time of a session search, seconds."),
     "queue_depth": ("gauge", "Messages waiting in per-chat queues."),
     "agent_cache_size": ("gauge", "Agents held in the agent cache."),
@@ -33,7 +34,7 @@ KNOWN: dict[str, tuple[str, str]] = {
         "Size of the database's write-ahead log file, bytes (checkpointed past 8 MB, emptied when idle).",
     ),
     "adapter_ready": ("gauge", "1 when the platform adapter is ready, else 0."),
-    "model_errors_total": ("counter", "Failed model calls."),
+    "model_errors_total": ("counter", "Model calls that failed after their retries (the person got an apology)."),
     "duplicates_total": ("counter", "Redelivered platform events refused by the inbox, by platform."),
     "inbox_backlog": ("gauge", "Inbound messages committed and not yet answered (inbox entries not done)."),
     "outbox_backlog": ("gauge", "Replies committed and not yet delivered to their platform."),

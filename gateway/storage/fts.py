@@ -253,29 +253,40 @@ def _terms_of(raw: str, quoted: bool) -> list[Term]:
     return terms
 
 
+def _folded(text: str) -> tuple[str, list[int]]:
+    """`text` normalised as the index sees it (NFKC, lower case), and for each of its characters
+    the index of the original character it came from: matches are found in the folded text and
+    quoted from the original, so `，` stays `，` in a snippet."""
+    pieces = [unicodedata.normalize("NFKC", ch).lower() for ch in text]
+    owner = [i for i, piece in enumerate(pieces) for _ in piece]
+    return "".join(pieces), owner
+
+
 def make_snippet(content: str, words: list[str], width: int = 160) -> str:
-    """A window of `content` around the first matching word, matches wrapped in « »."""
-    content = clean(content)
-    if not content:
+    """A window of `content` around the first matching word, matches wrapped in « », quoting the
+    original text (matching ignores letter case and NFKC differences such as full-width forms)."""
+    if isinstance(content, (bytes, bytearray)):
+        content = bytes(content).decode("utf-8", errors="replace")
+    content = _SURROGATE.sub(" ", str(content or "")).replace("\x00", " ")
+    if not content.strip():
         return ""
-    lower = content.lower()
-    best = -1
-    for w in words:
-        pos = lower.find(w.lower())
-        if pos != -1 and (best == -1 or pos < best):
-            best = pos
-    if best == -1:
-        start = 0
-    else:
-        start = max(0, best - width // 3)
+    folded, owner = _folded(content)
+    marks = [w for w in (unicodedata.normalize("NFKC", w).lower() for w in words) if w]
+    best = min((pos for pos in (folded.find(w) for w in marks) if pos != -1), default=-1)
+    start = 0 if best == -1 else max(0, owner[best] - width // 3)
     window = content[start : start + width]
-    if start > 0:
-        window = "…" + window
-    if start + width < len(content):
-        window += "…"
-    window = " ".join(window.split())
-    marks = [w for w in words if w]
-    if not marks:
-        return window
-    pattern = re.compile("|".join(re.escape(w) for w in marks), re.IGNORECASE)
-    return pattern.sub(lambda m: "«" + m.group() + "»", window)
+    spans: list[tuple[int, int]] = []
+    if marks:
+        wfold, wown = _folded(window)
+        pattern = re.compile("|".join(re.escape(w) for w in sorted(marks, key=len, reverse=True)))
+        for m in pattern.finditer(wfold):
+            a, b = wown[m.start()], wown[m.end() - 1] + 1
+            if not spans or a >= spans[-1][1]:
+                spans.append((a, b))
+    out, at = [], 0
+    for a, b in spans:
+        out += [window[at:a], "«", window[a:b], "»"]
+        at = b
+    out.append(window[at:])
+    text = " ".join("".join(out).split())
+    return ("…" if start > 0 else "") + text + ("…" if start + width < len(content) else "")

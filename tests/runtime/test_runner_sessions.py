@@ -113,6 +113,7 @@ async def test_compress_command_makes_child_with_lineage(tmp_path):
     async with Gateway(tmp_path) as gw:
         await gw.say("/title Lisbon trip")
         await gw.say("I want to visit Lisbon in May")
+        await gw.say("on a small budget")  # (one exchange is too short to compress: issue 15.11)
         parent = gw.session_id()
         gw.fake.push("SUMMARY: Lisbon in May, budget open.")
         reply = (await gw.say("/compress"))[0]

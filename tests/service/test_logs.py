@@ -93,3 +93,34 @@ def test_setup_replaces_its_own_handler(capture) -> None:
     capture("text")
     logging.getLogger("test.once").warning("only once")
     assert stream.getvalue().count("only once") == 1
+
+
+def test_the_newer_secrets_are_redacted_too(capture) -> None:
+    import dataclasses
+
+    config = parse_config(
+        {
+            "http": {"console_token": "console-token-value-1"},
+            "transcription": {"api_key": "whisper-key-value-2"},
+            "embeddings": {"provider": "openai", "model": "text-embedding-3-small", "api_key": "embed-key-value-3"},
+        },
+        env={},
+    )
+    # storage.postgres.dsn is refused by validation until that backend exists; the view still holds one
+    dsn = "postgresql://chinwag:pg-password-value-4@db.internal/chinwag"
+    config = dataclasses.replace(config, storage=dataclasses.replace(config.storage, postgres_dsn=dsn))
+    stream = capture("text", secrets_from_config(config))
+    log = logging.getLogger("test.logs")
+    log.warning("console-token-value-1 whisper-key-value-2 embed-key-value-3")
+    log.warning("connecting to %s failed", dsn)
+    log.warning("password authentication failed: pg-password-value-4")
+    out = stream.getvalue()
+    for secret in ("console-token-value-1", "whisper-key-value-2", "embed-key-value-3", "pg-password-value-4"):
+        assert secret not in out
+
+
+def test_a_password_in_any_url_is_redacted(capture) -> None:
+    stream = capture()
+    logging.getLogger("test.logs").info("retrying postgresql://me:hunter2hunter2@localhost:5432/x")
+    out = stream.getvalue()
+    assert "hunter2hunter2" not in out and "postgresql://me:[redacted]@localhost:5432/x" in out

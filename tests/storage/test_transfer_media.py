@@ -285,3 +285,8 @@ def test_a_media_line_is_checked(line: str, problem: str) -> None:
     assert read_media_line(media_line(sha(b"abc"), b"abc")) == (sha(b"abc"), b"abc")
     with pytest.raises(ValueError, match=problem.replace("(", r"\(").replace("{", r"\{")):
         read_media_line(line)
+
+
+def test_stats_count_the_media_bytes_once_per_file(capsys, source) -> None:
+    rc, out, _ = run(capsys, source, "stats", "--json")
+    assert rc == 0 and json.loads(out)["media_bytes"] == len(PHOTO) + len(NOTES)  # the shared photo once

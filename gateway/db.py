@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
 from gateway.storage import inbox, media, outbox, queries, retention, rows, search, transfer
@@ -357,10 +357,13 @@ class SessionDB:
         return outbox.backlog(self._reader())
 
     # -- the import/export format (DESIGN §10), in gateway/storage/transfer.py -------------------
-    def import_records(self, records: list[dict], skip_existing: bool = False) -> int:
+    def import_records(
+        self, records: list[dict], skip_existing: bool = False, media_present: Collection[str] | None = None
+    ) -> int:
         """Import `{"session": {...}, "messages": [...]}` records in one transaction: all or nothing.
-        ImportRecordError or TitleTaken (a ValueError both) name the record; nothing is written."""
-        return self.write(transfer.import_op(records, skip_existing))
+        ImportRecordError or TitleTaken (a ValueError both) name the record; nothing is written.
+        `media_present`: the hashes whose files are in the store (others are imported as dropped)."""
+        return self.write(transfer.import_op(records, skip_existing, media_present))
 
     def export_session(self, session_id: str) -> dict:
         """`{"session": {...}, "messages": [...]}` with every row (hidden ones and flags included)."""
@@ -447,6 +450,11 @@ class SessionDB:
     # -- media (files under home/media/, rows in attachments: gateway/storage/media.py) ------------
     def attachments_of(self, message_ids: Iterable[int]) -> dict[int, list[dict]]:
         return media.attachments_of(self._reader(), message_ids)
+
+    def session_attachment(self, session_id: str, sha256: str) -> dict | None:
+        """A kept attachment of this session's messages with this file, or None (the console
+        serves a file only to who may see a message that has it)."""
+        return media.attachment_in_session(self._reader(), session_id, sha256)
 
     def referenced_media(self) -> set[str]:
         """Hashes of the files some kept attachment row still needs."""

@@ -28,8 +28,9 @@ from gateway.recall import find_sessions
 from gateway.sessions.mirrors import Mirrors
 from gateway.source import Platform
 from gateway.storage.home import Home, home_from_args
+from gateway.storage.media import MediaStore
 from gateway.storage.queries import Session
-from gateway.storage.transfer import check_record, has_hidden_messages
+from gateway.storage.transfer import MediaExport, MediaImport, check_record, files_present, has_hidden_messages
 
 EXIT_BAD_INPUT = 2
 
@@ -72,11 +73,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--session", action="append", default=[], metavar="ID", help="only this session (repeatable)")
     p.add_argument("--source", help="only this platform")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p.add_argument("--with-media", action="store_true", help="also write the files' bytes (base64, one line each)")
     p.set_defaults(handler=_wrap(cmd_export))
 
     p = cmds.add_parser("import", parents=[common], help="read sessions from JSONL ('-' for stdin); all or nothing")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--skip-existing", action="store_true", help="leave sessions that already exist alone")
+    p.add_argument("--with-media", action="store_true", help="also restore the files of an export --with-media")
     p.set_defaults(handler=_wrap(cmd_import))
 
     p = cmds.add_parser("delete", parents=[common], help="delete a session and its messages")
@@ -349,6 +352,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         stats["transcripts"] = len(files)
         stats["transcript_bytes"] = sum(f.stat().st_size for f in files)
         stats["sources"] = db.count_by_source()
+        stats["media_bytes"] = db.media_bytes()
     if args.json:
         _print_json(stats)
         return 0
@@ -372,7 +376,7 @@ def _human(n: int | None) -> str:
 
 # -- export / import ---------------------------------------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
-    with _open_db(args) as (_, db, _m):
+    with _open_db(args) as (home, db, _m):
         _check_source(db, args.source)
         if args.session:
             ids = [_find(db, ref)["id"] for ref in args.session]
@@ -387,16 +391,25 @@ def cmd_export(args: argparse.Namespace) -> int:
         if target is not None and target.exists() and not args.force:
             raise CliError(f"{target} exists; --force replaces it")
         messages = 0
+        files = MediaExport(MediaStore(home.root / "media")) if args.with_media else None
         with Progress(len(ids), "export") as bar, _export_stream(target) as out:
             for n, sid in enumerate(ids, 1):
                 record = db.export_session(sid)
                 messages += len(record["messages"])
+                for line in files.lines_for(record) if files else ():
+                    out.write(line)
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 bar.update(n)
+    if files and files.missing:
+        print(f"export: {len(files.missing)} file(s) were missing from {home.root / 'media'}", file=sys.stderr)
     if args.json:
-        _print_json({"sessions": len(ids), "messages": messages, "file": str(target)})
+        summary: dict[str, Any] = {"sessions": len(ids), "messages": messages, "file": str(target)}
+        if files:
+            summary["files"] = len(files.written)
+        _print_json(summary)
     elif not to_stdout:
-        print(f"exported {len(ids)} session(s), {messages} message(s) to {target}", file=sys.stderr)
+        media = f", {len(files.written)} file(s) ({_human(files.bytes)})" if files else ""
+        print(f"exported {len(ids)} session(s), {messages} message(s){media} to {target}", file=sys.stderr)
     return 0
 
 
@@ -430,6 +443,23 @@ def _read_lines(path: str) -> list[str]:
     except UnicodeDecodeError as exc:
         raise CliError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+
+
+def _read_media_lines(path: str, files: MediaImport) -> list[str]:
+    """The lines of `path`, read one at a time, with each file line taken into the store."""
+    try:
+        with sys.stdin if path == "-" else open(path, encoding="utf-8") as fh:
+            return files.split(line.rstrip("\r\n") for line in fh)
+    except ValueError as exc:  # a file line that is not right; UnicodeDecodeError is one too
+        files.finish(())
+        if isinstance(exc, UnicodeDecodeError):
+            raise CliError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        raise CliError(f"{exc}; nothing was imported") from None
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file") from None
+    except OSError as exc:
+        files.finish(())
         raise CliError(f"{path}: {exc.strerror or exc}") from None
 
 
@@ -467,18 +497,29 @@ def parse_import(lines: list[str], db: SessionDB, skip_existing: bool) -> tuple[
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    lines = _read_lines(args.file)
+    try:
+        home = home_from_args(args)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    store = MediaStore(home.root / "media", sys.maxsize)  # files were capped where they came from
+    files = MediaImport(store) if args.with_media else None
+    lines = _read_media_lines(args.file, files) if files else _read_lines(args.file)
     with _open_db(args, mirrors=True, create=True) as (_, db, mirrors):
-        records, line_of = parse_import(lines, db, args.skip_existing)
-        fresh = [r for r in records if db.get_session(r["session"]["id"]) is None]
-        if worth_telling(len(records)):  # one transaction: no progress to show while it runs
-            print(f"importing {len(records)} session(s)…", file=sys.stderr)
         try:
-            imported = db.import_records(records, skip_existing=args.skip_existing)
-        except TitleTaken as exc:  # nothing was written
-            raise CliError(_title_clash(exc, records, line_of)) from None
-        except ImportRecordError as exc:  # a rule the checks above missed: nothing was written
-            raise CliError(f"line {line_of[exc.record - 1]}: {exc.problem}") from None
+            records, line_of = parse_import(lines, db, args.skip_existing)
+            fresh = [r for r in records if db.get_session(r["session"]["id"]) is None]
+            if worth_telling(len(records)):  # one transaction: no progress to show while it runs
+                print(f"importing {len(records)} session(s)…", file=sys.stderr)
+            try:
+                present = files_present(store, records)
+                imported = db.import_records(records, skip_existing=args.skip_existing, media_present=present)
+            except TitleTaken as exc:  # nothing was written
+                raise CliError(_title_clash(exc, records, line_of)) from None
+            except ImportRecordError as exc:  # a rule the checks above missed: nothing was written
+                raise CliError(f"line {line_of[exc.record - 1]}: {exc.problem}") from None
+        finally:
+            if files:  # the files no committed row needs go again (all of them when the import failed)
+                files.finish(db.referenced_media())
         assert mirrors is not None
         flagged = [r["session"]["id"] for r in records if has_hidden_messages(r)]
         for sid in flagged:  # appended as visible by the import; the file must carry the real flags
@@ -491,6 +532,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 0
     print(
         f"imported {imported} session(s), {messages} message(s)"
+        + (f", {len(files.received)} file(s) ({_human(files.bytes)})" if files else "")
         + (f"; skipped {skipped} that already existed" if skipped else "")
     )
     return 0

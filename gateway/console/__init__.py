@@ -23,6 +23,7 @@ from gateway.console.auth import Access, is_loopback
 from gateway.console.reads import MetricsView
 from gateway.console.routes import ConsoleRoutes
 from gateway.db import SessionDB
+from gateway.storage.media import MediaStore
 
 __all__ = ["Access", "ConsoleRoutes", "is_loopback", "mount_console"]
 
@@ -35,8 +36,10 @@ def mount_console(
     token: str | None = None,
     metrics: MetricsView | None = None,
     adapters: Callable[[], dict[str, Any]] | None = None,
+    media: MediaStore | None = None,
 ) -> ConsoleRoutes:
-    """Add the console's pages, API and access rules to `app` (before it starts)."""
-    routes = ConsoleRoutes(db, Access(bind_host, token), metrics=metrics, adapters=adapters)
+    """Add the console's pages, API and access rules to `app` (before it starts). `media`: the
+    attachments' files (default: `media/` beside the database, as a home lays them out)."""
+    routes = ConsoleRoutes(db, Access(bind_host, token), metrics=metrics, adapters=adapters, media=media)
     routes.mount(app)
     return routes

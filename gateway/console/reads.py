@@ -7,6 +7,11 @@ filters, with a `BadParam` (a 400) for anything malformed: lone surrogates and N
 from text (SQLite cannot store them, and a page cannot encode them), ids that cannot exist are
 simply not found, dates must be YYYY-MM-DD.
 
+Attachments are listed with each message: what was sent (kind, type, size, name) and whether its
+file is here -- `kept` (served by the console's media route, images shown inline), `not_kept` (too big
+or not downloadable: only named), `dropped` (upkeep freed its space) or `missing` (a row says kept but
+the store lacks the file, e.g. an import without --with-media before rows were marked).
+
 Paging is keyset, on (last activity, id) of the last row shown: a page deep in 100k sessions
 costs what the first one does (bench/console.py), where OFFSET would re-read every skipped row.
 """
@@ -20,12 +25,14 @@ import time
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
 from typing import Any, Callable, Mapping, Protocol
+from urllib.parse import quote
 
 from gateway.console import highlight
 from gateway.db import SessionDB, TitleTaken, UnknownSession
 from gateway.recall import find_sessions, plan_query
 from gateway.source import Platform
 from gateway.storage.fts import MAX_QUERY_CHARS
+from gateway.storage.media import MediaStore
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -35,6 +42,9 @@ TRANSCRIPT_PAGE = 2000  # messages per transcript page
 SEARCH_LIMIT = 5  # recall's own cap: the console shows what /search would
 PLATFORMS = tuple(p.value for p in Platform)
 _SURROGATE_OR_NUL = re.compile("[\ud800-\udfff\x00]")
+# what a browser may show inline: raster formats only (an SVG can carry script)
+INLINE_IMAGES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class BadParam(ValueError):
@@ -208,6 +218,50 @@ def search(db: SessionDB, query: str) -> dict[str, Any]:
     }
 
 
+def media_url(session_id: str, sha256: str) -> str:
+    return f"/console/sessions/{quote(session_id, safe='')}/media/{sha256}"
+
+
+def plausible_sha256(value: str | None) -> str | None:
+    return value if value and _SHA256.fullmatch(value) else None
+
+
+def image_type(head: bytes) -> str | None:
+    """The raster image type the first bytes of a file say it is, or None."""
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _attachment_view(att: dict, session_id: str, media: MediaStore | None) -> dict[str, Any]:
+    sha = att.get("sha256")
+    if not sha:
+        state = "not_kept"
+    elif att.get("dropped"):
+        state = "dropped"
+    else:
+        state = "kept" if media is None or media.exists(sha) else "missing"
+    url = media_url(session_id, sha) if state == "kept" and sha else None
+    mime = (att.get("mime_type") or "").split(";")[0].strip().lower() or None
+    return {
+        "id": att["id"],
+        "kind": att["kind"],
+        "mime_type": att.get("mime_type"),
+        "bytes": att.get("bytes"),
+        "sha256": sha,
+        "file_name": att.get("file_name"),
+        "state": state,
+        "url": url,
+        "inline": bool(url) and att["kind"] == "image" and mime in INLINE_IMAGES,
+    }
+
+
 def _message_view(row: dict) -> dict[str, Any]:
     calls: Any = None
     if row.get("tool_calls"):
@@ -259,8 +313,11 @@ def _brief(db: SessionDB, session_id: str | None) -> dict | None:
     return {"id": session_id, "title": row.get("title") if row else None, "exists": row is not None}
 
 
-def transcript(db: SessionDB, session_id: str, after: int | None = None) -> dict[str, Any] | None:
-    """A session, its messages (hidden ones flagged, in order), its lineage and its key's history."""
+def transcript(
+    db: SessionDB, session_id: str, after: int | None = None, media: MediaStore | None = None
+) -> dict[str, Any] | None:
+    """A session, its messages (hidden ones flagged, in order, each with its attachments), its
+    lineage and its key's history. `media`: the store, to tell a kept file from a missing one."""
     sid = plausible_id(session_id)
     session = db.get_session(sid) if sid else None
     if session is None or sid is None:
@@ -271,9 +328,15 @@ def transcript(db: SessionDB, session_id: str, after: int | None = None) -> dict
     more = len(rows) > TRANSCRIPT_PAGE
     rows = rows[:TRANSCRIPT_PAGE]
     key = session.get("session_key")
+    files = db.attachments_of(r["id"] for r in rows)
+    messages = []
+    for r in rows:
+        view = _message_view(r)
+        view["attachments"] = [_attachment_view(a, sid, media) for a in files.get(r["id"], [])]
+        messages.append(view)
     return {
         "session": session,
-        "messages": [_message_view(r) for r in rows],
+        "messages": messages,
         "next_after": rows[-1]["id"] if more and rows else None,
         "parent": _brief(db, session.get("parent_session_id")),
         "children": [_brief(db, child) for child in db.children(sid)],

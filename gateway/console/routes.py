@@ -10,6 +10,13 @@ Errors: a `reads.BadParam` is a 400, an unknown session a 404, a taken title a 4
 answered 500 without a traceback. Every response under /console/ and /api/v1/ carries a strict
 Content-Security-Policy (scripts and styles from the console's own files only), no-store caching,
 and no framing.
+
+Files of attachments are served at /console/sessions/<id>/media/<sha256>: only a file some kept
+attachment of that session's messages names (the access rule of the transcript itself; the path
+on disk comes from the hash, never from the request), streamed from the store. Raster images whose
+bytes say they are one are served as that image type for inline display; everything else as
+application/octet-stream to download, so no uploaded HTML, SVG or script ever runs in the console's
+origin (with nosniff and a sandboxing CSP besides).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from markupsafe import Markup
 
 from gateway.console import auth, charts, highlight, markdown, reads
 from gateway.db import SessionDB
+from gateway.storage.media import MediaStore
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 PACKAGE = "gateway.console"
+MEDIA_CSP = "default-src 'none'; img-src 'self'; sandbox"
 
 
 def _when(value: Any) -> Markup:
@@ -112,11 +121,14 @@ class ConsoleRoutes:
         access: auth.Access,
         metrics: reads.MetricsView | None = None,
         adapters: Callable[[], dict[str, Any]] | None = None,
+        media: MediaStore | None = None,
     ) -> None:
         self.db = db
         self.access = access
         self.metrics = metrics
         self.adapters = adapters
+        # the home's files sit beside its database (home/state.db, home/media/)
+        self.media = media or MediaStore(Path(db.path).parent / "media")
         self.templates = make_templates()
 
     def mount(self, app: web.Application) -> None:
@@ -126,6 +138,7 @@ class ConsoleRoutes:
         r.add_get("/console/", self.sessions_page)
         r.add_get("/console/search", self.search_page)
         r.add_get("/console/sessions/{id}", self.transcript_page)
+        r.add_get("/console/sessions/{id}/media/{sha256}", self.media_file)
         r.add_get("/console/status", self.status_page)
         r.add_get("/console/login", self.login_page)
         r.add_post("/console/login", self.login)
@@ -217,7 +230,7 @@ class ConsoleRoutes:
 
     async def transcript_page(self, request: web.Request) -> web.Response:
         after = _int_param(request, "after")
-        data = await asyncio.to_thread(reads.transcript, self.db, request.match_info["id"], after)
+        data = await asyncio.to_thread(reads.transcript, self.db, request.match_info["id"], after, self.media)
         if data is None:
             raise web.HTTPNotFound(text="no session with that id")
         sid = data["session"]["id"]
@@ -231,6 +244,29 @@ class ConsoleRoutes:
             api_url=f"/api/v1/sessions/{_path(sid)}",
             **data,
         )
+
+    async def media_file(self, request: web.Request) -> web.StreamResponse:
+        sid = reads.plausible_id(request.match_info["id"])
+        sha = reads.plausible_sha256(request.match_info["sha256"])
+        found = await asyncio.to_thread(self.db.session_attachment, sid, sha) if sid and sha else None
+        if found is None or sha is None:
+            raise web.HTTPNotFound(text="no such file in this session")
+        path = self.media.path_for(sha)
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(16)
+        except FileNotFoundError:
+            raise web.HTTPNotFound(text="that file is no longer kept") from None
+        image = reads.image_type(head) if found["kind"] == "image" else None
+        name = found["file_name"] or f"{found['kind']}-{sha[:12]}"
+        disposition = "inline" if image else "attachment"
+        ascii_name = "".join(c if c.isascii() and (c.isalnum() or c in "-_. ") else "_" for c in name)[:120]
+        headers = {
+            "Content-Type": image or "application/octet-stream",
+            "Content-Disposition": f"{disposition}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name)}",
+            "Content-Security-Policy": MEDIA_CSP,
+        }
+        return web.FileResponse(path, headers=headers)
 
     async def status_page(self, request: web.Request) -> web.Response:
         data = await asyncio.to_thread(reads.status, self.db, self.metrics, self.adapters)
@@ -298,7 +334,7 @@ class ConsoleRoutes:
 
     async def api_session(self, request: web.Request) -> web.Response:
         after = _int_param(request, "after")
-        data = await asyncio.to_thread(reads.transcript, self.db, request.match_info["id"], after)
+        data = await asyncio.to_thread(reads.transcript, self.db, request.match_info["id"], after, self.media)
         if data is None:
             raise web.HTTPNotFound(text="no session with that id")
         return _json(data)

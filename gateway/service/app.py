@@ -44,7 +44,7 @@ from gateway.runtime.turn import AgentFactory as AgentFactoryProtocol
 from gateway.runtime.turn import TurnRunner
 from gateway.service.http import OpsServer
 from gateway.service.maintenance import Maintenance
-from gateway.service.metrics import Metrics
+from gateway.service.metrics import Metrics, Sampled
 from gateway.sessions.access import AccessControl
 from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies
@@ -384,6 +384,7 @@ def build_app(
     if files is not None:
         metrics.set_gauge_fn("mirror_backlog", files.backlog)
     metrics.set_gauge_fn("wal_bytes", db.wal_bytes)
+    metrics.set_gauge_fn("media_bytes", Sampled(db.media_bytes, every=30.0))
     use_http = config.http.enabled if http is None else http
     ops = None
     if use_http:

@@ -211,6 +211,19 @@ def attachments_of(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict
     return found
 
 
+def attachment_in_session(conn: sqlite3.Connection, session_id: str, sha256: str) -> dict | None:
+    """The first kept (not dropped) attachment with this file on a message of this session."""
+    row = conn.execute(
+        "SELECT a.id, a.kind, a.mime_type, a.bytes, a.file_name FROM attachments a"
+        " JOIN messages m ON m.id = a.message_id"
+        " WHERE m.session_id = ? AND a.sha256 = ? AND a.dropped_at IS NULL ORDER BY a.id LIMIT 1",
+        (session_id, sha256),
+    ).fetchone()
+    if row is None:
+        return None
+    return {"id": row[0], "kind": row[1], "mime_type": row[2], "bytes": row[3], "file_name": row[4]}
+
+
 def referenced_hashes(conn: sqlite3.Connection) -> set[str]:
     """Hashes some kept (not dropped) attachment row still points at."""
     return {

@@ -151,6 +151,7 @@ async def test_run_serves_ops_http_and_stops_gracefully_on_sigterm(tmp_path: Pat
                 assert 'chinwag_adapter_ready{platform="local"} 1' in text
                 assert "\nchinwag_mirror_backlog " in text
                 assert re.search(r"\nchinwag_wal_bytes \d+\n", text)
+                assert "\nchinwag_media_bytes 0\n" in text
             proc.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(proc.wait(), TIMEOUT)
             rest = (await proc.stderr.read()).decode()

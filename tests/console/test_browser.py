@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.console.cdp import Browser, screenshot_dir
+from tests.console.media_corpus import seed
 
 
 @pytest.fixture
@@ -88,3 +89,15 @@ async def test_browse_search_open_rename_delete_and_status(serve, db, corpus, br
 
     problems = [e for e in b.log if e.get("level") == "error"]
     assert not problems, json.dumps(problems)[:2000]  # no CSP violation, no script error
+
+
+async def test_an_attached_image_renders_in_the_transcript(serve, db, browser) -> None:
+    files = seed(db)
+    served = await serve()
+    await browser.goto(f"{served.url}/console/sessions/{files['sid']}")
+    await browser.wait_for(
+        "document.querySelector('.attachment img') && document.querySelector('.attachment img').complete"
+    )
+    assert await browser.js("document.querySelector('.attachment img').naturalWidth") == 4  # decoded: the 4x3 PNG
+    problems = [e for e in browser.log if e.get("level") == "error"]
+    assert not problems, json.dumps(problems)[:2000]  # the image passes the page's CSP

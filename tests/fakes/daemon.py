@@ -46,25 +46,31 @@ class Daemon:
             "platforms": {"local": {"enabled": False}, **platforms(self.port)},
         }
         (self.home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
-        self.env = clean_env(tmp, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", CHINWAG_MODEL="fake-model")
+        self.env = clean_env(
+            tmp, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", CHINWAG_MODEL="fake-model", PYTHONFAULTHANDLER="1"
+        )
         self.proc: asyncio.subprocess.Process | None = None
         self.kills = 0
+        self.logs: list[Path] = []  # each run's stderr (its log), for a failing test to show
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
     async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "run",
-            cwd=ROOT,
-            env=self.env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+        log = self.home.parent / f"daemon-{len(self.logs)}.log"
+        self.logs.append(log)
+        with log.open("wb") as stderr:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "run",
+                cwd=ROOT,
+                env=self.env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=stderr,
+            )
 
     async def kill(self) -> None:
         assert self.proc is not None
@@ -73,7 +79,10 @@ class Daemon:
         self.kills += 1
 
     async def terminate(self) -> int:
+        """SIGTERM and the exit status (0 for a clean stop; what it was if it had died already)."""
         assert self.proc is not None
+        if self.proc.returncode is not None:
+            return self.proc.returncode
         self.proc.send_signal(signal.SIGTERM)
         return await asyncio.wait_for(self.proc.wait(), 30)
 

@@ -33,7 +33,11 @@ recorded). "off" is the bench's baseline only, `without_delivery` below, never a
 that admits without committing anything and a TurnRunner without an outbox (it sends the reply
 directly, the path TurnRunner keeps for `outbox=None`). That is the gateway as it was before the
 inbox, minus its old seen-mark, which rode in the user message's transaction. The comparison is
-printed as ratios beside the absolute figures.
+printed as ratios beside the absolute figures. Measured on 2 shared CPUs (load average 1.2), 1,000
+chats x 3 messages (`--mode instant --messages 3 --rate 150`): closed loop 443 msg/s on, 495 off
+(0.90x); at 150 msg/s offered, added p99 31.9 ms on, 26.4 off; intake p99 9.0 ms on, 2.2 off. At
+1,000 msg/s offered neither keeps up on that machine (the main thread spends ~3 ms of CPU per
+message, mostly building agents: the cache holds 64 of the 1,000 chats).
 
 The open loop starts each intake as its own task, as a webhook server runs one handler per request:
 awaiting each intake in turn (which now includes the inbox commit) would cap the offered rate at

@@ -98,12 +98,18 @@ class WalFile:
     The file does not shrink when the log restarts (it is reused in place), so its size says
     nothing about how much of it the current log fills. That is read from the wal-index header
     in the `-shm` file (mxFrame, a native-endian u32 at byte 16; https://sqlite.org/walformat.html),
-    whose first copy is kept current by every writer."""
+    whose first copy is kept current by every writer.
+
+    The `-shm` file is opened once and kept open until `close` (after the connection's): closing
+    any descriptor of a file drops every fcntl lock this process holds on it, SQLite's "in use"
+    lock on the wal-index included, and the next process to open the database would then reset
+    the file under this one's memory map (SIGBUS in COMMIT; tests/storage/test_wal_index_beside_readers.py)."""
 
     _HEADER = 48
 
     def __init__(self, db_path: str, page_size: int) -> None:
         self.path, self.page_size = db_path + "-wal", page_size
+        self._shm: int | None = None
 
     def file_bytes(self) -> int:
         try:
@@ -114,14 +120,21 @@ class WalFile:
     def position(self) -> tuple[int, int] | None:
         """(frames in the log, salt of this log generation), None if the wal-index is unreadable."""
         try:
-            with open(self.path[:-4] + "-shm", "rb") as shm:
-                header = shm.read(self._HEADER)
+            if self._shm is None:
+                self._shm = os.open(self.path[:-4] + "-shm", os.O_RDONLY)
+            header = os.pread(self._shm, self._HEADER, 0)
         except OSError:
             return None
         if len(header) < self._HEADER:
             return None
         frames, salt = struct.unpack_from("=I", header, 16)[0], struct.unpack_from("=I", header, 32)[0]
         return frames, salt
+
+    def close(self) -> None:
+        """Only once the database connection is closed (see the class docstring)."""
+        if self._shm is not None:
+            fd, self._shm = self._shm, None
+            os.close(fd)
 
     def log_bytes(self) -> int:
         """Bytes of log the next checkpoint has to deal with (the file size if unreadable)."""
@@ -246,6 +259,8 @@ class GroupCommitWriter:
             self._idle(conn)  # closing: finish upkeep, leave an empty log
         finally:
             conn.close()
+            if self._wal is not None:
+                self._wal.close()
 
     # -- upkeep and the WAL ----------------------------------------------------------------------
     def _setup_wal(self, conn: sqlite3.Connection) -> None:

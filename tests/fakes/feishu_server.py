@@ -4,6 +4,7 @@ Serves what the adapter (through lark-oapi) talks to:
 - POST /open-apis/auth/v3/tenant_access_token/internal   tenant tokens (revocable: expire_tokens)
 - GET  /open-apis/bot/v3/info                              the bot's open_id
 - POST /open-apis/im/v1/messages[?receive_id_type]          send; /{id}/reply reply; PUT /{id} edit
+  (`hold_answers`: a send is accepted but its answer waits, as when a crash cuts it off)
 - POST/DELETE /open-apis/im/v1/messages/{id}/reactions[/{rid}]
 - PATCH /open-apis/im/v1/messages/{id}                     replace an interactive card (needs
   `update_multi`; 5 per second per message, on `clock`, else 429 code 99991400)
@@ -102,6 +103,9 @@ class FakeFeishu:
         self.valid_tokens: set[str] = set()
         self.delays: dict[str, float] = {}  # route -> seconds to stall its next answer
         self.reject_post = False  # answer rich (post) messages with "invalid content"
+        # While set to an unset Event, a send is accepted (it is in `sent`) but its answer waits:
+        # the sender does not learn the message id (a crash test's duplicate window).
+        self.hold_answers: asyncio.Event | None = None
         self.sent: list[dict[str, Any]] = []  # messages the bot posted, in order
         self.reactions: dict[str, dict[str, Any]] = {}  # reaction_id -> {message_id, emoji, deleted}
         self.acks: dict[str, dict[str, Any]] = {}  # frame message_id -> the client's response
@@ -373,13 +377,18 @@ class FakeFeishu:
             return failed
         if request.query.get("receive_id_type") != "chat_id":
             return web.json_response({"code": 99992402, "msg": "field validation failed"}, status=400)
-        return self._store(call, "create", (call.body or {}).get("receive_id"), None)
+        return await self._held(self._store(call, "create", (call.body or {}).get("receive_id"), None))
 
     async def _reply(self, request: web.Request) -> web.Response:
         call, failed = await self._record("reply", request)
         if failed:
             return failed
-        return self._store(call, "reply", None, request.match_info["mid"])
+        return await self._held(self._store(call, "reply", None, request.match_info["mid"]))
+
+    async def _held(self, response: web.Response) -> web.Response:
+        if self.hold_answers is not None:
+            await self.hold_answers.wait()
+        return response
 
     async def _update(self, request: web.Request) -> web.Response:
         call, failed = await self._record("update", request)

@@ -11,14 +11,13 @@ import asyncio
 import collections
 import json
 import random
-import signal
-import sys
-from pathlib import Path
+from typing import Callable
 
 import aiohttp
 
-from tests.cli.test_cli_run import ROOT, clean_env
-from tests.fakes.loopback import free_port, wait_until
+from tests.fakes.daemon import Daemon, diagnose
+from tests.fakes.daemon import post_until_acknowledged as resend_until_acknowledged
+from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -26,71 +25,31 @@ SECRET = "crash-test-secret"
 CHATS = 8
 PER_CHAT = 12
 KILLS = 4
+WEBHOOK = "/webhooks/telegram"
 
 
-class Daemon:
-    """`chinwag run` on one home, started and killed at will."""
+def telegram_platform(tg: FakeTelegram) -> Callable[[int], dict]:
+    """The config's platforms section: Telegram in webhook mode, pointed at the daemon's port."""
 
-    def __init__(self, tmp: Path, tg: FakeTelegram, llm: FakeOpenAI, **gateway: object) -> None:
-        self.port = free_port()
-        home = tmp / "home"
-        home.mkdir(exist_ok=True)
-        config = {
-            "http": {"port": self.port},
-            "gateway": {"shutdown_timeout_seconds": 1, "busy_ack": False, "max_pending": 1000, **gateway},
-            "platforms": {
-                "local": {"enabled": False},
-                "telegram": {
-                    "token": tg.token,
-                    "base_url": tg.base_url,
-                    "mode": "webhook",
-                    "webhook_url": f"http://127.0.0.1:{self.port}/webhooks/telegram",
-                    "secret_token": SECRET,
-                    "allowed_users": ["*"],
-                },
-            },
+    def platforms(port: int) -> dict:
+        return {
+            "telegram": {
+                "token": tg.token,
+                "base_url": tg.base_url,
+                "mode": "webhook",
+                "webhook_url": f"http://127.0.0.1:{port}{WEBHOOK}",
+                "secret_token": SECRET,
+                "allowed_users": ["*"],
+            }
         }
-        (home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
-        self.env = clean_env(tmp, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", CHINWAG_MODEL="fake-model")
-        self.proc: asyncio.subprocess.Process | None = None
-        self.url = f"http://127.0.0.1:{self.port}/webhooks/telegram"
 
-    async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "run",
-            cwd=ROOT,
-            env=self.env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def terminate(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), 30)
+    return platforms
 
 
 async def post_until_acknowledged(http: aiohttp.ClientSession, url: str, update: dict, statuses: list[int]) -> None:
     """What Telegram does with an update: send it until the webhook answers 2xx."""
     headers = {"X-Telegram-Bot-Api-Secret-Token": SECRET, "Content-Type": "application/json"}
-    while True:
-        try:
-            async with http.post(url, data=json.dumps(update), headers=headers) as resp:
-                statuses.append(resp.status)
-                if 200 <= resp.status < 300:
-                    return
-        except aiohttp.ClientError:
-            statuses.append(0)
-        await asyncio.sleep(0.05)
+    await resend_until_acknowledged(http, url, lambda: (json.dumps(update).encode(), headers), statuses)
 
 
 def update_for(tg: FakeTelegram, chat: int, n: int) -> tuple[dict, str]:
@@ -100,26 +59,6 @@ def update_for(tg: FakeTelegram, chat: int, n: int) -> tuple[dict, str]:
     update = {"update_id": tg.next_update_id, "message": msg}
     tg.next_update_id += 1
     return update, text
-
-
-def diagnose(tmp: Path, missing: set[str]) -> str:
-    import sqlite3
-
-    conn = sqlite3.connect(tmp / "home" / "state.db")
-    rows = []
-    for text in sorted(missing)[:5]:
-        needle = text.removeprefix("echo: ")
-        rows.append(
-            (
-                text,
-                conn.execute(
-                    "SELECT id, started_at IS NOT NULL, done_at IS NOT NULL, outcome FROM inbox WHERE message LIKE ?",
-                    (f"%{needle}%",),
-                ).fetchall(),
-                conn.execute("SELECT id, parts_sent, sent_at FROM outbox WHERE text = ?", (text,)).fetchall(),
-            )
-        )
-    return f"{len(missing)} missing; {rows}"
 
 
 def answers(tg: FakeTelegram) -> collections.Counter:
@@ -132,7 +71,7 @@ async def test_sigkill_at_random_moments_loses_nothing_and_answers_once(tmp_path
     try:
         async with FakeOpenAI() as llm, aiohttp.ClientSession() as http:
             llm.delay = 0.05  # turns take a while, so kills land inside them
-            daemon = Daemon(tmp_path, tg, llm)
+            daemon = Daemon(tmp_path, llm, telegram_platform(tg))
             await daemon.start()
             statuses: list[int] = []
             expected: list[str] = []
@@ -141,7 +80,7 @@ async def test_sigkill_at_random_moments_loses_nothing_and_answers_once(tmp_path
                 for n in range(PER_CHAT):
                     update, text = update_for(tg, chat, n)
                     expected.append("echo: " + text)
-                    await post_until_acknowledged(http, daemon.url, update, statuses)
+                    await post_until_acknowledged(http, daemon.url(WEBHOOK), update, statuses)
                     await asyncio.sleep(rng.uniform(0, 0.05))
 
             posters = asyncio.gather(*(chat_poster(1000 + c) for c in range(CHATS)))
@@ -177,7 +116,7 @@ async def test_sigterm_with_messages_queued_behind_a_running_turn_loses_none(tmp
     tg = await FakeTelegram().start()
     try:
         async with FakeOpenAI() as llm, aiohttp.ClientSession() as http:
-            daemon = Daemon(tmp_path, tg, llm)
+            daemon = Daemon(tmp_path, llm, telegram_platform(tg))
             await daemon.start()
             llm.gate = asyncio.Event()  # the first turn runs until after the SIGTERM
             statuses: list[int] = []
@@ -185,7 +124,7 @@ async def test_sigterm_with_messages_queued_behind_a_running_turn_loses_none(tmp
             for n in range(4):
                 update, text = update_for(tg, 2000, n)
                 texts.append("echo: " + text)
-                await post_until_acknowledged(http, daemon.url, update, statuses)
+                await post_until_acknowledged(http, daemon.url(WEBHOOK), update, statuses)
             await llm.wait_requests(1)
             assert await daemon.terminate() == 0
             assert not answers(tg)

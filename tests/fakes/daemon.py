@@ -1,0 +1,122 @@
+"""A real `chinwag run` subprocess for crash tests, and the platforms' side of a webhook: what the
+delivery crash tests (tests/runtime/test_delivery_crash*.py) share.
+
+    daemon = Daemon(tmp_path, llm, lambda port: {"telegram": {...}})   # config knows the port first
+    await daemon.start(); await daemon.kill(); await daemon.start(); await daemon.terminate()
+    await post_until_acknowledged(http, daemon.url("/webhooks/telegram"), make_request, statuses)
+
+A subprocess, not an in-process gateway: SIGKILL has to cut a real process at a random point (a
+commit half done, a reply sent and not recorded) for the test to say anything about a crash.
+`post_until_acknowledged` is what Telegram and Feishu do with an event: send it again until the
+webhook answers 2xx (`make_request` is called per attempt, so a signed request is signed afresh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+
+from tests.cli.test_cli_run import ROOT, clean_env
+from tests.fakes.loopback import free_port
+from tests.fakes.openai_server import FakeOpenAI
+
+MakeRequest = Callable[[], tuple[bytes, dict[str, str]]]
+
+
+class Daemon:
+    """`chinwag run` on one home, started and killed at will; `platforms(port)` is the config's
+    platforms section (it may need the daemon's HTTP port, chosen before the config is written)."""
+
+    def __init__(
+        self, tmp: Path, llm: FakeOpenAI, platforms: Callable[[int], dict[str, Any]], **gateway: object
+    ) -> None:
+        self.port = free_port()
+        self.home = tmp / "home"
+        self.home.mkdir(exist_ok=True)
+        config = {
+            "http": {"port": self.port},
+            "gateway": {"shutdown_timeout_seconds": 1, "busy_ack": False, "max_pending": 1000, **gateway},
+            "platforms": {"local": {"enabled": False}, **platforms(self.port)},
+        }
+        (self.home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
+        self.env = clean_env(
+            tmp, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", CHINWAG_MODEL="fake-model", PYTHONFAULTHANDLER="1"
+        )
+        self.proc: asyncio.subprocess.Process | None = None
+        self.kills = 0
+        self.logs: list[Path] = []  # each run's stderr (its log), for a failing test to show
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def start(self) -> None:
+        log = self.home.parent / f"daemon-{len(self.logs)}.log"
+        self.logs.append(log)
+        with log.open("wb") as stderr:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "run",
+                cwd=ROOT,
+                env=self.env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=stderr,
+            )
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+        self.kills += 1
+
+    async def terminate(self) -> int:
+        """SIGTERM and the exit status (0 for a clean stop; what it was if it had died already)."""
+        assert self.proc is not None
+        if self.proc.returncode is not None:
+            return self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), 30)
+
+
+async def post_until_acknowledged(
+    http: aiohttp.ClientSession, url: str, make_request: MakeRequest, statuses: list[int], pause: float = 0.05
+) -> None:
+    """What a platform does with an event: send it until the webhook answers 2xx. Every attempt's
+    status goes to `statuses` (0: no answer at all, the daemon is down or was killed mid-request)."""
+    while True:
+        body, headers = make_request()
+        try:
+            async with http.post(url, data=body, headers=headers) as resp:
+                statuses.append(resp.status)
+                if 200 <= resp.status < 300:
+                    return
+        except aiohttp.ClientError:
+            statuses.append(0)
+        await asyncio.sleep(pause)
+
+
+def diagnose(tmp: Path, missing: set[str]) -> str:
+    """Where some unanswered replies ("echo: <text>") are in the daemon's inbox and outbox."""
+    conn = sqlite3.connect(tmp / "home" / "state.db")
+    rows = []
+    try:
+        for text in sorted(missing)[:5]:
+            needle = text.removeprefix("echo: ")
+            inbox = conn.execute(
+                "SELECT id, started_at IS NOT NULL, done_at IS NOT NULL, outcome FROM inbox WHERE message LIKE ?",
+                (f"%{needle}%",),
+            ).fetchall()
+            outbox = conn.execute("SELECT id, parts_sent, sent_at FROM outbox WHERE text = ?", (text,)).fetchall()
+            rows.append((text, inbox, outbox))
+    finally:
+        conn.close()
+    return f"{len(missing)} missing; {rows}"

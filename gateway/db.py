@@ -72,6 +72,8 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 class SessionDB:
+    ops = rows  # the write ops of this backend, for callers that compose them into one write (the store)
+
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
         if self.path != ":memory:":

@@ -109,10 +109,10 @@ def export_record(conn: sqlite3.Connection, session: dict[str, Any]) -> dict[str
     return {"session": session, "messages": messages}
 
 
-def import_op(records: list[dict[str, Any]], skip_existing: bool = False) -> WriteOp[int]:
+def import_op(records: list[dict[str, Any]], skip_existing: bool = False, ops: Any = rows) -> WriteOp[int]:
     """Check `records` (ImportRecordError names the first bad one) and return the write op that
     imports them; the op returns how many sessions it imported. A title already taken raises
-    TitleTaken with the record's number."""
+    TitleTaken with the record's number. `ops`: the backend's write ops (its SQL here is plain)."""
     plan = []
     for n, record in enumerate(records, 1):
         problem = check_record(record)
@@ -121,13 +121,13 @@ def import_op(records: list[dict[str, Any]], skip_existing: bool = False) -> Wri
         session = dict(record["session"])
         sid, source = session.pop("id"), session.pop("source")
         try:
-            create = rows.op_create_session(sid, source, {k: v for k, v in session.items() if k in SESSION_FIELDS})
+            create = ops.op_create_session(sid, source, {k: v for k, v in session.items() if k in SESSION_FIELDS})
             extra = [session.get(k) for k in SESSION_EXTRAS]
             appends = []
             for msg in record.get("messages") or []:
                 fields = {k: msg.get(k) for k in MESSAGE_FIELDS if msg.get(k) is not None}
                 flags = (int(msg.get("active", 1)), int(msg.get("compacted", 0)))
-                appends.append((rows.op_append(sid, msg["role"], msg.get("content"), fields), flags))
+                appends.append((ops.op_append(sid, msg["role"], msg.get("content"), fields), flags))
         except (TypeError, ValueError) as exc:
             raise ImportRecordError(n, f"session {sid}: {exc}") from None
         plan.append((n, sid, create, extra, appends))

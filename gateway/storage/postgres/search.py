@@ -4,7 +4,7 @@ then relaxed; strict hits first).
 
 The query side is shared: `parse_query` and `Query.expression` (search) and recall's units write
 FTS5 expressions; tokens.tsquery_of_fts turns each into a tsquery over the `words` column, and an
-identifier expression into LIKE patterns over `idents` (pg_trgm). Ranking is `ts_rank` over the
+identifier expression into LIKE patterns over `idents` (pg_trgm). Ranking is `ts_rank` (normalised by 1 + log(length)) over the
 newest CANDIDATE_CAP matches, negated so that lower is better, as FTS5's bm25 rank is. Each pass
 asks for "matches, newest first, LIMIT n": with the raised statistics target on `words`, the
 planner reads a rare word from the GIN index and walks the primary key backwards for a common
@@ -43,7 +43,9 @@ def word_hits(
     (not ranked: exact strings, where every match is as good) newest first."""
     if not tsquery:
         return []
-    score = "-ts_rank(m.words, ?::tsquery)" if ranked else "0.0"
+    score = (
+        "-ts_rank(m.words, ?::tsquery, 1)" if ranked else "0.0"
+    )  # 1: divided by 1 + log(length), as BM25 favours the shorter match
     sql = f"""
         SELECT {_COLUMNS}, {score} AS score
         FROM (SELECT {_CANDIDATE} FROM messages WHERE words @@ ?::tsquery ORDER BY id DESC LIMIT ?) AS m

@@ -107,6 +107,8 @@ def phrase_query(tokens: list[str], prefix: bool = False) -> str:
         else:
             items.append((fold(tokens[i]), i))
             i += 1
+    # a word too long for Postgres is not in the index (words_vector drops it): it cannot match
+    items = [(lexeme, at) for lexeme, at in items if len(lexeme.encode()) <= MAX_LEXEME_BYTES]
     if not items:
         return ""
     out = _quote(items[0][0])

@@ -16,3 +16,13 @@ def postgres_server():
 @pytest.fixture
 def pg_dsn(postgres_server):
     return postgres_server.create_database()
+
+
+@pytest.fixture
+def db(pg_dsn):
+    """The storage face on Postgres: the shared suites (test_shared_suites.py) run against it."""
+    from gateway.storage.postgres.db import PostgresSessionDB
+
+    database = PostgresSessionDB(pg_dsn)
+    yield database
+    database.close()

@@ -112,7 +112,12 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def current_version(conn: Any) -> int:
-    if conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] is None:
+    # pg_tables, not to_regclass: after waiting on an advisory lock the catalog cache may still miss
+    # the table another replica just created (advisory locks process no invalidations)
+    exists = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_version')"
+    ).fetchone()[0]
+    if not exists:
         return 0
     row = conn.execute("SELECT version FROM schema_version").fetchone()
     return int(row[0]) if row else 0

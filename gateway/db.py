@@ -32,6 +32,8 @@ from gateway.storage.writer import Checkpointer, CommitListener, GroupCommitWrit
 
 __all__ = [
     "SessionDB",
+    "open_db",
+    "StorageUnavailable",
     "Session",
     "CommitEvent",
     "UnknownSession",
@@ -405,3 +407,30 @@ class SessionDB:
 
     def stats(self) -> dict:
         return {"path": self.path, **queries.stats(self._reader())}
+
+
+class StorageUnavailable(RuntimeError):
+    """The configured database cannot be opened (unreachable server, bad DSN, driver missing)."""
+
+
+def open_db(backend: str = "sqlite", path: str | os.PathLike | None = None, dsn: str = "") -> SessionDB:
+    """The storage face for `storage.backend`: SessionDB on the SQLite file at `path`, or
+    gateway.storage.postgres's PostgresSessionDB on `dsn` (the same public methods; typed as
+    SessionDB for the callers, which use only those). StorageUnavailable says why Postgres could
+    not be opened, without the DSN's password."""
+    if backend != "postgres":
+        if path is None:
+            raise ValueError("the sqlite backend needs a path")
+        return SessionDB(path)
+    try:
+        import psycopg
+
+        from gateway.storage.postgres.db import PostgresSessionDB, redact_dsn
+    except ImportError as exc:
+        raise StorageUnavailable(
+            f"storage.backend is postgres but {exc.name} is not installed (pip install 'chinwag[postgres]')"
+        ) from None
+    try:
+        return PostgresSessionDB(dsn)  # type: ignore[return-value]  # the same face (DESIGN §14)
+    except psycopg.Error as exc:
+        raise StorageUnavailable(f"cannot open the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}") from None

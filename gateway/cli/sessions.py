@@ -1,4 +1,4 @@
-"""`chinwag sessions list|show|search|export|import|delete|rename|prune|repair|stats`.
+"""`chinwag sessions list|show|search|export|import|delete|rename|prune|repair|stats|migrate`.
 
 Readable tables by default, `--json` for scripts. Bad input gets a one-line error naming what is
 wrong and exit code 2, and changes nothing: an import is validated line by line before anything
@@ -92,6 +92,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = cmds.add_parser("stats", parents=[common], help="counts and sizes")
     p.set_defaults(handler=_wrap(cmd_stats))
+
+    p = cmds.add_parser("migrate", help="copy this home's sessions into Postgres (--to postgres) or back (--to sqlite)")
+    p.add_argument("--to", required=True, choices=("postgres", "sqlite"), help="the backend to copy into")
+    p.add_argument("--dsn", help="the Postgres DSN (default: $CHINWAG_PG_DSN, else storage.postgres.dsn)")
+    p.add_argument("--skip-existing", action="store_true", help="leave sessions the target already has alone")
+    p.set_defaults(handler=_wrap(cmd_migrate))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -429,6 +435,62 @@ def _title_clash(exc: TitleTaken, records: list[dict], line_of: list[int]) -> st
 
 
 # -- changes ------------------------------------------------------------------------------------------
+def _postgres_dsn(args: argparse.Namespace) -> str:
+    if args.dsn:
+        return str(args.dsn)
+    if os.environ.get("CHINWAG_PG_DSN"):
+        return os.environ["CHINWAG_PG_DSN"]
+    from gateway.config.load import ConfigError, load_config
+
+    try:
+        dsn = load_config(getattr(args, "config", None), getattr(args, "home", None)).storage.postgres_dsn
+    except ConfigError as exc:
+        raise CliError(f"no --dsn, and the config cannot be read: {'; '.join(exc.problems)}") from None
+    if not dsn:
+        raise CliError("no Postgres DSN: give --dsn, set CHINWAG_PG_DSN, or set storage.postgres.dsn")
+    return dsn
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Copy every session of one backend into the other (gateway/storage/postgres/copy.py), with
+    a progress bar, then print both sides' counts."""
+    from gateway.db import StorageUnavailable, open_db
+    from gateway.storage.postgres.copy import CopyMismatch, copy_sessions
+
+    dsn = _postgres_dsn(args)
+    try:
+        home = home_from_args(args)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        pg = open_db("postgres", dsn=dsn)
+    except StorageUnavailable as exc:
+        raise CliError(str(exc)) from None
+    lite = SessionDB(home.db_path)
+    source, target = (lite, pg) if args.to == "postgres" else (pg, lite)
+    names = ("sqlite", "postgres") if args.to == "postgres" else ("postgres", "sqlite")
+    try:
+        with Progress(source.count_sessions(), f"copying to {args.to}", min_items=1) as bar:
+            report = copy_sessions(
+                source, target, skip_existing=args.skip_existing, progress=lambda done, total: bar.update(done)
+            )
+    except TitleTaken as exc:
+        raise CliError(f"title {exc.title!r} is already used on the target by session {exc.holder or '?'}") from None
+    except (ImportRecordError, CopyMismatch) as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        lite.close()
+        pg.close()
+    print(
+        f"copied {report.sessions} session(s), {report.messages} message(s), {report.keys} chat key(s) to {args.to}"
+        + (f"; skipped {len(report.skipped)} already there" if report.skipped else "")
+    )
+    print(f"  {names[0]}: {report.source_counts[0]} sessions, {report.source_counts[1]} messages")
+    print(f"  {names[1]}: {report.target_counts[0]} sessions, {report.target_counts[1]} messages")
+    print("  every copied session verified: same messages and conversation on both sides")
+    return 0
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
     with _open_db(args, mirrors=True) as (_, db, _m):
         session = _find(db, args.id)

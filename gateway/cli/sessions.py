@@ -136,14 +136,36 @@ def _wrap(fn: Any) -> Any:
     return handler
 
 
+def _storage_config(args: argparse.Namespace) -> Any:
+    """The config's storage section, or None when the config cannot be read: these commands then
+    work on the home's SQLite file, as they did before a backend could be chosen."""
+    from gateway.config.load import ConfigError, load_config
+
+    try:
+        return load_config(getattr(args, "config", None), getattr(args, "home", None)).storage
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
 @contextmanager
 def _open_db(args: argparse.Namespace, mirrors: bool = False) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
-    """The DB of this home; with `mirrors`, changes are mirrored to the files as the daemon does."""
+    """The DB of this home (or the Postgres database its config names); with `mirrors`, changes are
+    mirrored to the files as the daemon does (on SQLite: Postgres has none, DESIGN §14)."""
     try:
         home = home_from_args(args)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    db = SessionDB(home.db_path)
+    storage = _storage_config(args)
+    if storage is not None and storage.backend == "postgres":
+        from gateway.db import StorageUnavailable, open_db
+
+        try:
+            db = open_db("postgres", dsn=storage.postgres_dsn)
+        except StorageUnavailable as exc:
+            raise CliError(str(exc)) from None
+        mirrors = False
+    else:
+        db = SessionDB(home.db_path)
     m = Mirrors(home, db) if mirrors else None
     try:
         yield home, db, m
@@ -411,10 +433,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             raise CliError(_title_clash(exc, records, line_of)) from None
         except ImportRecordError as exc:  # a rule the checks above missed: nothing was written
             raise CliError(f"line {line_of[exc.record - 1]}: {exc.problem}") from None
-        assert mirrors is not None
-        flagged = [r["session"]["id"] for r in records if has_hidden_messages(r)]
-        for sid in flagged:  # appended as visible by the import; the file must carry the real flags
-            mirrors.rewrite_session(sid)
+        if mirrors is not None:  # on SQLite; Postgres has no files
+            flagged = [r["session"]["id"] for r in records if has_hidden_messages(r)]
+            for sid in flagged:  # appended as visible by the import; the file must carry the real flags
+                mirrors.rewrite_session(sid)
     messages = sum(len(r.get("messages") or []) for r in fresh)
     skipped = len(records) - imported
     print(
@@ -543,7 +565,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     with _open_db(args, mirrors=True) as (_, db, mirrors):
-        assert mirrors is not None
+        if mirrors is None:
+            raise CliError("storage.backend is postgres: there are no transcript files to repair")
         total = db.count_sessions()
         with Progress(total, "repair") as bar:
             report = mirrors.repair(progress=lambda done, _total: bar.update(done))

@@ -30,7 +30,7 @@ class Row(tuple):
         row._index = index
         return row
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             return tuple.__getitem__(self, self._index[key])
         return tuple.__getitem__(self, key)
@@ -78,7 +78,7 @@ class Cursor:
         self.row_factory: Any = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> "Cursor":
-        self.raw.execute(to_pyformat(sql), list(params))  # type: ignore[call-overload]
+        self.raw.execute(to_pyformat(sql), list(params))
         return self
 
     def fetchone(self) -> Any:

@@ -152,4 +152,4 @@ def recall_matches(
         SELECT m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)
         FROM messages m WHERE {where}{before} ORDER BY m.id DESC LIMIT ?"""
     rows = conn.execute(sql, [*roles, *params, *([before_id] if before_id is not None else []), limit]).fetchall()
-    return [tuple(row) for row in rows]  # type: ignore[misc]
+    return [tuple(row) for row in rows]

@@ -43,3 +43,23 @@ async def test_an_unreachable_database_is_one_sentence(tmp_path: Path, postgres_
     code, out, err = await chinwag(["run"], clean_env(tmp_path, CHINWAG_PG_DSN=dsn), "")
     assert code != 0 and "cannot open the Postgres database" in err and "no_such_db" in err
     assert "hunter2" not in err and "Traceback" not in err
+
+
+async def test_sessions_commands_follow_the_configured_backend(tmp_path: Path, pg_dsn: str) -> None:
+    from gateway.storage.postgres.db import PostgresSessionDB
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text('storage:\n  backend: postgres\n  postgres:\n    dsn: "${CHINWAG_PG_DSN}"\n')
+    with PostgresSessionDB(pg_dsn) as db:
+        db.create_session("20240101_000000_abcdef01", "telegram", title="Mongolia trip")
+        db.append_message("20240101_000000_abcdef01", "user", "what is the capital of Mongolia?")
+    env = clean_env(tmp_path, CHINWAG_PG_DSN=pg_dsn)
+    code, out, err = await chinwag(["sessions", "list"], env)
+    assert code == 0, err
+    assert "Mongolia trip" in out
+    code, out, err = await chinwag(["sessions", "search", "capital"], env)
+    assert code == 0 and "Mongolia trip" in out, err
+    code, out, err = await chinwag(["sessions", "repair"], env)
+    assert code == 2 and "no transcript files to repair" in err
+    assert not (home / "state.db").exists()

@@ -67,6 +67,12 @@ def test_new_keys_are_checked() -> None:
     assert "storage.postgres.dsn: is set but storage.backend is sqlite" in problems(
         {"storage": {"postgres": {"dsn": "x"}}}
     )
+    on_postgres = {"backend": "postgres", "postgres": {"dsn": "host=127.0.0.1"}}
+    for embeddings in ({"provider": "openai", "model": "m"}, {"model": "m"}):
+        assert "embeddings.provider: recall's semantic stage is not available on storage.backend postgres" in problems(
+            {"storage": on_postgres, "embeddings": embeddings}
+        )
+    assert parse_config({"storage": on_postgres, "embeddings": {"provider": "off"}}, env={}).embeddings.enabled is False
     accepted = parse_config({"storage": {"backend": "postgres", "postgres": {"dsn": "host=127.0.0.1"}}}, env={})
     assert accepted.storage.backend == "postgres" and accepted.storage.postgres_dsn == "host=127.0.0.1"
 

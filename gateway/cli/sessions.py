@@ -1,4 +1,4 @@
-"""`chinwag sessions list|show|search|export|import|delete|rename|prune|repair|stats`.
+"""`chinwag sessions list|show|search|export|import|delete|rename|prune|repair|stats|migrate`.
 
 Readable tables by default, `--json` for scripts. Bad input gets a one-line error naming what is
 wrong and exit code 2, and changes nothing: an import is validated line by line before anything
@@ -105,6 +105,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = cmds.add_parser("stats", parents=[common], help="counts and sizes")
     p.set_defaults(handler=_wrap(cmd_stats))
 
+    p = cmds.add_parser("migrate", help="copy this home's sessions into Postgres (--to postgres) or back (--to sqlite)")
+    p.add_argument("--to", required=True, choices=("postgres", "sqlite"), help="the backend to copy into")
+    p.add_argument("--dsn", help="the Postgres DSN (default: $CHINWAG_PG_DSN, else storage.postgres.dsn)")
+    p.add_argument("--skip-existing", action="store_true", help="leave sessions the target already has alone")
+    p.set_defaults(handler=_wrap(cmd_migrate))
+
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
@@ -145,24 +151,46 @@ def _wrap(fn: Any) -> Any:
     return handler
 
 
+def _storage_config(args: argparse.Namespace) -> Any:
+    """The config's storage section, or None when the config cannot be read: these commands then
+    work on the home's SQLite file, as they did before a backend could be chosen."""
+    from gateway.config.load import ConfigError, load_config
+
+    try:
+        return load_config(getattr(args, "config", None), getattr(args, "home", None)).storage
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
 @contextmanager
 def _open_db(
     args: argparse.Namespace, mirrors: bool = False, create: bool = False
 ) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
-    """The DB of this home; with `mirrors`, changes are mirrored to the files as the daemon does.
-    Only `create` (import) may make a home that is not there: asking must never leave data behind."""
+    """The DB of this home (or the Postgres database its config names); with `mirrors`, changes are
+    mirrored to the files as the daemon does (on SQLite: Postgres has none, DESIGN §14). Only
+    `create` (import) may make a home that is not there: asking must never leave data behind."""
     try:
         home = home_from_args(args)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    if not create and not home.db_path.exists():
-        raise NoData(
-            f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
-            "`chinwag sessions import` makes it; --home DIR names another)"
-        )
-    if create:
-        home.ensure()  # owner-only, before the database is made inside it
-    db = SessionDB(home.db_path)
+    storage = _storage_config(args)
+    if storage is not None and storage.backend == "postgres":
+        from gateway.db import StorageUnavailable, open_db
+
+        try:
+            db = open_db("postgres", dsn=storage.postgres_dsn)
+        except StorageUnavailable as exc:
+            raise CliError(str(exc)) from None
+        mirrors = False
+    else:
+        if not create and not home.db_path.exists():
+            raise NoData(
+                f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
+                "`chinwag sessions import` makes it; --home DIR names another)"
+            )
+        if create:
+            home.ensure()  # owner-only, before the database is made inside it
+        db = SessionDB(home.db_path)
     m = Mirrors(home, db) if mirrors else None
     try:
         yield home, db, m
@@ -520,11 +548,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         finally:
             if files:  # the files no committed row needs go again (all of them when the import failed)
                 files.finish(db.referenced_media())
-        assert mirrors is not None
-        flagged = [r["session"]["id"] for r in records if has_hidden_messages(r)]
-        for sid in flagged:  # appended as visible by the import; the file must carry the real flags
-            mirrors.rewrite_session(sid)
-        mirrors.write_index()  # sessions.json too, so the next start has nothing to reconcile
+        if mirrors is not None:  # on SQLite; Postgres has no files
+            flagged = [r["session"]["id"] for r in records if has_hidden_messages(r)]
+            for sid in flagged:  # appended as visible by the import; the file must carry the real flags
+                mirrors.rewrite_session(sid)
+            mirrors.write_index()  # sessions.json too, so the next start has nothing to reconcile
     messages = sum(len(r.get("messages") or []) for r in fresh)
     skipped = len(records) - imported
     if args.json:
@@ -549,6 +577,62 @@ def _title_clash(exc: TitleTaken, records: list[dict], line_of: list[int]) -> st
 
 
 # -- changes ------------------------------------------------------------------------------------------
+def _postgres_dsn(args: argparse.Namespace) -> str:
+    if args.dsn:
+        return str(args.dsn)
+    if os.environ.get("CHINWAG_PG_DSN"):
+        return os.environ["CHINWAG_PG_DSN"]
+    from gateway.config.load import ConfigError, load_config
+
+    try:
+        dsn = load_config(getattr(args, "config", None), getattr(args, "home", None)).storage.postgres_dsn
+    except ConfigError as exc:
+        raise CliError(f"no --dsn, and the config cannot be read: {'; '.join(exc.problems)}") from None
+    if not dsn:
+        raise CliError("no Postgres DSN: give --dsn, set CHINWAG_PG_DSN, or set storage.postgres.dsn")
+    return dsn
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Copy every session of one backend into the other (gateway/storage/postgres/copy.py), with
+    a progress bar, then print both sides' counts."""
+    from gateway.db import StorageUnavailable, open_db
+    from gateway.storage.postgres.copy import CopyMismatch, copy_sessions
+
+    dsn = _postgres_dsn(args)
+    try:
+        home = home_from_args(args)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        pg = open_db("postgres", dsn=dsn)
+    except StorageUnavailable as exc:
+        raise CliError(str(exc)) from None
+    lite = SessionDB(home.db_path)
+    source, target = (lite, pg) if args.to == "postgres" else (pg, lite)
+    names = ("sqlite", "postgres") if args.to == "postgres" else ("postgres", "sqlite")
+    try:
+        with Progress(source.count_sessions(), f"copying to {args.to}", min_items=1) as bar:
+            report = copy_sessions(
+                source, target, skip_existing=args.skip_existing, progress=lambda done, total: bar.update(done)
+            )
+    except TitleTaken as exc:
+        raise CliError(f"title {exc.title!r} is already used on the target by session {exc.holder or '?'}") from None
+    except (ImportRecordError, CopyMismatch) as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        lite.close()
+        pg.close()
+    print(
+        f"copied {report.sessions} session(s), {report.messages} message(s), {report.keys} chat key(s) to {args.to}"
+        + (f"; skipped {len(report.skipped)} already there" if report.skipped else "")
+    )
+    print(f"  {names[0]}: {report.source_counts[0]} sessions, {report.source_counts[1]} messages")
+    print(f"  {names[1]}: {report.target_counts[0]} sessions, {report.target_counts[1]} messages")
+    print("  every copied session verified: same messages and conversation on both sides")
+    return 0
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
     with _open_db(args, mirrors=True) as (_, db, _m):
         session = _find(db, args.id)
@@ -618,7 +702,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     with _open_db(args, mirrors=True) as (_, db, mirrors):
-        assert mirrors is not None
+        if mirrors is None:
+            raise CliError("storage.backend is postgres: there are no transcript files to repair")
         total = db.count_sessions()
         with Progress(total, "repair") as bar:
             report = mirrors.repair(progress=lambda done, _total: bar.update(done))

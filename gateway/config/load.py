@@ -12,6 +12,7 @@ or ``${NAME:-default}``; ``$${`` is a literal ``${``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -285,8 +286,18 @@ def _check_new_sections(out: dict[str, Any], err: Callable[[str, str], None]) ->
     """Rules across keys of the storage, media and model-side sections."""
     storage = out["storage"]
     if storage["backend"] == "postgres":
-        # One place to lift when the backend lands (DESIGN §14).
-        err("storage.backend", "postgres is not implemented yet; use sqlite (the default)")
+        if not storage["postgres"]["dsn"]:
+            err("storage.postgres.dsn", "is required when storage.backend is postgres (e.g. ${CHINWAG_PG_DSN})")
+        elif importlib.util.find_spec("psycopg") is None or importlib.util.find_spec("psycopg_pool") is None:
+            err("storage.backend", "postgres needs psycopg 3 and psycopg_pool: pip install 'chinwag[postgres]'")
+        embeddings = out["embeddings"]
+        if embeddings["provider"] not in (None, "off") or (embeddings["provider"] is None and embeddings["model"]):
+            # recall's window vectors (gateway/storage/vectors.py) have no tables in the Postgres schema yet
+            err(
+                "embeddings.provider",
+                "recall's semantic stage is not available on storage.backend postgres yet (its vectors are "
+                "stored in SQLite only): leave embeddings unset, or use the sqlite backend",
+            )
     elif storage["postgres"]["dsn"]:
         err("storage.postgres.dsn", "is set but storage.backend is sqlite (set backend: postgres, or remove the dsn)")
     media = out["media"]

@@ -72,7 +72,7 @@ class MemoryConfig:
 class StorageConfig:
     retention_days: float  # 0: keep every conversation
     maintenance_hours: float  # how often the daemon does its upkeep (gateway.service.maintenance)
-    backend: str = "sqlite"  # sqlite | postgres (postgres is refused by validation until it exists)
+    backend: str = "sqlite"  # sqlite | postgres (DESIGN §14)
     postgres_dsn: str = field(default="", repr=False)  # storage.postgres.dsn (may hold a password)
 
 

@@ -220,7 +220,7 @@ def _rank(
     # the typical length, from the most recently active sessions (a full scan costs ms on a large store)
     avg_len = (
         conn.execute(
-            "SELECT avg(message_count) FROM (SELECT message_count FROM sessions ORDER BY last_active_at DESC LIMIT ?)",
+            "SELECT avg(message_count) FROM (SELECT message_count FROM sessions ORDER BY last_active_at DESC LIMIT ?) AS recent",
             (LENGTH_SAMPLE,),
         ).fetchone()[0]
         or 1.0

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from typing import Callable
 
 from gateway.db import visible_sql
 from gateway.recall.query import PrefixTerms, Unit, expand_prefixes
+from gateway.storage.postgres import is_postgres
 
 PROBE = 250  # newest matching messages every unit looks at
 HIT_BUDGET = 6000  # matches looked at beyond the probes, over all units of a query
@@ -28,6 +30,14 @@ class Matches:
 
     def read(self, conn: sqlite3.Connection, roles: list[str], limit: int) -> None:
         if self.done or limit <= 0:
+            return
+        if is_postgres(conn):  # the same read over that backend's word and identifier columns
+            from gateway.storage.postgres.search import recall_matches
+
+            before_id = self.rows[-1][0] if self.rows else None
+            found = recall_matches(conn, self.table, self.expr, roles, before_id, limit)  # type: ignore[arg-type]
+            self.rows.extend(found)
+            self.done = len(found) < limit
             return
         role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
         before = " AND rowid < ?" if self.rows else ""
@@ -68,7 +78,8 @@ def read_units(
     weight. A unit found in most sessions adds next to nothing to any score (its idf is tiny), so a
     few hundred of its newest matches serve as well as thousands; a rarer unit reads up to `cap`.
     Over all units at most HIT_BUDGET matches are read beyond the probes, shared by weight."""
-    terms = PrefixTerms(conn)
+    # Postgres answers a prefix from its GIN index directly: nothing to expand
+    terms: Callable[[str], list[str] | None] = (lambda prefix: None) if is_postgres(conn) else PrefixTerms(conn)
     readers: list[list[Matches]] = []
     for unit in units:
         sources = []

@@ -21,6 +21,7 @@ lexical (logged once per failure), never an error.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import sqlite3
@@ -39,7 +40,7 @@ VECTOR_SCAN = 5000  # newest windows compared when the lexical stage finds nothi
 
 _np: Any
 try:  # optional: numpy makes the comparison ~50x faster; pure Python is the fallback
-    import numpy as _np
+    _np = importlib.import_module("numpy")  # (by name: the type check must not depend on an extra)
 except ImportError:  # pragma: no cover - depends on the environment
     _np = None
 

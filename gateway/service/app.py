@@ -31,7 +31,7 @@ import httpx2
 from agent.llm import ModelSettings
 from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
-from gateway.db import SchemaTooNew, SessionDB
+from gateway.db import SchemaTooNew, SessionDB, StorageUnavailable, open_db
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, default_tools
 from gateway.runtime.conversations import ConversationCache
@@ -350,14 +350,18 @@ def build_app(
             raise AppError("nothing to serve: no chat platform is configured and platforms.local.enabled is false")
         adapters = [create_adapter(config, name, stdin=stdin, stdout=stdout) for name in names]
     path = db_path or home.db_path
+    on_postgres = config.storage.backend == "postgres"
     try:
-        db = SessionDB(path)
+        db = open_db(config.storage.backend, path, config.storage.postgres_dsn)
+    except StorageUnavailable as exc:
+        raise AppError(str(exc)) from None
     except (SchemaTooNew, sqlite3.DatabaseError, OSError) as exc:
         raise AppError(
             f"cannot open the database {path}: {exc} (`chinwag doctor` checks it; restore a backup or set another home)"
         ) from None
     try:
-        files = Mirrors(home, db) if mirrors else None
+        # on Postgres no disk is shared by the replicas: no transcript files or sessions.json (DESIGN §14)
+        files = Mirrors(home, db) if mirrors and not on_postgres else None
         try:
             if files is not None:
                 files.reconcile()  # the DB wins; Mirrors logs what it fixed

@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable
 from gateway.db import SessionDB, UnknownSession, new_session_id
 from gateway.sessions.reset import ResetPolicies
 from gateway.source import SessionSource, build_session_key
-from gateway.storage import queries, rows
+from gateway.storage import queries
 from gateway.storage.writer import WriteOp
 
 __all__ = ["SessionStore", "SessionEntry", "SessionLookup", "ResetNotice", "SUMMARY_PREFIX"]
@@ -42,13 +42,6 @@ log = logging.getLogger(__name__)
 SUMMARY_PREFIX = "Summary of the earlier part of this conversation (continued from session {parent}):\n\n"
 # What a compressed session's child carries over from it.
 _CARRIED = ("user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name", "model")
-
-
-def _touch_op(session_id: str, now: float) -> WriteOp:
-    def op(conn: sqlite3.Connection, events: list) -> None:
-        conn.execute("UPDATE sessions SET last_active_at = MAX(last_active_at, ?) WHERE id = ?", (now, session_id))
-
-    return op
 
 
 def _quietly(step: WriteOp) -> WriteOp:
@@ -264,13 +257,14 @@ class SessionStore:
         entry, _ = self._current(key)
         previous = entry["session_id"] if entry else None
         now = self.clock()
+        ops = self.db.ops  # the write ops of the db's backend
         steps: list[WriteOp] = []
         if target.get("ended_at") is not None:
-            steps.append(rows.op_reopen(session_id))
-        steps.append(_touch_op(session_id, now))
-        steps.append(rows.op_set_key(key, session_id, source.to_dict(), reason))
+            steps.append(ops.op_reopen(session_id))
+        steps.append(ops.op_touch(session_id, now))
+        steps.append(ops.op_set_key(key, session_id, source.to_dict(), reason))
         if previous and previous != session_id:
-            steps.append(_quietly(rows.op_end(previous, reason)))
+            steps.append(_quietly(ops.op_end(previous, reason)))
         steps.append(lambda conn, events: queries.key_row(conn, key))
         return SessionEntry.from_row(await self._transaction(steps))
 
@@ -311,14 +305,15 @@ class SessionStore:
             fields["title"] = await db.aread("next_lineage_title", title)
         key = key or session.get("session_key")
         last_id = messages[-1]["id"]
+        ops = db.ops  # the write ops of the db's backend
         steps: list[WriteOp] = [
-            rows.op_create_session(child, session["source"], {**fields, "parent_session_id": session_id}),
-            rows.op_append(child, "system", SUMMARY_PREFIX.format(parent=session_id) + summary, {}),
-            rows.op_mark_compacted(session_id, last_id),
-            rows.op_end(session_id, "compressed"),
+            ops.op_create_session(child, session["source"], {**fields, "parent_session_id": session_id}),
+            ops.op_append(child, "system", SUMMARY_PREFIX.format(parent=session_id) + summary, {}),
+            ops.op_mark_compacted(session_id, last_id),
+            ops.op_end(session_id, "compressed"),
         ]
         if key:
-            move = rows.op_set_key(key, child, origin, "compressed")
+            move = ops.op_set_key(key, child, origin, "compressed")
 
             def move_if_current(conn: sqlite3.Connection, events: list) -> None:
                 row = conn.execute("SELECT session_id FROM session_keys WHERE session_key = ?", (key,)).fetchone()

@@ -33,13 +33,15 @@ def add(
 ) -> int | None:
     """Store one inbound event; its row id, or None when (platform, event id) was seen before
     (here, or in the pre-inbox `processed_events` table of an upgraded database)."""
-    cur = conn.execute(
-        "INSERT OR IGNORE INTO inbox (platform, event_id, chat_key, message, received_at) "
+    # ON CONFLICT DO NOTHING RETURNING: the same statement on SQLite and on Postgres (no lastrowid there)
+    row = conn.execute(
+        "INSERT INTO inbox (platform, event_id, chat_key, message, received_at) "
         "SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS "
-        "(SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?)",
-        (platform, event_id, chat_key, message, received_at or time.time(), platform, event_id),
-    )
-    return cur.lastrowid if cur.rowcount == 1 else None
+        "(SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?) "
+        "ON CONFLICT DO NOTHING RETURNING id",
+        (platform, event_id, chat_key, message, float(received_at or time.time()), platform, event_id),
+    ).fetchone()
+    return int(row[0]) if row else None
 
 
 def start(conn: sqlite3.Connection, entry_id: int, user_message_id: int | None, now: float | None = None) -> None:

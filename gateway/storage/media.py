@@ -244,7 +244,7 @@ def stored_bytes(conn: sqlite3.Connection) -> int:
     """Bytes held for kept attachments, each file counted once."""
     row = conn.execute(
         "SELECT COALESCE(SUM(bytes), 0) FROM (SELECT sha256, MAX(bytes) AS bytes FROM attachments"
-        " WHERE sha256 IS NOT NULL AND dropped_at IS NULL GROUP BY sha256)"
+        " WHERE sha256 IS NOT NULL AND dropped_at IS NULL GROUP BY sha256) AS files"
     ).fetchone()
     return int(row[0])
 

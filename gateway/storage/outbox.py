@@ -37,12 +37,12 @@ def add(
     now: float | None = None,
 ) -> int:
     """Queue one reply (`target`: the chat to send to, as JSON); returns its row id."""
-    cur = conn.execute(
+    row = conn.execute(  # RETURNING: the same statement on SQLite and on Postgres (no lastrowid there)
         "INSERT INTO outbox (inbox_id, platform, chat_key, target, reply_to, text, message_id, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (inbox_id, platform, chat_key, target, reply_to, text, message_id, now or time.time()),
-    )
-    return int(cur.lastrowid or 0)
+    ).fetchone()
+    return int(row[0])
 
 
 def record_parts(
@@ -55,7 +55,7 @@ def record_parts(
 ) -> None:
     """`parts_sent` parts of the reply are out (their platform ids); `done`: nothing left to send."""
     conn.execute(
-        "UPDATE outbox SET parts_sent = ?, platform_ids = ?, sent_at = CASE WHEN ? THEN ? ELSE sent_at END "
+        "UPDATE outbox SET parts_sent = ?, platform_ids = ?, sent_at = CASE WHEN ? = 1 THEN ? ELSE sent_at END "
         "WHERE id = ?",
         (parts_sent, json.dumps(platform_ids), int(done), now or time.time(), row_id),
     )

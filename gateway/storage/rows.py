@@ -57,9 +57,9 @@ def _title_taken(conn: sqlite3.Connection, title: str | None, session_id: str) -
     return TitleTaken(title, queries.title_holder(conn, title, except_id=session_id) if title else None)
 
 
-# -- sessions -------------------------------------------------------------------------------------
-def op_create_session(session_id: str, source: Any, fields: dict[str, Any]) -> WriteOp[None]:
-    """Create a session, or update the fields given of an existing one (upsert)."""
+# -- the checks of a write, shared by both backends (gateway/storage/postgres/rows.py) -------------
+def check_session(session_id: str, source: Any, fields: dict[str, Any]) -> tuple[dict[str, Any], float, str]:
+    """A session's fields checked and cleaned: (fields to store, started_at, source name)."""
     unknown = set(fields) - set(SESSION_FIELDS)
     if unknown:
         raise TypeError(f"unknown session field(s): {', '.join(sorted(unknown))}")
@@ -69,7 +69,37 @@ def op_create_session(session_id: str, source: Any, fields: dict[str, Any]) -> W
     if "title" in values:
         values["title"] = sanitize_title(values["title"])
     started = float(values.pop("started_at", None) or time.time())
-    source_name = str(getattr(source, "value", source))
+    return values, started, str(getattr(source, "value", source))
+
+
+def check_message(role: str, content: Any, fields: dict[str, Any]) -> tuple[str | None, dict[str, Any], str | None]:
+    """A message checked and encoded: (content, the MESSAGE_FIELDS row, the session preview it
+    gives when it is the first user message)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    unknown = set(fields) - set(MESSAGE_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
+    if content is not None and not isinstance(content, str):
+        content = json.dumps(content, ensure_ascii=False)
+    content = valid_or_none(content)  # a lone surrogate (model output, an odd event) cannot be UTF-8
+    if content is not None and len(content) > MAX_CONTENT_CHARS:
+        raise ValueError(f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}")
+    row = {k: fields.get(k) for k in MESSAGE_FIELDS}
+    row["tool_calls"] = json_or_none(row["tool_calls"])
+    for name in ("tool_calls", "tool_name", "reasoning", "finish_reason", "tool_call_id"):
+        value = row[name]
+        if isinstance(value, str):
+            row[name] = valid_text(value)
+    row["timestamp"] = float(row["timestamp"] or time.time())
+    preview = " ".join(content.split())[:PREVIEW_CHARS] if role == "user" and content else None
+    return content, row, preview
+
+
+# -- sessions -------------------------------------------------------------------------------------
+def op_create_session(session_id: str, source: Any, fields: dict[str, Any]) -> WriteOp[None]:
+    """Create a session, or update the fields given of an existing one (upsert)."""
+    values, started, source_name = check_session(session_id, source, fields)
     cols = ["id", "source", "started_at", "last_active_at", *values]
     params = [session_id, source_name, started, started, *values.values()]
     updates = ", ".join(["source = excluded.source", *(f"{c} = excluded.{c}" for c in values)])
@@ -120,6 +150,15 @@ def op_add_tokens(session_id: str, input_tokens: int, output_tokens: int) -> Wri
     )
 
 
+def op_touch(session_id: str, now: float) -> WriteOp[None]:
+    """Count `now` as the session's activity (a /resume), never moving it back."""
+
+    def op(conn: sqlite3.Connection, events: Events) -> None:
+        conn.execute("UPDATE sessions SET last_active_at = MAX(last_active_at, ?) WHERE id = ?", (now, session_id))
+
+    return op
+
+
 def op_set_title(session_id: str, title: str | None) -> WriteOp[str | None]:
     """Set (or with None clear) a title; the op returns it as stored (sanitised)."""
     clean = sanitize_title(title)
@@ -150,25 +189,8 @@ def op_append(
     marked seen, the message's `attachments` rows are added, and `after(conn, message_id)` runs
     (the inbox and outbox records that belong to this message: gateway.runtime.delivery), all in
     the same transaction."""
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    unknown = set(fields) - set(MESSAGE_FIELDS)
-    if unknown:
-        raise TypeError(f"unknown message field(s): {', '.join(sorted(unknown))}")
-    if content is not None and not isinstance(content, str):
-        content = json.dumps(content, ensure_ascii=False)
-    content = valid_or_none(content)  # a lone surrogate (model output, an odd event) cannot be UTF-8
-    if content is not None and len(content) > MAX_CONTENT_CHARS:
-        raise ValueError(f"message content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,}")
-    row = {k: fields.get(k) for k in MESSAGE_FIELDS}
-    row["tool_calls"] = json_or_none(row["tool_calls"])
-    for name in ("tool_calls", "tool_name", "reasoning", "finish_reason", "tool_call_id"):
-        value = row[name]
-        if isinstance(value, str):
-            row[name] = valid_text(value)
-    row["timestamp"] = float(row["timestamp"] or time.time())
+    content, row, preview = check_message(role, content, fields)
     words, idents = index_text(content), ident_text(content)  # computed off the writer thread
-    preview = " ".join(content.split())[:PREVIEW_CHARS] if role == "user" and content else None
 
     def op(conn: sqlite3.Connection, events: Events) -> int:
         updated = conn.execute(

@@ -169,15 +169,21 @@ def kept_hashes(record: dict[str, Any]) -> list[str]:
     return list(seen)
 
 
-def export_record(conn: sqlite3.Connection, session: dict[str, Any]) -> dict[str, Any]:
+def export_attachments(conn: sqlite3.Connection, session_id: str) -> dict[int, list[dict[str, Any]]]:
+    """message id -> the export form of its attachment rows (plain SQL: both backends run it)."""
     attachments: dict[int, list[dict[str, Any]]] = {}
     for row in conn.execute(
         f"SELECT message_id, {', '.join(ATTACHMENT_COLUMNS)} FROM attachments"
         " WHERE message_id IN (SELECT id FROM messages WHERE session_id = ?) ORDER BY id",
-        (session["id"],),
+        (session_id,),
     ):
         values = dict(zip(ATTACHMENT_COLUMNS, tuple(row)[1:]))
         attachments.setdefault(row[0], []).append({k: v for k, v in values.items() if v is not None})
+    return attachments
+
+
+def export_record(conn: sqlite3.Connection, session: dict[str, Any]) -> dict[str, Any]:
+    attachments = export_attachments(conn, session["id"])
     messages = []
     for row in conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session["id"],)):
         msg = {k: v for k, v in dict(row).items() if v is not None and k != "session_id"}
@@ -193,13 +199,17 @@ def export_record(conn: sqlite3.Connection, session: dict[str, Any]) -> dict[str
 
 
 def import_op(
-    records: list[dict[str, Any]], skip_existing: bool = False, media_present: Collection[str] | None = None
+    records: list[dict[str, Any]],
+    skip_existing: bool = False,
+    media_present: Collection[str] | None = None,
+    ops: Any = rows,
 ) -> WriteOp[int]:
     """Check `records` (ImportRecordError names the first bad one) and return the write op that
     imports them; the op returns how many sessions it imported. A title already taken raises
     TitleTaken with the record's number. With `media_present` (the hashes whose files are in the
     store), an attachment kept in the export but whose file is not there is imported as dropped;
-    without it, attachment rows are imported as they were exported."""
+    without it, attachment rows are imported as they were exported. `ops`: the backend's write ops
+    (its SQL here is plain)."""
     now = time.time()
     plan = []
     for n, record in enumerate(records, 1):
@@ -209,14 +219,14 @@ def import_op(
         session = dict(record["session"])
         sid, source = session.pop("id"), session.pop("source")
         try:
-            create = rows.op_create_session(sid, source, {k: v for k, v in session.items() if k in SESSION_FIELDS})
+            create = ops.op_create_session(sid, source, {k: v for k, v in session.items() if k in SESSION_FIELDS})
             extra = [session.get(k) for k in SESSION_EXTRAS]
             appends = []
             for msg in record.get("messages") or []:
                 fields = {k: msg.get(k) for k in MESSAGE_FIELDS if msg.get(k) is not None}
                 flags = (int(msg.get("active", 1)), int(msg.get("compacted", 0)))
                 files = [_attachment_values(att, media_present, now) for att in msg.get("attachments") or []]
-                appends.append((rows.op_append(sid, msg["role"], msg.get("content"), fields), flags, files))
+                appends.append((ops.op_append(sid, msg["role"], msg.get("content"), fields), flags, files))
         except (TypeError, ValueError) as exc:
             raise ImportRecordError(n, f"session {sid}: {exc}") from None
         plan.append((n, sid, create, extra, appends))

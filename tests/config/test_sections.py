@@ -48,7 +48,7 @@ def test_new_keys_have_defaults_and_typed_views() -> None:
 def test_new_keys_are_checked() -> None:
     text = problems(
         {
-            "storage": {"backend": "postgres", "postgres": {"dsn": "postgresql://x"}},
+            "storage": {"backend": "postgres"},
             "gateway": {"streaming": "on", "interrupted_turns": "retry"},
             "media": {"max_bytes": 100, "max_total_bytes": 10},
             "embeddings": {"provider": "openai"},
@@ -56,7 +56,7 @@ def test_new_keys_are_checked() -> None:
         }
     )
     for line in (
-        "storage.backend: postgres is not implemented yet; use sqlite (the default)",
+        "storage.postgres.dsn: is required when storage.backend is postgres (e.g. ${CHINWAG_PG_DSN})",
         "gateway.streaming: must be one of auto, off (got 'on')",
         "gateway.interrupted_turns: must be one of rerun, notify (got 'retry')",
         "media.max_total_bytes: must be 0 (no cap) or at least media.max_bytes (100) (got 10)",
@@ -67,6 +67,14 @@ def test_new_keys_are_checked() -> None:
     assert "storage.postgres.dsn: is set but storage.backend is sqlite" in problems(
         {"storage": {"postgres": {"dsn": "x"}}}
     )
+    on_postgres = {"backend": "postgres", "postgres": {"dsn": "host=127.0.0.1"}}
+    for embeddings in ({"provider": "openai", "model": "m"}, {"model": "m"}):
+        assert "embeddings.provider: recall's semantic stage is not available on storage.backend postgres" in problems(
+            {"storage": on_postgres, "embeddings": embeddings}
+        )
+    assert parse_config({"storage": on_postgres, "embeddings": {"provider": "off"}}, env={}).embeddings.enabled is False
+    accepted = parse_config({"storage": {"backend": "postgres", "postgres": {"dsn": "host=127.0.0.1"}}}, env={})
+    assert accepted.storage.backend == "postgres" and accepted.storage.postgres_dsn == "host=127.0.0.1"
 
 
 def test_terminal_busy_mode_other_than_queue_is_refused() -> None:

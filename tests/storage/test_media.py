@@ -12,7 +12,6 @@ from typing import AsyncIterator
 
 import pytest
 
-from gateway.db import SessionDB
 from gateway.storage import media
 from gateway.storage.media import AttachmentRow, MediaStore, MediaTooLarge
 
@@ -80,50 +79,44 @@ def test_path_for_refuses_anything_but_a_digest(tmp_path: Path) -> None:
             store.path_for(bad)
 
 
-def test_rows_references_and_dropping_oldest_of_ended_sessions(tmp_path: Path) -> None:
-    db = SessionDB(tmp_path / "state.db")
-    try:
-        db.create_session("s_old", "telegram", user_id="1")
-        db.create_session("s_live", "telegram", user_id="1")
-        m_old = db.append_message("s_old", "user", "[image: a.jpg]")
-        m_live = db.append_message("s_live", "user", "[image: b.jpg]")
+def test_rows_references_and_dropping_oldest_of_ended_sessions(db, tmp_path: Path) -> None:
+    # `db`: SQLite (tests/conftest.py); Postgres in tests/storage/postgres/test_shared_suites.py
+    db.create_session("s_old", "telegram", user_id="1")
+    db.create_session("s_live", "telegram", user_id="1")
+    m_old = db.append_message("s_old", "user", "[image: a.jpg]")
+    m_live = db.append_message("s_live", "user", "[image: b.jpg]")
 
-        def add(conn, events, mid, rows):
-            return media.insert_attachments(conn, mid, rows)
+    def add(conn, events, mid, rows):
+        return media.insert_attachments(conn, mid, rows)
 
-        shared = "a" * 64
-        db.write(lambda c, e: add(c, e, m_old, [AttachmentRow("image", "image/jpeg", 100, "b" * 64, "a.jpg")]))
-        db.write(lambda c, e: add(c, e, m_old, [AttachmentRow("file", None, 50, shared, "x.bin")]))
-        db.write(lambda c, e: add(c, e, m_live, [AttachmentRow("file", None, 50, shared, "x.bin", "fid")]))
-        with pytest.raises(ValueError, match="unknown attachment kind"):
-            db.write(lambda c, e: add(c, e, m_live, [AttachmentRow("sticker", None, 1, None, None)]))
-        rows = db.read(lambda c: media.attachments_of(c, [m_old, m_live]))
-        assert [r["file_name"] for r in rows[m_old]] == ["a.jpg", "x.bin"]
-        assert rows[m_live][0]["platform_file_id"] == "fid"
-        assert db.read(media.stored_bytes) == 150  # the shared file counts once
-        db.end_session("s_old")
-        freed = db.write(lambda c, e: media.drop_oldest_of_ended_sessions(c, over_bytes=1))
-        assert freed == ["b" * 64]  # the oldest, and not referenced elsewhere
-        freed = db.write(lambda c, e: media.drop_oldest_of_ended_sessions(c, over_bytes=10**9))
-        assert freed == []  # the shared file is still used by the live session
-        assert db.read(media.referenced_hashes) == {shared}
-        assert db.read(lambda c: media.attachments_of(c, [m_old]))[m_old][0]["dropped"] is True
-    finally:
-        db.close()
+    shared = "a" * 64
+    db.write(lambda c, e: add(c, e, m_old, [AttachmentRow("image", "image/jpeg", 100, "b" * 64, "a.jpg")]))
+    db.write(lambda c, e: add(c, e, m_old, [AttachmentRow("file", None, 50, shared, "x.bin")]))
+    db.write(lambda c, e: add(c, e, m_live, [AttachmentRow("file", None, 50, shared, "x.bin", "fid")]))
+    with pytest.raises(ValueError, match="unknown attachment kind"):
+        db.write(lambda c, e: add(c, e, m_live, [AttachmentRow("sticker", None, 1, None, None)]))
+    rows = db.read(lambda c: media.attachments_of(c, [m_old, m_live]))
+    assert [r["file_name"] for r in rows[m_old]] == ["a.jpg", "x.bin"]
+    assert rows[m_live][0]["platform_file_id"] == "fid"
+    assert db.read(media.stored_bytes) == 150  # the shared file counts once
+    db.end_session("s_old")
+    freed = db.write(lambda c, e: media.drop_oldest_of_ended_sessions(c, over_bytes=1))
+    assert freed == ["b" * 64]  # the oldest, and not referenced elsewhere
+    freed = db.write(lambda c, e: media.drop_oldest_of_ended_sessions(c, over_bytes=10**9))
+    assert freed == []  # the shared file is still used by the live session
+    assert db.read(media.referenced_hashes) == {shared}
+    assert db.read(lambda c: media.attachments_of(c, [m_old]))[m_old][0]["dropped"] is True
 
 
-def test_deleting_a_session_removes_its_attachment_rows_and_frees_the_file(tmp_path: Path) -> None:
-    db = SessionDB(tmp_path / "state.db")
+def test_deleting_a_session_removes_its_attachment_rows_and_frees_the_file(db, tmp_path: Path) -> None:
+    # `db`: SQLite (tests/conftest.py); Postgres in tests/storage/postgres/test_shared_suites.py
     store = MediaStore(tmp_path / "media")
-    try:
-        kept = store.save_bytes(b"photo")
-        db.create_session("s1", "telegram", user_id="1")
-        mid = db.append_message("s1", "user", "[image: p.jpg]")
-        db.write(lambda c, e: media.insert_attachments(c, mid, [AttachmentRow("image", None, 5, kept.sha256, "p.jpg")]))
-        assert db.delete_session("s1") is True  # the rows go with the messages (no foreign-key error)
-        assert db.read(media.referenced_hashes) == set()
-        old = time.time() - media.SWEEP_GRACE - 1
-        os.utime(store.path_for(kept.sha256), (old, old))
-        assert store.sweep(db.read(media.referenced_hashes)) == 1 and not store.exists(kept.sha256)
-    finally:
-        db.close()
+    kept = store.save_bytes(b"photo")
+    db.create_session("s1", "telegram", user_id="1")
+    mid = db.append_message("s1", "user", "[image: p.jpg]")
+    db.write(lambda c, e: media.insert_attachments(c, mid, [AttachmentRow("image", None, 5, kept.sha256, "p.jpg")]))
+    assert db.delete_session("s1") is True  # the rows go with the messages (no foreign-key error)
+    assert db.read(media.referenced_hashes) == set()
+    old = time.time() - media.SWEEP_GRACE - 1
+    os.utime(store.path_for(kept.sha256), (old, old))
+    assert store.sweep(db.read(media.referenced_hashes)) == 1 and not store.exists(kept.sha256)

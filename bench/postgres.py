@@ -1,0 +1,102 @@
+"""Search on Postgres beside SQLite, in one run over the same corpus (issue 17 item 2).
+
+    PYTHONPATH=. python bench/postgres.py --messages 100000
+
+Starts a private PostgreSQL (tests/storage/postgres/server.py, fsync on, as SQLite runs with
+synchronous FULL), loads bench/corpus.py's corpus (bench/store.py's, with its planted facts) into
+a SessionDB file and a PostgresSessionDB, then prints per query shape p50/p99 of
+`search_messages` and of recall's `find_sessions` on both, bytes per message on disk, and load
+times. Figures, not assertions: this machine's two cores are shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.store import PLANTED, QUERIES, corpus_with_facts, file_bytes, latencies, load_ours
+from gateway.recall import find_sessions
+from gateway.storage.postgres.db import PostgresSessionDB
+from gateway.storage.postgres.queries import message_bytes
+from tests.storage.postgres.server import PrivatePostgres
+
+SHAPES = {
+    **QUERIES,
+    # substrings inside identifiers, found only through the identifier index (pg_trgm / trigram)
+    "identifier substring": ["rr_00421", "nginx.co", "onefil", "corp.example.ne", "wong@example"],
+}
+RECALL = ["how did we fix the docker timeout", "上次部署网关超时是怎么解决的", "nginx.conf rollback", "quokka"]
+IMPORT_BATCH = 200  # sessions per Postgres transaction while loading
+
+
+def load_postgres(db: PostgresSessionDB, messages: list) -> None:
+    by_session: dict[int, list] = defaultdict(list)
+    for m in messages:
+        by_session[m.session].append({"role": m.role, "content": m.content})
+    records = [
+        {"session": {"id": f"s{s:07d}", "source": "telegram", "user_id": f"u{s % 500}"}, "messages": msgs}
+        for s, msgs in sorted(by_session.items())
+    ]
+    for start in range(0, len(records), IMPORT_BATCH):
+        db.import_records(records[start : start + IMPORT_BATCH])
+    db.optimize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=200, help="queries timed per shape and backend")
+    args = parser.parse_args()
+    n = args.messages
+    messages = corpus_with_facts(n)
+    print(f"=== {n:,} messages, {sum(len(m.content.encode()) for m in messages) / n:.0f} B of text each ===")
+    with tempfile.TemporaryDirectory() as tmp, PrivatePostgres(durable=True) as server:
+        t = time.perf_counter()
+        lite = load_ours(os.path.join(tmp, "bench.db"), messages)
+        print(f"load sqlite: {time.perf_counter() - t:.1f}s (appends, group-committed)", flush=True)
+        pg = PostgresSessionDB(server.create_database("bench"))
+        t = time.perf_counter()
+        load_postgres(pg, messages)
+        print(f"load postgres: {time.perf_counter() - t:.1f}s (import, {IMPORT_BATCH} sessions a transaction)")
+        del messages
+        lite.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+        lite_b, pg_b = file_bytes(lite.path) / n, pg.read(message_bytes)
+        print(f"\nbytes per message on disk: sqlite {lite_b:,.0f}  postgres {pg_b:,.0f}  (prototype: ~2,500)")
+        parts = pg.stats()["bytes_by_part"]
+        print("  postgres by part: " + ", ".join(f"{k} {v / n:,.0f} B/msg" for k, v in sorted(parts.items())))
+
+        print(f"\nsearch_messages latency ms, {args.rounds} runs per shape (limit 20)")
+        print(f"  {'shape':22} {'sqlite p50':>10} {'p99':>8} {'pg p50':>8} {'p99':>8}  empty sqlite/pg")
+        for shape, queries in SHAPES.items():
+            s50, s99, sempty = latencies(lambda q: lite.search_messages(q, limit=20), queries, args.rounds)
+            p50, p99, pempty = latencies(lambda q: pg.search_messages(q, limit=20), queries, args.rounds)
+            print(f"  {shape:22} {s50:10.2f} {s99:8.2f} {p50:8.2f} {p99:8.2f}  {sempty}/{pempty}", flush=True)
+
+        recall_rounds = max(20, args.rounds // 5)
+        s50, s99, _ = latencies(lambda q: find_sessions(lite, q, see_all=True), RECALL, recall_rounds)
+        p50, p99, _ = latencies(lambda q: find_sessions(pg, q, see_all=True), RECALL, recall_rounds)
+        print(f"  {'recall find_sessions':22} {s50:10.2f} {s99:8.2f} {p50:8.2f} {p99:8.2f}  ({recall_rounds} runs)")
+
+        found = {"sqlite": 0, "postgres": 0}
+        for needle, text in PLANTED.items():
+            for name, db in (("sqlite", lite), ("postgres", pg)):
+                ids = {h["id"] for h in db.search_messages(needle, limit=5)}
+                target = db.read(
+                    lambda c: c.execute("SELECT id FROM messages WHERE content = ?", (text,)).fetchone()[0]
+                )
+                found[name] += target in ids
+        print(
+            f"\nplanted facts in the top 5: sqlite {found['sqlite']}/{len(PLANTED)}  postgres {found['postgres']}/{len(PLANTED)}"
+        )
+        lite.close()
+        pg.close()
+
+
+if __name__ == "__main__":
+    main()

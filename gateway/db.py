@@ -13,7 +13,6 @@ connections and the writer and runs those functions on them; it adds no rule of 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import sqlite3
@@ -477,20 +476,7 @@ class SessionDB:
         return [dict(r) for r in self._reader().execute(sql + " ORDER BY id", (session_id,))]
 
     def get_messages_as_conversation(self, session_id: str) -> list[dict]:
-        out = []
-        for row in self.get_messages(session_id):
-            msg: dict[str, Any] = {"role": row["role"], "content": row["content"]}
-            if row["tool_calls"]:
-                try:
-                    msg["tool_calls"] = json.loads(row["tool_calls"])
-                except ValueError:
-                    pass
-            if row["role"] == "tool":
-                msg["tool_call_id"] = row["tool_call_id"]
-                if row["tool_name"]:
-                    msg["name"] = row["tool_name"]
-            out.append(msg)
-        return out
+        return queries.as_conversation(self.get_messages(session_id))
 
     def search_messages(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from typing import Any, Iterable, TypedDict, cast
+from typing import Any, Iterable, Mapping, TypedDict, cast
 
 from gateway.storage.schema import SCHEMA_VERSION, TITLE_MAX
 
@@ -319,3 +319,22 @@ def messages_by_id(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict
         ids,
     )
     return {r["id"]: dict(r) for r in rows}
+
+
+def as_conversation(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Stored message rows as the model's conversation: role and content, tool calls decoded,
+    a tool result's call id and tool name (one rule for both storage backends)."""
+    out = []
+    for row in rows:
+        msg: dict[str, Any] = {"role": row["role"], "content": row["content"]}
+        if row["tool_calls"]:
+            try:
+                msg["tool_calls"] = json.loads(row["tool_calls"])
+            except ValueError:
+                pass
+        if row["role"] == "tool":
+            msg["tool_call_id"] = row["tool_call_id"]
+            if row["tool_name"]:
+                msg["name"] = row["tool_name"]
+        out.append(msg)
+    return out

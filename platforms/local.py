@@ -16,6 +16,10 @@ tears a line being edited. Ctrl-C while a reply is on its way reaches the gatewa
 (the editor is not reading then) and is handed to `interrupt`, which stops the reply as `/stop`
 does; at an empty prompt Ctrl-C raises SIGINT as it would without the editor, so the process
 shuts down the usual graceful way, and Ctrl-D ends the input.
+
+`/attach PATH [caption]` sends a file (platforms.local_attach): the adapter reads that line itself,
+in both modes, and either hands the gateway a message with the file attached or answers a bad
+path itself without sending anything.
 """
 
 from __future__ import annotations
@@ -30,10 +34,18 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, TextIO, cast
+from typing import IO, Any, AsyncIterator, Callable, TextIO, cast
 
 from gateway.source import Platform, SessionSource
-from platforms.base import InboundMessage, MessageHandler, PlatformAdapter, ReplyStream, cancel_and_wait
+from platforms.base import (
+    Attachment,
+    InboundMessage,
+    MessageHandler,
+    PlatformAdapter,
+    ReplyStream,
+    cancel_and_wait,
+)
+from platforms.local_attach import is_attach_line, parse_attach_line, reopen_path
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +153,11 @@ class LocalAdapter(PlatformAdapter):
                 self._show_prompt()
                 continue
             self.mark_alive()
-            message_id = f"{self._session_tag}-{next(self._ids)}"
+            message = await self._typed(text)
+            if message is None:
+                continue
             try:
-                await on_message(InboundMessage(source=self.source, text=text, message_id=message_id))
+                await on_message(message)
             except Exception:  # the gateway reports its own errors; the terminal must keep reading
                 log.exception("local: handling a line failed")
         self.input_closed.set()
@@ -165,10 +179,13 @@ class LocalAdapter(PlatformAdapter):
             if not text.strip():
                 continue
             self.mark_alive()
+            message = await self._typed(text)
+            if message is None:
+                continue
             self._answered.clear()
             self._waiting, self._stop_sent = True, False
             try:
-                await on_message(self._message(text))
+                await on_message(message)
             except Exception:  # the gateway reports its own errors; the terminal must keep reading
                 log.exception("local: handling a line failed")
                 self._answered.set()
@@ -178,8 +195,22 @@ class LocalAdapter(PlatformAdapter):
                 self._waiting = False
         self.input_closed.set()
 
-    def _message(self, text: str) -> InboundMessage:
-        return InboundMessage(source=self.source, text=text, message_id=f"{self._session_tag}-{next(self._ids)}")
+    def _message(self, text: str, attachments: list[Attachment] | None = None) -> InboundMessage:
+        message_id = f"{self._session_tag}-{next(self._ids)}"
+        return InboundMessage(source=self.source, text=text, message_id=message_id, attachments=attachments or [])
+
+    async def _typed(self, text: str) -> InboundMessage | None:
+        """The message for a typed line; None when the terminal answered it itself (a bad /attach)."""
+        if not is_attach_line(text):
+            return self._message(text)
+        line = await asyncio.to_thread(parse_attach_line, text)
+        if line.refusal is not None or line.attachment is None:
+            await self.send(self.source, line.refusal or "Nothing was sent.")
+            return None
+        return self._message(line.caption, [line.attachment])
+
+    def reopen(self, msg: InboundMessage, attachment: Attachment) -> Callable[[], AsyncIterator[bytes]] | None:
+        return reopen_path(attachment)
 
     def chat_idle(self, source: SessionSource) -> None:
         self._answered.set()

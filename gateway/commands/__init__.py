@@ -7,7 +7,9 @@ current conversation) and gateway.commands.sessions (moving between conversation
 `ChatServices` (gateway.commands.context), so this table imports them at module top and is built
 once, at import.
 
-/help is here rather than in basic: it lists this table.
+/help is here rather than in basic: it lists this table. The terminal's `/attach PATH` is read by
+the local adapter itself (platforms.local_attach) and never reaches this table; /help on the
+terminal names it, and on a chat platform `/attach` is answered with what to do there instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from gateway.commands import basic
 from gateway.commands import sessions as moves
 from gateway.commands.context import ALIASES, ChatServices, Command, CommandContext, ParsedCommand, parse_command
 from gateway.db import UnknownSession
+from gateway.source import Platform
+
+# The local adapter's own command (platforms.local_attach); named here for /help and the hint.
+TERMINAL_ATTACH = "/attach PATH [caption] — send a file from this machine"
 
 __all__ = [
     "COMMANDS",
@@ -36,6 +42,8 @@ async def cmd_help(ctx: CommandContext) -> str:
     lines = ["Commands:"]
     for command in COMMANDS.values():
         lines.append(f"{command.usage} — {command.help}")
+    if ctx.source.platform == Platform.LOCAL:
+        lines.append(TERMINAL_ATTACH)
     lines.append("Anything else goes to the assistant.")
     return "\n".join(lines)
 
@@ -71,6 +79,8 @@ def command_menu() -> dict[str, str]:
 
 
 async def unknown(ctx: CommandContext) -> str:
+    if ctx.command.name == "attach":  # the terminal's command, typed on a chat platform
+        return "/attach is for the terminal. Here, send the file itself (with a caption if you like)."
     # A typo gets the close command named, as config validation names the close key.
     close = difflib.get_close_matches(ctx.command.name, [*COMMANDS, *ALIASES], n=1, cutoff=0.7)
     hint = f" Did you mean /{close[0]}?" if close else ""

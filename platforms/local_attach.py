@@ -18,6 +18,7 @@ model by the gateway's intake).
 from __future__ import annotations
 
 import asyncio
+import io
 import mimetypes
 import os
 import shlex
@@ -107,14 +108,15 @@ def reopen_path(attachment: Attachment) -> Callable[[], AsyncIterator[bytes]] | 
 
 def _split_path(rest: str) -> tuple[str | None, str]:
     if rest[0] in "\"'":
-        lexer = shlex.shlex(rest, posix=True)
+        stream = io.StringIO(rest)
+        lexer = shlex.shlex(stream, posix=True)
         lexer.whitespace_split = True
         lexer.commenters = ""
         try:
             path = lexer.get_token()
         except ValueError:  # no closing quotation
             return None, ""
-        return path, (lexer.instream.read() if path is not None else "").strip()
+        return path, (stream.read() if path is not None else "").strip()
     path, *caption = rest.split(None, 1)
     return path, caption[0].strip() if caption else ""
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
 from gateway.storage import inbox, media, outbox, queries, retention, rows, search, transfer
 from gateway.storage.connect import connect as _connect
+from gateway.storage.connect import set_new_page_size
 from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
 from gateway.storage.indexer import DeferredIndex, run_catch_up
 from gateway.storage.media import AttachmentRow
@@ -75,6 +76,7 @@ class SessionDB:
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
         setup = _connect(self.path)
         try:
+            set_new_page_size(setup)  # before the WAL switch writes the first page
             setup.execute("PRAGMA journal_mode = WAL")
             migrate(setup, path=self.path)
             run_catch_up(setup)  # messages a crash left unindexed (gateway/storage/indexer.py)

@@ -136,9 +136,11 @@ class WalFile:
             fd, self._shm = self._shm, None
             os.close(fd)
 
-    def log_bytes(self) -> int:
-        """Bytes of log the next checkpoint has to deal with (the file size if unreadable)."""
-        position = self.position()
+    def log_bytes(self, position: tuple[int, int] | None = None) -> int:
+        """Bytes of log the next checkpoint has to deal with (the file size if unreadable);
+        `position` is one just read, to save reading it again."""
+        if position is None:
+            position = self.position()
         if position is None:
             return self.file_bytes()
         return 32 + position[0] * (self.page_size + 24) if position[0] else 0
@@ -307,7 +309,7 @@ class GroupCommitWriter:
         if self._wal is None:
             return
         self._account()
-        size = self._wal.log_bytes()
+        size = self._wal.log_bytes(self._position)  # the position _account just read
         self.wal_peak_bytes = max(self.wal_peak_bytes, size)
         if size >= self._next_checkpoint:
             if not self.checkpoint(conn, "RESTART"):  # a reader held on: try again a quarter further on

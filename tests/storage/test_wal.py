@@ -165,3 +165,29 @@ def test_messages_left_unindexed_by_a_crash_are_indexed_on_open(tmp_path):
         assert db.delete_session("s")
         assert db.search_messages("quokka") == []
         assert db.read(lambda c: c.execute("PRAGMA integrity_check").fetchone()[0]) == "ok"
+
+
+def test_a_new_database_gets_small_pages_and_an_existing_one_keeps_its_own(tmp_path):
+    from gateway.storage.connect import PAGE_SIZE
+
+    new = tmp_path / "new.db"
+    db = SessionDB(new)
+    db.create_session("s", "local")
+    db.append_message("s", "user", TEXT.format(i=1))
+    assert db.read(lambda c: c.execute("PRAGMA page_size").fetchone()[0]) == PAGE_SIZE
+    db.close()
+
+    # a database made before (4096-byte pages, WAL, with data) opens, keeps its pages and works
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE kept (x)")
+    conn.close()
+    db = SessionDB(old)
+    db.create_session("s", "local")
+    db.append_message("s", "user", TEXT.format(i=2))
+    assert db.read(lambda c: c.execute("PRAGMA page_size").fetchone()[0]) == 4096
+    assert [m["content"] for m in db.get_messages("s")] == [TEXT.format(i=2)]
+    assert db.search_messages("docker")
+    db.close()

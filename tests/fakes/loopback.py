@@ -1,5 +1,5 @@
 """Plumbing the fake servers share: serving an aiohttp app on 127.0.0.1 (the only address tests
-may use), and polling for a condition the fake records.
+may use), and polling for a condition the fake records (`wait_until`, or `wait_until_blocking` outside a loop).
 
     self._served = await serve(app)          # any free port
     self._served.url                         # "http://127.0.0.1:<port>"
@@ -49,6 +49,20 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise error(f"condition not met within {timeout}s")
         await asyncio.sleep(0.01)
+
+
+def wait_until_blocking(
+    predicate: Callable[[], Any], timeout: float = 5.0, error: type[Exception] = AssertionError
+) -> Any:
+    """`wait_until` for a test that is not async (a condition another thread or process makes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise error(f"condition not met within {timeout}s")
+        time.sleep(0.01)
 
 
 def free_port() -> int:

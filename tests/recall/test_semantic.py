@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -14,6 +13,7 @@ from gateway.recall import semantic
 from gateway.recall.index import BackgroundIndexer, backfill, index_step, stats
 from gateway.recall.rank import find_sessions
 from gateway.storage import vectors
+from tests.fakes.loopback import wait_until_blocking
 from tests.fakes.openai_server import FakeOpenAI, hashed_embedding
 
 # a tiny "model" that knows a few synonyms: each concept is one dimension
@@ -191,10 +191,7 @@ def test_the_background_indexer_embeds_what_is_committed(db, endpoint):
     indexer.start()
     try:
         add(db, "a", ["car one", "car two", "car three"])
-        deadline = time.monotonic() + 20
-        while stats(db, embedder.model)["backlog"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert stats(db, embedder.model)["backlog"] == 0
+        wait_until_blocking(lambda: stats(db, embedder.model)["backlog"] == 0, 20)
         assert len(windows(db, embedder.model)) == 1
     finally:
         indexer.stop()

@@ -12,6 +12,7 @@ import time
 
 from gateway.db import SessionDB
 from gateway.storage.connect import connect
+from tests.fakes.loopback import wait_until_blocking
 
 CHECKPOINT = 128 * 1024
 TEXT = "a message about docker timeout and 部署 /srv/app-{i} " * 4
@@ -19,15 +20,6 @@ TEXT = "a message about docker timeout and 部署 /srv/app-{i} " * 4
 
 def wal_size(path) -> int:
     return os.path.getsize(str(path) + "-wal") if os.path.exists(str(path) + "-wal") else 0
-
-
-def wait_until(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 def one_batch_bound(db: SessionDB) -> int:
@@ -47,7 +39,7 @@ def test_wal_stays_bounded_under_sequential_appends_and_is_cut_back_when_idle(tm
         assert stats["wal_written_bytes"] > 4 * CHECKPOINT  # the log really was filled several times over
         assert stats["checkpoints"] >= 3
         assert peak <= one_batch_bound(db), peak
-        assert wait_until(lambda: wal_size(path) == 0), wal_size(path)  # idle: truncated
+        assert wait_until_blocking(lambda: wal_size(path) == 0, 10), wal_size(path)  # idle: truncated
         assert db.count_messages() == 600
         assert len(db.search_messages("部署", limit=1000)) == 600  # every message indexed
 
@@ -83,7 +75,7 @@ def test_wal_stays_bounded_with_many_chats_at_once(tmp_path):
             sampler.join()
         assert db.wal_stats()["wal_written_bytes"] > 4 * CHECKPOINT
         assert peak <= one_batch_bound(db), peak
-        assert wait_until(lambda: wal_size(path) == 0)
+        assert wait_until_blocking(lambda: wal_size(path) == 0, 10)
         assert db.count_messages() == 1000
 
 
@@ -118,7 +110,7 @@ def test_an_open_reader_does_not_pin_the_wal(tmp_path):
                 peak = max(peak, wal_size(path))
             assert db.wal_stats()["checkpoints"] > before
             assert peak <= one_batch_bound(db), peak
-            assert wait_until(lambda: wal_size(path) == 0)
+            assert wait_until_blocking(lambda: wal_size(path) == 0, 10)
         finally:
             release.set()
             thread.join()
@@ -143,7 +135,7 @@ def test_a_reader_holding_a_snapshot_delays_the_checkpoint_but_not_the_writes(tm
         finally:
             holder.execute("COMMIT")
             holder.close()
-        assert wait_until(lambda: wal_size(path) == 0)
+        assert wait_until_blocking(lambda: wal_size(path) == 0, 10)
         assert db.count_messages() == 301
 
 

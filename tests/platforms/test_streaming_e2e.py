@@ -202,3 +202,18 @@ async def test_a_stopped_streamed_answer_keeps_what_was_shown_and_stores_no_answ
     partial = fake.sent(42)[0]["text"]
     assert partial and ANSWER.replace("**", "").startswith(partial.rstrip()) and partial != ANSWER.replace("**", "")
     assert assistant_messages(tg) == []  # only a finished answer is stored
+
+
+async def test_a_model_error_mid_stream_keeps_what_was_shown_and_says_what_went_wrong(tg):
+    fake = tg.telegram
+    resume = asyncio.Event()
+    tg.llm.push(Reply(text=ANSWER[:80], pause_after=60, resume=resume, stream_error="the model server overloaded"))
+    fake.push_message(fake.private_chat(ANN), ANN, "where is the deploy script?")
+    await asyncio.wait_for(tg.llm.paused.wait(), 8)
+    await fake.wait_for(lambda: fake.sent(42), 8)
+    resume.set()
+    await fake.wait_for(lambda: "overloaded" in fake.sent(42)[-1]["text"], 8)
+    await asyncio.wait_for(tg.runner.drain(), 8)
+    [message] = fake.sent(42)  # the same message: the text so far, then the apology under it
+    assert message["text"].startswith(ANSWER[:60].replace("**", "")) and "overloaded" in message["text"]
+    assert assistant_messages(tg) == []  # no answer was finished: nothing is stored as one

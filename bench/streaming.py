@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import logging
+import multiprocessing
 import statistics
 import tempfile
 import time
 import uuid
 from collections import Counter
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -46,7 +49,7 @@ from platforms.telegram.adapter import TelegramAdapter
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.gateway_harness import build_store, make_config
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 
 TEXT = (
@@ -269,47 +272,91 @@ async def sdk_chunks(client: Any, kwargs: dict[str, Any], on_delta: OnDelta) -> 
     return Completion(message, prompt_tokens, completion_tokens, finish)
 
 
+ANSWER = "Done. " + "The answer is short and written in one go. " * 3  # 37 SSE chunks of 4 characters
+
+
+class FixedModel(FakeOpenAI):
+    """The fake model answering every request with ANSWER (nothing to queue from another process)."""
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        return Reply(text=ANSWER)
+
+
+def _serve_model(conn: Connection, chunk_size: int) -> None:
+    """Child process: serve FixedModel on 127.0.0.1, send its base URL, stop when told."""
+
+    async def serve() -> None:
+        async with FixedModel() as llm:
+            llm.chunk_size = chunk_size
+            conn.send(llm.base_url)
+            await asyncio.to_thread(conn.recv)
+
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    asyncio.run(serve())
+
+
+@contextlib.asynccontextmanager
+async def model_at(chunk_size: int, own_process: bool) -> AsyncIterator[str]:
+    """The base URL of a FixedModel streaming `chunk_size`-character chunks: in a process of its own
+    (a model is another machine; its serving cost, ~15 us a chunk, is not the gateway's), or here."""
+    if not own_process:
+        async with FixedModel() as llm:
+            llm.chunk_size = chunk_size
+            yield llm.base_url
+        return
+    spawn = multiprocessing.get_context("spawn")
+    ours, theirs = spawn.Pipe()
+    child = spawn.Process(target=_serve_model, args=(theirs, chunk_size), daemon=True)
+    child.start()
+    try:
+        if not await asyncio.to_thread(ours.poll, 60):
+            raise RuntimeError("the model process did not start")
+        yield ours.recv()
+    finally:
+        ours.send("stop")
+        await asyncio.to_thread(child.join, 10)
+        if child.is_alive():
+            child.terminate()
+
+
 async def throughput(
-    streaming: bool, chats: int, chunk_size: int = 4, sdk_reader: bool = False
+    streaming: bool, chats: int, model_url: str, sdk_reader: bool = False
 ) -> tuple[float, float, Counter[str]]:
-    """Turns per second for `chats` short answers at once, CPU ms per turn (the whole process: the
-    fakes too, the same in every mode) and the platform calls made meanwhile."""
+    """Turns per second for `chats` short answers at once, CPU ms per turn (this process: the
+    gateway and the platform fake, the same fake in every mode) and the platform calls made."""
     own_reader = agent.llm._complete_streaming
     if sdk_reader:
         agent.llm._complete_streaming = sdk_chunks  # the baseline only, for this round
     try:
-        return await _throughput(streaming, chats, chunk_size)
+        return await _throughput(streaming, chats, model_url)
     finally:
         agent.llm._complete_streaming = own_reader
 
 
-async def _throughput(streaming: bool, chats: int, chunk_size: int) -> tuple[float, float, Counter[str]]:
+async def _throughput(streaming: bool, chats: int, model_url: str) -> tuple[float, float, Counter[str]]:
     fake = await FakeTelegram().start()
     section = {"token": fake.token, "base_url": fake.base_url, "poll_timeout": 1, "allowed_users": ["*"]}
+    model = {"base_url": model_url, "api_key": "k", "name": "fake-model", "timeout_seconds": 30}
     with tempfile.TemporaryDirectory() as tmp:
-        async with FakeOpenAI() as llm:
-            llm.chunk_size = chunk_size
-            config = make_config(Path(tmp) / "home", llm, {"telegram": section})
-            db = SessionDB(config.db_path)
-            runner = build_runner(config, db, build_store(config, db), [TelegramAdapter(section)])
-            runner.outbound.streaming["telegram"] = streaming
-            await runner.start()
-            try:
-                await asyncio.sleep(0.3)
-                for i in range(chats):
-                    llm.push("Done. " + "The answer is short and written in one go. " * 3)
-                before = len(fake.calls)
-                began, cpu = time.monotonic(), time.process_time()
-                for i in range(chats):
-                    user = FakeTelegram.user(1000 + i, f"u{i}")
-                    fake.push_message(fake.private_chat(user), user, "go")
-                await until(lambda: len({c.params.get("chat_id") for c in fake.calls_to("sendMessage")}) >= chats, 60)
-                await asyncio.wait_for(runner.drain(), 60)
-                elapsed, cpu = time.monotonic() - began, time.process_time() - cpu
-                calls = Counter(c.method for c in fake.calls[before:] if c.method != "getUpdates")
-            finally:
-                await runner.stop(timeout=5)
-                db.close()
+        config = make_config(Path(tmp) / "home", None, {"telegram": section}, model=model)
+        db = SessionDB(config.db_path)
+        runner = build_runner(config, db, build_store(config, db), [TelegramAdapter(section)])
+        runner.outbound.streaming["telegram"] = streaming
+        await runner.start()
+        try:
+            await asyncio.sleep(0.3)
+            before = len(fake.calls)
+            began, cpu = time.monotonic(), time.process_time()
+            for i in range(chats):
+                user = FakeTelegram.user(1000 + i, f"u{i}")
+                fake.push_message(fake.private_chat(user), user, "go")
+            await until(lambda: len({c.params.get("chat_id") for c in fake.calls_to("sendMessage")}) >= chats, 60)
+            await asyncio.wait_for(runner.drain(), 60)
+            elapsed, cpu = time.monotonic() - began, time.process_time() - cpu
+            calls = Counter(c.method for c in fake.calls[before:] if c.method != "getUpdates")
+        finally:
+            await runner.stop(timeout=5)
+            db.close()
     await fake.stop()
     return chats / elapsed, cpu * 1000 / chats, calls
 
@@ -332,7 +379,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"{factory.name:9} {'on' if streaming else 'off':6} "
                 f"{p(r['visible'], 0.5):10.2f} / {p(r['visible'], 0.99):.2f}   {after:>22} {p(r['done'], 0.5):9.2f}"
             )
-    modes = {
+    modes = {  # (streaming, chunk size, the SDK's typed reader)
         "on": (True, 4, False),
         "on, SDK chunks": (True, 4, True),
         "on, one chunk": (True, 1_000_000, False),
@@ -341,18 +388,20 @@ async def main_async(args: argparse.Namespace) -> None:
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
     cpus: dict[str, list[float]] = {mode: [] for mode in modes}
     calls: dict[str, Counter[str]] = {mode: Counter() for mode in modes}
-    for _round in range(args.rounds):  # interleaved, so a busy moment of the machine hits every mode
-        for mode, (streaming, chunk_size, sdk_reader) in modes.items():
-            rate, cpu, made = await throughput(streaming, args.chats, chunk_size, sdk_reader)
-            rates[mode].append(rate)
-            cpus[mode].append(cpu)
-            calls[mode] += made
+    async with contextlib.AsyncExitStack() as models:
+        urls = {size: await models.enter_async_context(model_at(size, not args.model_here)) for size in (4, 1_000_000)}
+        for _round in range(args.rounds):  # interleaved, so a busy moment of the machine hits every mode
+            for mode, (streaming, chunk_size, sdk_reader) in modes.items():
+                rate, cpu, made = await throughput(streaming, args.chats, urls[chunk_size], sdk_reader)
+                rates[mode].append(rate)
+                cpus[mode].append(cpu)
+                calls[mode] += made
     off, off_cpu = statistics.median(rates["off"]), statistics.median(cpus["off"])
-    print(f"throughput, {args.chats} chats at once (telegram fake), median of {args.rounds} rounds:")
+    where = "in this process" if args.model_here else "in its own process"
+    print(f"throughput, {args.chats} chats at once (telegram fake; the model {where}), median of {args.rounds} rounds:")
     for mode in modes:
-        rate = statistics.median(rates[mode])
+        rate, cpu = statistics.median(rates[mode]), statistics.median(cpus[mode])
         shown = ", ".join(f"{n / args.rounds:.1f} {method}" for method, n in sorted(calls[mode].items()))
-        cpu = statistics.median(cpus[mode])
         print(
             f"  {mode:15} {rate:6.1f} turns/s ({rate / off:.2f}x of off)  {cpu:5.2f} CPU ms/turn "
             f"({cpu / off_cpu:.2f}x)   calls per round: {shown}"
@@ -365,6 +414,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model-here", action="store_true", help="throughput: the model in this process")
     logging.basicConfig(level=logging.ERROR)
     # a fake's request cut off as the gateway stops (a long poll) is no finding of this benchmark
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)

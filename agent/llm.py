@@ -16,8 +16,9 @@ does with the body is kept: `[DONE]` ends it (the rest of the body is drained, s
 connection is reused); an event carrying `error` raises `openai.APIError` with the error's message
 (or "An error occurred during streaming") after the text before it has been handed on; a read
 timeout is `APITimeoutError`, a dropped connection `APIConnectionError`. Beyond the SDK: an event
-that is not JSON is an `APIError` naming it (the SDK let a JSONDecodeError through), and only
-choice 0 is the answer.
+that is not JSON is an `APIError` naming it (the SDK let a JSONDecodeError through), only choice 0
+is the answer, and a server that ignores `stream` and answers one JSON completion is understood
+(the SDK's stream found no events in it: an empty answer).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any, AsyncGenerator, Awaitable, Callable, Mapping
 import anyio
 import httpx2
 import openai
+from openai.types.chat import ChatCompletion
 
 from agent.sse import Event, SSEDecoder
 
@@ -187,7 +189,11 @@ async def complete(
     if on_delta is not None:
         return await _complete_streaming(client, kwargs, on_delta)
 
-    response = await client.chat.completions.create(**kwargs)
+    return _from_completion(await client.chat.completions.create(**kwargs))
+
+
+def _from_completion(response: ChatCompletion) -> Completion:
+    """A Completion from the SDK's chat.completion object."""
     if not response.choices:
         raise EmptyCompletion("the model returned no choices")
     choice = response.choices[0]
@@ -199,10 +205,10 @@ async def complete(
             {
                 "id": c.id or f"call_{i}",
                 "type": "function",
-                "function": {"name": c.function.name, "arguments": c.function.arguments or ""},
+                "function": {"name": function.name, "arguments": function.arguments or ""},
             }
             for i, c in enumerate(raw.tool_calls)
-            if getattr(c, "function", None) is not None
+            if (function := getattr(c, "function", None)) is not None  # custom (non-function) calls are not ours
         ]
     reasoning = _extra_field(raw, "reasoning_content") or _extra_field(raw, "reasoning")
     if reasoning:
@@ -235,6 +241,17 @@ async def _complete_streaming(client: openai.AsyncOpenAI, kwargs: dict[str, Any]
     )
     async with request as response:
         http = response.http_response
+        if "json" in http.headers.get("content-type", "") and "event-stream" not in http.headers["content-type"]:
+            # a compatible server that ignores `stream` answers with one whole chat.completion
+            body = await response.json()
+            if not isinstance(body, dict):
+                raise openai.APIError(
+                    "the model answered with JSON that is not a chat completion", http.request, body=body
+                )
+            completion = _from_completion(ChatCompletion.construct(**body))
+            if completion.text:
+                await on_delta(completion.text)
+            return completion
         chunks = http.aiter_bytes()
         try:
             await _read(chunks, http.request, reply, on_delta)

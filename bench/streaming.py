@@ -17,6 +17,9 @@ chunks, read by agent.llm's own event-stream reader), "on, SDK chunks" (the same
 the SDK's typed iterator, a pydantic `ChatCompletionChunk` per chunk, as agent.llm did before: the
 baseline of that change, measured in the same run, `sdk_chunks` below, never a setting), "on, one
 chunk" (the whole answer in one SSE chunk: the gateway's streaming machinery alone) and "off".
+Beside turns/s, this process's CPU ms per turn. The model answering these turns runs in a process
+of its own: a model is another machine, and its serving cost per chunk (json and a socket write,
+~15 us) is not the gateway's; `--model-here` serves it from this process, where that is counted too.
 """
 
 from __future__ import annotations

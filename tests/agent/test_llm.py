@@ -311,3 +311,10 @@ async def test_streamed_calls_reuse_one_connection():
             await complete(client, s, [{"role": "user", "content": "x"}], on_delta=on_delta)
         await client.close()
     assert fake.peers[0] == fake.peers[1]  # the body was read to its end: the connection went back to the pool
+
+
+async def test_a_server_that_ignores_stream_and_answers_json_is_understood():
+    async with FakeOpenAI() as fake:
+        pieces, exc, result = await stream_once(fake, Reply(text="all at once", ignore_stream=True, usage=(3, 2)))
+    assert exc is None and pieces == ["all at once"] and fake.requests[0]["stream"] is True
+    assert result.text == "all at once" and (result.prompt_tokens, result.completion_tokens) == (3, 2)  # type: ignore[attr-defined]

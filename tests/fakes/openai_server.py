@@ -27,7 +27,8 @@ seconds to write; `Reply.pause_after=n` with `Reply.resume` (an asyncio.Event) s
 its first n characters until the event is set (`await fake.paused.wait()` says it got there).
 A stream can go wrong after its text: `Reply.stream_error` sends an error event (`data: {"error":
 {...}}`, as OpenAI does when a request fails mid-stream) and ends; `Reply.stream_cut` drops the
-connection instead, with no `[DONE]`; `Reply.stream_raw` is sent as-is in place of the chunks.
+connection instead, with no `[DONE]`; `Reply.stream_raw` is sent as-is in place of the chunks;
+`Reply.ignore_stream` answers one JSON completion as some compatible servers do.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class Reply:
     stream_error: str | dict[str, Any] | None = None  # an error event after the text (dict sent as-is)
     stream_cut: bool = False  # the connection drops after the text: no finish, no [DONE]
     stream_raw: bytes | None = None  # a raw event-stream body, sent in place of the chunks
+    ignore_stream: bool = False  # answer one JSON completion even when a stream was asked for
 
 
 Script = Union[Reply, str, Callable[[dict[str, Any]], Any]]
@@ -263,7 +265,7 @@ class FakeOpenAI:
                 }
             )
             return web.json_response({"error": error}, status=reply.status, headers=reply.headers)
-        if body.get("stream"):
+        if body.get("stream") and not reply.ignore_stream:
             return await self._stream(request, body, reply)
         return web.json_response(self._completion(body, reply), headers=reply.headers)
 

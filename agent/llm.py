@@ -13,8 +13,8 @@ SDK's exceptions) and hands back the response unread; the event-stream body is t
 would build a pydantic `ChatCompletionChunk` per event, ~64 us each: measured in one run of
 bench/streaming.py (20 quick answers at once in 4-character chunks), a streamed turn cost 1.37-1.69x
 the CPU of an unstreamed one through the SDK's chunks and 0.99-1.21x through this reader (0.74x vs
-1.05x the throughput). It is still the SDK's streaming API, only not its typed iterator. What the SDK's stream
-does with the body is kept: `[DONE]` ends it (the rest of the body is drained, so the HTTP/1.1
+1.05x the throughput). It is still the SDK's streaming API, only not its typed iterator.
+What the SDK's stream does with the body is kept: `[DONE]` ends it (the rest of the body is drained, so the HTTP/1.1
 connection is reused); an event carrying `error` raises `openai.APIError` with the error's message
 (or "An error occurred during streaming") after the text before it has been handed on; a read
 timeout is `APITimeoutError`, a dropped connection `APIConnectionError`. Beyond the SDK: an event

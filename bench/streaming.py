@@ -11,30 +11,38 @@ takes `--seconds` to stream (SSE, a chunk every few ms). Per platform and mode, 
   the platform's first-send rule: a sentence, or 1 s of text);
 - done: from the message to the last model chunk.
 Then throughput: `--chats` chats at once, each one short answer (no delay), on the Telegram fake,
-turns per second with streaming on and off, the median of `--rounds` interleaved rounds (one round
-takes ~0.2 s, so a single one is mostly noise), with the platform calls each mode made. A third row
-streams the same answer as one SSE chunk: it separates the gateway's streaming machinery (reply
-feed, edited reply, its writer task) from the per-chunk cost of a 4-character-chunk stream, which a
-profile puts almost wholly in the `openai` SDK (it builds a pydantic `ChatCompletionChunk` per
-chunk, ~64 us each, against ~2.4 us of the gateway's own per-chunk work).
+turns per second per mode, the median of `--rounds` interleaved rounds (one round takes ~0.2 s, so
+a single one is mostly noise), with the platform calls each mode made. Modes: "on" (4-character SSE
+chunks, read by agent.llm's own event-stream reader), "on, SDK chunks" (the same stream read through
+the SDK's typed iterator, a pydantic `ChatCompletionChunk` per chunk, as agent.llm did before: the
+baseline of that change, measured in the same run, `sdk_chunks` below, never a setting), "on, one
+chunk" (the whole answer in one SSE chunk: the gateway's streaming machinery alone) and "off".
+Beside turns/s, this process's CPU ms per turn. The model answering these turns runs in a process
+of its own: a model is another machine, and its serving cost per chunk (json and a socket write,
+~15 us) is not the gateway's; `--model-here` serves it from this process, where that is counted too.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import logging
+import multiprocessing
 import statistics
 import tempfile
 import time
 import uuid
 from collections import Counter
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from aiohttp import web
 
+import agent.llm
+from agent.llm import Completion, OnDelta
 from gateway.db import SessionDB
 from gateway.service.app import build_runner
 from platforms.discord.adapter import DiscordAdapter
@@ -44,7 +52,7 @@ from platforms.telegram.adapter import TelegramAdapter
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.gateway_harness import build_store, make_config
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 
 TEXT = (
@@ -230,36 +238,130 @@ async def measure(platform: Platform, streaming: bool, args: argparse.Namespace)
     return out
 
 
-async def throughput(streaming: bool, chats: int, chunk_size: int = 4) -> tuple[float, Counter[str]]:
-    """Turns per second for `chats` short answers at once, and the platform calls made meanwhile."""
+async def sdk_chunks(client: Any, kwargs: dict[str, Any], on_delta: OnDelta) -> Completion:
+    """The baseline reader: the SDK's typed stream, one pydantic chunk object per SSE event (what
+    agent.llm._complete_streaming did before it read the events itself); the same Completion."""
+    stream = await client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True})
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish, prompt_tokens, completion_tokens = None, 0, 0
+    try:
+        async for chunk in stream:
+            if chunk.usage:
+                prompt_tokens, completion_tokens = chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
+            for choice in chunk.choices:
+                finish = choice.finish_reason or finish
+                if choice.delta.content:
+                    text.append(choice.delta.content)
+                    await on_delta(choice.delta.content)
+                for call in choice.delta.tool_calls or []:
+                    slot = calls.setdefault(call.index, {"id": None, "name": "", "arguments": ""})
+                    slot["id"] = call.id or slot["id"]
+                    if call.function is not None:
+                        slot["name"] += call.function.name or ""
+                        slot["arguments"] += call.function.arguments or ""
+    finally:
+        await stream.close()
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c["id"] or f"call_{i}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for i, c in sorted(calls.items())
+        ]
+    return Completion(message, prompt_tokens, completion_tokens, finish)
+
+
+ANSWER = "Done. " + "The answer is short and written in one go. " * 3  # 37 SSE chunks of 4 characters
+
+
+class FixedModel(FakeOpenAI):
+    """The fake model answering every request with ANSWER (nothing to queue from another process)."""
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        return Reply(text=ANSWER)
+
+
+def _serve_model(conn: Connection, chunk_size: int) -> None:
+    """Child process: serve FixedModel on 127.0.0.1, send its base URL, stop when told."""
+
+    async def serve() -> None:
+        async with FixedModel() as llm:
+            llm.chunk_size = chunk_size
+            conn.send(llm.base_url)
+            await asyncio.to_thread(conn.recv)
+
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    asyncio.run(serve())
+
+
+@contextlib.asynccontextmanager
+async def model_at(chunk_size: int, own_process: bool) -> AsyncIterator[str]:
+    """The base URL of a FixedModel streaming `chunk_size`-character chunks: in a process of its own
+    (a model is another machine; its serving cost, ~15 us a chunk, is not the gateway's), or here."""
+    if not own_process:
+        async with FixedModel() as llm:
+            llm.chunk_size = chunk_size
+            yield llm.base_url
+        return
+    spawn = multiprocessing.get_context("spawn")
+    ours, theirs = spawn.Pipe()
+    child = spawn.Process(target=_serve_model, args=(theirs, chunk_size), daemon=True)
+    child.start()
+    try:
+        if not await asyncio.to_thread(ours.poll, 60):
+            raise RuntimeError("the model process did not start")
+        yield ours.recv()
+    finally:
+        ours.send("stop")
+        await asyncio.to_thread(child.join, 10)
+        if child.is_alive():
+            child.terminate()
+
+
+async def throughput(
+    streaming: bool, chats: int, model_url: str, sdk_reader: bool = False
+) -> tuple[float, float, Counter[str]]:
+    """Turns per second for `chats` short answers at once, CPU ms per turn (this process: the
+    gateway and the platform fake, the same fake in every mode) and the platform calls made."""
+    own_reader = agent.llm._complete_streaming
+    if sdk_reader:
+        agent.llm._complete_streaming = sdk_chunks  # the baseline only, for this round
+    try:
+        return await _throughput(streaming, chats, model_url)
+    finally:
+        agent.llm._complete_streaming = own_reader
+
+
+async def _throughput(streaming: bool, chats: int, model_url: str) -> tuple[float, float, Counter[str]]:
     fake = await FakeTelegram().start()
     section = {"token": fake.token, "base_url": fake.base_url, "poll_timeout": 1, "allowed_users": ["*"]}
+    model = {"base_url": model_url, "api_key": "k", "name": "fake-model", "timeout_seconds": 30}
     with tempfile.TemporaryDirectory() as tmp:
-        async with FakeOpenAI() as llm:
-            llm.chunk_size = chunk_size
-            config = make_config(Path(tmp) / "home", llm, {"telegram": section})
-            db = SessionDB(config.db_path)
-            runner = build_runner(config, db, build_store(config, db), [TelegramAdapter(section)])
-            runner.outbound.streaming["telegram"] = streaming
-            await runner.start()
-            try:
-                await asyncio.sleep(0.3)
-                for i in range(chats):
-                    llm.push("Done. " + "The answer is short and written in one go. " * 3)
-                before = len(fake.calls)
-                began = time.monotonic()
-                for i in range(chats):
-                    user = FakeTelegram.user(1000 + i, f"u{i}")
-                    fake.push_message(fake.private_chat(user), user, "go")
-                await until(lambda: len({c.params.get("chat_id") for c in fake.calls_to("sendMessage")}) >= chats, 60)
-                await asyncio.wait_for(runner.drain(), 60)
-                elapsed = time.monotonic() - began
-                calls = Counter(c.method for c in fake.calls[before:] if c.method != "getUpdates")
-            finally:
-                await runner.stop(timeout=5)
-                db.close()
+        config = make_config(Path(tmp) / "home", None, {"telegram": section}, model=model)
+        db = SessionDB(config.db_path)
+        runner = build_runner(config, db, build_store(config, db), [TelegramAdapter(section)])
+        runner.outbound.streaming["telegram"] = streaming
+        await runner.start()
+        try:
+            await asyncio.sleep(0.3)
+            before = len(fake.calls)
+            began, cpu = time.monotonic(), time.process_time()
+            for i in range(chats):
+                user = FakeTelegram.user(1000 + i, f"u{i}")
+                fake.push_message(fake.private_chat(user), user, "go")
+            await until(lambda: len({c.params.get("chat_id") for c in fake.calls_to("sendMessage")}) >= chats, 60)
+            await asyncio.wait_for(runner.drain(), 60)
+            elapsed, cpu = time.monotonic() - began, time.process_time() - cpu
+            calls = Counter(c.method for c in fake.calls[before:] if c.method != "getUpdates")
+        finally:
+            await runner.stop(timeout=5)
+            db.close()
     await fake.stop()
-    return chats / elapsed, calls
+    return chats / elapsed, cpu * 1000 / chats, calls
 
 
 def p(values: list[float], q: float) -> float:
@@ -280,20 +382,33 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"{factory.name:9} {'on' if streaming else 'off':6} "
                 f"{p(r['visible'], 0.5):10.2f} / {p(r['visible'], 0.99):.2f}   {after:>22} {p(r['done'], 0.5):9.2f}"
             )
-    modes = {"on": (True, 4), "on, one chunk": (True, 1_000_000), "off": (False, 4)}
+    modes = {  # (streaming, chunk size, the SDK's typed reader)
+        "on": (True, 4, False),
+        "on, SDK chunks": (True, 4, True),
+        "on, one chunk": (True, 1_000_000, False),
+        "off": (False, 4, False),
+    }
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
+    cpus: dict[str, list[float]] = {mode: [] for mode in modes}
     calls: dict[str, Counter[str]] = {mode: Counter() for mode in modes}
-    for _round in range(args.rounds):  # interleaved, so a busy moment of the machine hits every mode
-        for mode, (streaming, chunk_size) in modes.items():
-            rate, made = await throughput(streaming, args.chats, chunk_size)
-            rates[mode].append(rate)
-            calls[mode] += made
-    off = statistics.median(rates["off"])
-    print(f"throughput, {args.chats} chats at once (telegram fake), median of {args.rounds} rounds:")
+    async with contextlib.AsyncExitStack() as models:
+        urls = {size: await models.enter_async_context(model_at(size, not args.model_here)) for size in (4, 1_000_000)}
+        for _round in range(args.rounds):  # interleaved, so a busy moment of the machine hits every mode
+            for mode, (streaming, chunk_size, sdk_reader) in modes.items():
+                rate, cpu, made = await throughput(streaming, args.chats, urls[chunk_size], sdk_reader)
+                rates[mode].append(rate)
+                cpus[mode].append(cpu)
+                calls[mode] += made
+    off, off_cpu = statistics.median(rates["off"]), statistics.median(cpus["off"])
+    where = "in this process" if args.model_here else "in its own process"
+    print(f"throughput, {args.chats} chats at once (telegram fake; the model {where}), median of {args.rounds} rounds:")
     for mode in modes:
-        rate = statistics.median(rates[mode])
+        rate, cpu = statistics.median(rates[mode]), statistics.median(cpus[mode])
         shown = ", ".join(f"{n / args.rounds:.1f} {method}" for method, n in sorted(calls[mode].items()))
-        print(f"  {mode:14} {rate:6.1f} turns/s ({rate / off:.2f}x of off)   calls per round: {shown}")
+        print(
+            f"  {mode:15} {rate:6.1f} turns/s ({rate / off:.2f}x of off)  {cpu:5.2f} CPU ms/turn "
+            f"({cpu / off_cpu:.2f}x)   calls per round: {shown}"
+        )
 
 
 def main() -> None:
@@ -302,7 +417,10 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model-here", action="store_true", help="throughput: the model in this process")
     logging.basicConfig(level=logging.ERROR)
+    # a fake's request cut off as the gateway stops (a long poll) is no finding of this benchmark
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     asyncio.run(main_async(parser.parse_args()))
 
 

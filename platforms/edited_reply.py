@@ -116,7 +116,9 @@ class EditedReply(ReplyStream):
         if writer is not None:
             self._dirty.set()
             try:
-                await writer  # it finishes the call it is making; never two calls at once
+                # it finishes the call it is making (never two calls at once); shielded, so a cancel
+                # of ours stops us here instead of being spent on the writer and then swallowed
+                await asyncio.shield(writer)
             except asyncio.CancelledError:
                 if not writer.cancelled():
                     raise

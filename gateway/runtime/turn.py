@@ -13,8 +13,9 @@ and tested, on its own; the factory is seen through the `AgentFactory` Protocol 
 
 Streaming (`begin_reply` gives a ReplyStream for the message, or None): the model's text goes to the
 reply as it is written (gateway.runtime.reply_feed), the typing hint stops once text is visible, and
-the final text replaces it. A stopped or failed turn leaves what was shown; only the final answer
-is stored, as without streaming.
+the final text replaces it. A stopped or failed turn leaves what was shown (a model error mid-answer
+puts the apology under the text so far, rather than in its place); only the final answer is
+stored, as without streaming.
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ class TurnRunner:
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:
             await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
-        await self._reply(msg, stream, committed, result.text or "(no reply)", answered)
+        await self._reply(msg, stream, committed, result.text or "(no reply)", answered, result.error is not None)
         if result.error is None and self._near_window(session_agent.agent.system_prompt, history + result.messages):
             notice = await self.compress(msg, session_id, auto=True)
             if notice:
@@ -290,13 +291,15 @@ class TurnRunner:
         committed: dict[str, Any],
         text: str,
         answered: list[InboundMessage],
+        failed: bool = False,
     ) -> None:
         """Deliver the turn's reply: the outbox row committed with the answer, or (an apology, no
-        model) one committed now; a streamed reply is finished in place and then recorded as sent.
-        Shielded: a cancel must not cut a reply between its parts."""
+        model) one committed now; a streamed reply is finished in place and then recorded as sent
+        (`failed`: the text is an apology, shown under what was streamed). Shielded: a cancel must
+        not cut a reply between its parts."""
         if self.outbox is None:
             if stream is not None:
-                await self._finish(stream, msg, text)
+                await self._finish(stream, msg, text, failed)
             else:
                 await self.send(msg, text)
             return
@@ -305,7 +308,7 @@ class TurnRunner:
         else:
             row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered")
         if stream is not None:
-            ids = await self._finish(stream, msg, text)
+            ids = await self._finish(stream, msg, text, failed)
             if ids is not None:
                 await self.db.aoutbox_record(row_id, len(ids), ids, True)
                 return
@@ -313,10 +316,13 @@ class TurnRunner:
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
         await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to))
 
-    async def _finish(self, stream: ReplyStream, msg: InboundMessage, text: str) -> list[str] | None:
-        """Show the final text in the streamed reply; its message ids, or None when it failed."""
+    async def _finish(
+        self, stream: ReplyStream, msg: InboundMessage, text: str, failed: bool = False
+    ) -> list[str] | None:
+        """Show the final text in the streamed reply (`failed`: keep what was shown, `text` under it);
+        its message ids, or None when it could not be shown."""
         try:
-            ids = await stream.finish(text)
+            ids = await (stream.fail(text) if failed else stream.finish(text))
         except asyncio.CancelledError:
             raise
         except Exception:  # as a failed send: logged, and the turn (already stored) stands

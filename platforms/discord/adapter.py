@@ -6,6 +6,12 @@ module turns its messages into `InboundMessage`s and adds what the contract asks
 reconnect-forever loop for the failures discord.py gives up on (bad token, missing intent, parser
 crashes), a liveness watchdog, and malformed events logged and skipped.
 
+A streamed reply's intermediate edit is the one call where discord.py's 429 handling (sleep the
+`retry_after`, then send the same, now stale, text again) is wrong: `_LIVE_EDIT` marks such an edit
+(a context variable, so only that request sees it), and the client's `http_trace` turns a 429 on it
+into `RateLimited` before discord.py sees the response. The reply's pacer then holds the channel
+and folds the text into its next edit; a final edit still goes through discord.py's own waiting.
+
 Chat types: DMs are "dm"; guild text channels "channel"; threads "thread" with chat_id = the
 parent channel and thread_id = the thread, so a thread is one session shared by its members.
 """
@@ -13,12 +19,15 @@ parent channel and thread_id = the thread, so a thread is one session shared by 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import re
 from collections import OrderedDict
+from types import SimpleNamespace
 from typing import Any, AsyncIterator, Mapping
 
+import aiohttp
 import discord
 import yarl
 
@@ -31,6 +40,7 @@ from platforms.base import (
     InboundMessage,
     MessageHandler,
     PlatformAdapter,
+    RateLimited,
     ReplyStream,
     Watchdog,
     cancel_and_wait,
@@ -65,6 +75,39 @@ class _LRU(OrderedDict):
         self.move_to_end(key)
         while len(self) > self.size:
             self.popitem(last=False)
+
+
+_LIVE_EDIT: contextvars.ContextVar[bool] = contextvars.ContextVar("discord_live_edit", default=False)
+
+
+def _live_edit_trace() -> aiohttp.TraceConfig:
+    """A 429 on a live edit raises `RateLimited` (module docstring) instead of discord.py's sleep."""
+
+    async def on_request_end(
+        _session: aiohttp.ClientSession, _context: SimpleNamespace, params: aiohttp.TraceRequestEndParams
+    ) -> None:
+        response = params.response
+        if response.status == 429 and _LIVE_EDIT.get():
+            raise RateLimited(await _retry_after(response), "discord edit")
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_end.append(on_request_end)
+    return trace
+
+
+async def _retry_after(response: aiohttp.ClientResponse) -> float:
+    """Seconds to wait: the body's exact `retry_after`, else the rate-limit headers, else 1."""
+    try:
+        body = await response.json(content_type=None)
+        return float(body["retry_after"])
+    except Exception:  # a proxy's page, a body without the field: the headers say it too
+        pass
+    for name in ("X-RateLimit-Reset-After", "Retry-After"):
+        try:
+            return float(response.headers[name])
+        except (KeyError, ValueError):
+            continue
+    return 1.0
 
 
 def _intents() -> discord.Intents:
@@ -196,6 +239,7 @@ class DiscordAdapter(PlatformAdapter):
                 guild_ready_timeout=self.guild_ready_timeout,
                 chunk_guilds_at_startup=False,
                 max_messages=None,  # referenced messages arrive inline; no cache needed
+                http_trace=_live_edit_trace(),
                 allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True),
             )
             _guard_parsers(client)
@@ -473,7 +517,11 @@ class DiscordAdapter(PlatformAdapter):
             return ids[0]
 
         async def edit_part(message_id: str, text: str, final: bool) -> None:
-            await self.edit(source, message_id, text)
+            live = _LIVE_EDIT.set(not final)
+            try:
+                await self.edit(source, message_id, text)
+            finally:
+                _LIVE_EDIT.reset(live)
 
         async def delete_part(message_id: str) -> None:
             await self._channel(source).get_partial_message(int(message_id)).delete()

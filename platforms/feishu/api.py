@@ -6,7 +6,10 @@ caches it). What the SDK does not do, this module adds:
 - a token Feishu reports as invalid/expired (codes 99991661/99991663/99991668) is dropped from
   the SDK's cache and the call retried once with a fresh one;
 - 429 / rate-limit code 99991400 waits for ``x-ogw-ratelimit-reset`` (or back-off), 5xx and
-  network errors back off; a few attempts, then a clear `FeishuApiError`;
+  network errors back off; a few attempts, then a clear `FeishuApiError`. A streamed reply's
+  intermediate card update asks for `flood_raises` instead: the 429 comes back at once as
+  `RateLimited`, so the reply's pacer holds and folds the text into its next update rather than
+  sleeping here with stale text (and holding up the final update behind it);
 - SDK calls are blocking (requests), so they run in a worker thread, never on the event loop.
 """
 
@@ -48,7 +51,7 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.exception import ObtainAccessTokenException
 from lark_oapi.core.token.manager import TokenManager
 
-from platforms.base import Backoff
+from platforms.base import Backoff, RateLimited
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +108,9 @@ class FeishuApi:
         # a token revoked earlier (secret rotated, server restart) must be fetched again.
         TokenManager.cache.set(f"self_tenant_token:{self.app_id}", "", 0)
 
-    async def call(self, what: str, do: Callable[[], Any]) -> Any:
-        """Run the blocking SDK call `do` (which builds a fresh request each time) with retries."""
+    async def call(self, what: str, do: Callable[[], Any], *, flood_raises: bool = False) -> Any:
+        """Run the blocking SDK call `do` (which builds a fresh request each time) with retries.
+        `flood_raises`: a rate limit raises `RateLimited` at once instead of being waited out."""
         backoff = Backoff(self.backoff_base, self.backoff_cap)
         refreshed = False
         last: FeishuApiError | None = None
@@ -133,6 +137,8 @@ class FeishuApi:
                 continue
             if status == 429 or code in RATE_LIMIT_CODES:
                 wait = _reset_after(resp) or backoff.next_delay()
+                if flood_raises:
+                    raise RateLimited(wait, f"feishu {what}")
                 log.warning("feishu %s: rate limited; waiting %.1fs", what, wait)
                 await asyncio.sleep(min(wait, self.backoff_cap))
                 continue
@@ -253,7 +259,7 @@ class FeishuApi:
 
         await self.call("edit", do)
 
-    async def patch_card_message(self, message_id: str, card: dict[str, Any]) -> None:
+    async def patch_card_message(self, message_id: str, card: dict[str, Any], *, flood_raises: bool = False) -> None:
         """Replace the card of an interactive message (the card must say update_multi)."""
         body = json.dumps(card, ensure_ascii=False)
 
@@ -266,7 +272,7 @@ class FeishuApi:
             )
             return self.client.im.v1.message.patch(req)
 
-        await self.call("card patch", do)
+        await self.call("card patch", do, flood_raises=flood_raises)
 
     # -- CardKit: a card entity, sent once, then updated by sequence number --------------------------
     async def create_card(self, card: dict[str, Any]) -> str:
@@ -283,7 +289,9 @@ class FeishuApi:
         resp = await self.call("card create", do)
         return resp.data.card_id
 
-    async def stream_card_text(self, card_id: str, element_id: str, text: str, sequence: int) -> None:
+    async def stream_card_text(
+        self, card_id: str, element_id: str, text: str, sequence: int, *, flood_raises: bool = False
+    ) -> None:
         """The whole text so far into a markdown element; Feishu types out what is new."""
 
         def do() -> Any:
@@ -302,7 +310,7 @@ class FeishuApi:
             )
             return self.client.cardkit.v1.card_element.content(req)
 
-        await self.call("card stream", do)
+        await self.call("card stream", do, flood_raises=flood_raises)
 
     async def update_card(self, card_id: str, card: dict[str, Any], sequence: int) -> None:
         data = json.dumps(card, ensure_ascii=False)

@@ -151,10 +151,10 @@ class FeishuCardReply(EditedReply):
             card[1] += 1  # every operation on a card entity carries a larger sequence number
             if final:
                 await api.update_card(card[0], card_json(text, streaming=False), card[1])
-            else:
-                await api.stream_card_text(card[0], ELEMENT_ID, text, card[1])
+            else:  # a 429 raises at once: the pacer holds, this text joins the next update
+                await api.stream_card_text(card[0], ELEMENT_ID, text, card[1], flood_raises=True)
         elif message_id in self._patched:
-            await api.patch_card_message(message_id, card_json(text, streaming=False))
+            await api.patch_card_message(message_id, card_json(text, streaming=False), flood_raises=not final)
         elif final:
             await self.adapter.edit(self.source, message_id, text)
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from agent.llm import ModelSettings, make_client
-from agent.loop import Agent
+from agent.loop import Agent, _rearming
 from agent.tools import Tool, ToolContext, ToolRegistry
 from gateway.source import SessionSource
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
@@ -126,3 +126,17 @@ async def test_a_stopped_turn_raises_cancelled_and_stores_no_partial_answer(fake
     resume.set()
     await agent.close()
     assert [m["role"] for m in messages] == ["user"] and "".join(stream.steps[0]).startswith("Half")
+
+
+async def test_each_piece_rearms_the_backstop_so_a_long_stream_is_not_cut_off():
+    stream, pieces_done = Stream(), False
+    await stream.step()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3) as backstop:
+            on_delta = _rearming(stream, backstop, 0.3)
+            for _ in range(8):  # 0.8 s of pieces against a 0.3 s backstop
+                await on_delta("x")
+                await asyncio.sleep(0.1)
+            pieces_done = True
+            await asyncio.sleep(1.0)  # the pieces stop: the backstop fires
+    assert pieces_done and "".join(stream.steps[0]) == "x" * 8

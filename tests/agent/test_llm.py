@@ -221,3 +221,100 @@ async def test_missing_tool_call_ids_are_filled_in():
         result = await complete(client, s, [{"role": "user", "content": "x"}])
         await client.close()
     assert [c["id"] for c in result.tool_calls] == ["call_0", "call_1"]
+
+
+# --- streaming: what can go wrong inside a stream ----------------------------------------------
+
+
+async def stream_once(fake: FakeOpenAI, reply: Reply) -> tuple[list[str], BaseException | None, object]:
+    """Stream one reply; the pieces seen, the exception raised (or None) and the Completion."""
+    fake.push(reply)
+    s = settings_for(fake, timeout=5)
+    client = make_client(s)
+    pieces: list[str] = []
+
+    async def on_delta(piece: str) -> None:
+        pieces.append(piece)
+
+    try:
+        result = await complete(client, s, [{"role": "user", "content": "x"}], on_delta=on_delta)
+        return pieces, None, result
+    except Exception as exc:
+        return pieces, exc, None
+    finally:
+        await client.close()
+
+
+async def test_an_error_event_mid_stream_is_a_clear_error_after_the_text_so_far():
+    async with FakeOpenAI() as fake:
+        pieces, exc, _ = await stream_once(fake, Reply(text="Half an answer", stream_error="the server overloaded"))
+    assert "".join(pieces) == "Half an answer"  # what was written before the error reached the person
+    assert isinstance(exc, openai.APIError) and exc.message == "the server overloaded"
+    assert exc.body == {"message": "the server overloaded", "type": "server_error", "code": None}
+    assert "the server overloaded" in describe_error(exc) and not is_transient(exc)
+
+
+async def test_an_error_event_without_a_message_still_says_what_happened():
+    async with FakeOpenAI() as fake:
+        _, exc, _ = await stream_once(fake, Reply(text="Hi", stream_error={"error": {"code": "boom"}}))
+    assert isinstance(exc, openai.APIError) and exc.message == "An error occurred during streaming"
+
+
+async def test_a_dropped_stream_is_a_connection_error_worth_a_retry():
+    async with FakeOpenAI() as fake:
+        pieces, exc, _ = await stream_once(fake, Reply(text="Half an answer", stream_cut=True))
+    assert isinstance(exc, openai.APIConnectionError) and is_transient(exc)
+    assert "Half an answer".startswith("".join(pieces))
+
+
+async def test_a_stream_event_that_is_not_json_is_a_clear_error():
+    raw = b'data: {"choices": [{"index": 0, "delta": {"content": "ok"}}]}\n\ndata: {not json\n\n'
+    async with FakeOpenAI() as fake:
+        pieces, exc, _ = await stream_once(fake, Reply(stream_raw=raw))
+    assert pieces == ["ok"]
+    assert isinstance(exc, openai.APIError) and "not JSON" in describe_error(exc)
+
+
+async def test_the_event_stream_format_crlf_comments_multiline_data_reasoning_and_choices():
+    def event(data: str) -> bytes:
+        return b"".join(b"data: " + line.encode() + b"\r\n" for line in data.split("\n")) + b"\r\n"
+
+    raw = b"".join(
+        [
+            b": keep-alive comment\r\n\r\n",
+            b"event: message\r\nid: 1\r\n" + event('{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}'),
+            event('{"choices": [{"index": 0, "delta": {"reasoning_content": "think"}}]}'),
+            event('{"choices": [{"index": 0, "delta": {"content": "h\\u00e9llo "}}]}'),
+            event('{"choices": [{"index": 1, "delta": {"content": "other choice"}}]}'),
+            event('{"choices":\n [{"index": 0, "delta": {"content": "world"}, "finish_reason": "stop"}]}'),
+            event('{"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}'),
+            b"data: [DONE]\r\n\r\n",
+        ]
+    )
+    async with FakeOpenAI() as fake:
+        pieces, exc, result = await stream_once(fake, Reply(stream_raw=raw))
+    assert exc is None and "".join(pieces) == "héllo world"
+    assert result.text == "héllo world" and result.message["reasoning"] == "think"  # type: ignore[attr-defined]
+    assert (result.prompt_tokens, result.completion_tokens, result.finish_reason) == (7, 2, "stop")  # type: ignore[attr-defined]
+
+
+async def test_streamed_calls_reuse_one_connection():
+    async with FakeOpenAI() as fake:
+        fake.push("one answer", "another answer")
+        s = settings_for(fake)
+        client = make_client(s)
+
+        async def on_delta(piece: str) -> None:
+            pass
+
+        for _ in range(2):
+            await complete(client, s, [{"role": "user", "content": "x"}], on_delta=on_delta)
+        await client.close()
+    assert fake.peers[0] == fake.peers[1]  # the body was read to its end: the connection went back to the pool
+
+
+async def test_a_server_that_ignores_stream_and_answers_json_is_understood():
+    async with FakeOpenAI() as fake:
+        pieces, exc, result = await stream_once(fake, Reply(text="all at once", ignore_stream=True, usage=(3, 2)))
+    assert exc is None and pieces == ["all at once"] and fake.requests[0]["stream"] is True
+    assert result.text == "all at once" and (result.prompt_tokens, result.completion_tokens) == (3, 2)  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@
         ...
         fake.requests        # every POST /v1/chat/completions body (parsed JSON), in order
         fake.headers         # the matching request headers
+        fake.peers           # the client address of each request (a reused connection keeps its port)
 
 With nothing queued, the reply is "echo: <last user message>". `fake.delay` slows every reply;
 `fake.gate` (an asyncio.Event) makes every reply wait until it is set; `Reply.wait` does the same
@@ -24,6 +25,10 @@ behind it; `fake.embedding_status = 500` makes every embeddings call fail. Bodie
 `fake.chunk_delay` (or `Reply.chunk_delay`) sleeps between streamed chunks, so a reply can take
 seconds to write; `Reply.pause_after=n` with `Reply.resume` (an asyncio.Event) stops a stream after
 its first n characters until the event is set (`await fake.paused.wait()` says it got there).
+A stream can go wrong after its text: `Reply.stream_error` sends an error event (`data: {"error":
+{...}}`, as OpenAI does when a request fails mid-stream) and ends; `Reply.stream_cut` drops the
+connection instead, with no `[DONE]`; `Reply.stream_raw` is sent as-is in place of the chunks;
+`Reply.ignore_stream` answers one JSON completion as some compatible servers do.
 """
 
 from __future__ import annotations
@@ -68,6 +73,10 @@ class Reply:
     chunk_delay: float | None = None  # seconds between streamed chunks (default: the fake's)
     pause_after: int | None = None  # streamed characters after which the stream waits for `resume`
     resume: asyncio.Event | None = None
+    stream_error: str | dict[str, Any] | None = None  # an error event after the text (dict sent as-is)
+    stream_cut: bool = False  # the connection drops after the text: no finish, no [DONE]
+    stream_raw: bytes | None = None  # a raw event-stream body, sent in place of the chunks
+    ignore_stream: bool = False  # answer one JSON completion even when a stream was asked for
 
 
 Script = Union[Reply, str, Callable[[dict[str, Any]], Any]]
@@ -104,6 +113,7 @@ class FakeOpenAI:
         self.models = models
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.peers: list[Any] = []  # the client's (host, port) per request: one port = one reused connection
         self.delay: float = 0.0
         self.gate: asyncio.Event | None = None
         self.chunk_size = 4  # characters per streamed content chunk
@@ -234,6 +244,7 @@ class FakeOpenAI:
         async with self._arrived:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
+            self.peers.append(request.transport.get_extra_info("peername") if request.transport else None)
             self._arrived.notify_all()
         if self.delay or reply.delay:
             await asyncio.sleep(self.delay + reply.delay)
@@ -254,7 +265,7 @@ class FakeOpenAI:
                 }
             )
             return web.json_response({"error": error}, status=reply.status, headers=reply.headers)
-        if body.get("stream"):
+        if body.get("stream") and not reply.ignore_stream:
             return await self._stream(request, body, reply)
         return web.json_response(self._completion(body, reply), headers=reply.headers)
 
@@ -316,6 +327,11 @@ class FakeOpenAI:
             chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
+        if reply.stream_raw is not None:
+            await response.write(reply.stream_raw)
+            await response.write_eof()
+            self.streams_done += 1
+            return response
         await send({"role": "assistant", "content": ""})
         text = reply.text or ""
         delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
@@ -327,6 +343,17 @@ class FakeOpenAI:
             if delay and i:
                 await asyncio.sleep(delay)
             await send({"content": text[i : i + self.chunk_size]})
+        if reply.stream_error is not None:
+            error = reply.stream_error
+            if not isinstance(error, dict):
+                error = {"error": {"message": error, "type": "server_error", "code": None}}
+            await response.write(f"data: {json.dumps(error)}\n\n".encode())
+            await response.write_eof()
+            return response
+        if reply.stream_cut:
+            assert request.transport is not None
+            request.transport.close()  # mid-body: the chunked response never gets its last chunk
+            return response
         for index, (cid, call) in enumerate(zip(self._ids(reply), reply.tool_calls)):
             args = self._args(call)
             half = len(args) // 2  # arguments arrive in pieces, as they do from real servers

@@ -90,3 +90,18 @@ async def test_a_429_on_an_edit_is_waited_out_and_the_final_text_arrives(adapter
     await stream.finish("First things first. Then the second thing, and the third. Done.")
     assert any(c.status == 429 for c in fake.calls)
     assert fake.messages[int(fake.sent[0]["id"])]["content"].endswith("Done.")
+
+
+async def test_a_429_on_a_live_edit_is_folded_into_the_next_not_slept_through(adapter, fake, clock):
+    fake.fail_next("PATCH", rf"/channels/{GENERAL}/messages/\d+", 429, retry_after=20)
+    text = "First things first. Then the second thing, and the third, and a fourth. " * 3
+    stream = adapter.begin_reply(CHANNEL)
+    writing = asyncio.create_task(write(stream, text))
+    await fake.wait_for(lambda: any(c.status == 429 for c in fake.calls))  # refused mid-stream
+    await writing
+    await asyncio.wait_for(stream.finish(text.strip() + " Done."), 5)  # 20 s slept in discord.py would time out
+    assert fake.messages[int(fake.sent[0]["id"])]["content"] == text.strip() + " Done."
+    assert max(clock.slept) >= 19.9  # the reply's pacer held for the retry_after (on the adapter's clock)
+    patches = [c for c in fake.calls if c.method == "PATCH"]
+    refused = next(i for i, c in enumerate(patches) if c.status == 429)
+    assert patches[refused + 1].at - patches[refused].at >= 20  # the next edit came after the hold, not a resend

@@ -68,3 +68,33 @@ async def test_without_a_sentence_the_first_message_waits_for_the_first_delay():
     assert platform.calls and platform.calls[0][0] - began >= 1.0
     await stream.fail()
     assert platform.calls[-1][1:] == ("edit", "no full stop yet", True)
+
+
+async def test_a_cancelled_finish_is_cancelled_even_while_an_edit_is_in_flight():
+    clock = VirtualClock()
+    gate = asyncio.Event()
+
+    class Slow(Platform):
+        async def edit(self, message_id: str, text: str, final: bool) -> None:
+            if not final:
+                await gate.wait()  # a live edit the platform is slow to answer
+            await super().edit(message_id, text, final)
+
+    platform = Slow(clock)
+    stream = reply(platform, EditPacer(1, 1.0, clock))
+    await stream.update("First sentence. ")
+    await stream.first_shown.wait()
+    await stream.update("First sentence. Second one.")
+    while stream.calls < 2:  # the live edit has started
+        await asyncio.sleep(0.001)
+    finishing = asyncio.create_task(stream.finish("First sentence. Second one. Done."))
+    await asyncio.sleep(0.01)
+    finishing.cancel()
+    try:
+        await finishing
+        raise AssertionError("the cancel was swallowed: finish went on to write the final text")
+    except asyncio.CancelledError:
+        pass
+    gate.set()
+    await asyncio.sleep(0.01)
+    assert all(not final for *_, final in platform.calls)  # nothing final was written after the cancel

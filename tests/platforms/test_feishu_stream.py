@@ -104,3 +104,20 @@ async def test_a_quick_answer_is_an_ordinary_post(adapter, fake):
     await stream.finish("Short **and** sweet.")
     [message] = fake.sent
     assert message["msg_type"] == "post" and message["text"] == "Short **and** sweet." and not fake.cards
+
+
+async def test_a_429_on_a_live_card_update_holds_the_reply_instead_of_sleeping_in_the_api(adapter, fake, clock):
+    fake.fail_next(
+        "card_content", status=429, code=99991400, msg="request trigger frequency limit",
+        headers={"x-ogw-ratelimit-reset": "20"},
+    )  # fmt: skip
+    stream = adapter.begin_reply(DM)
+    writing = asyncio.create_task(write(stream, TEXT))
+    await fake.wait_for(lambda: fake.failures[-1].times == 0)  # refused mid-stream
+    await writing
+    await asyncio.wait_for(stream.finish(TEXT.strip()), 5)  # 20 s slept inside the API call would time out
+    [message] = fake.sent
+    assert fake.card_text(message) == TEXT.strip()
+    [(_card_id, entity)] = fake.cards.items()
+    assert max(clock.slept) >= 19.9  # the reply's pacer held for the reset (on the adapter's clock)
+    assert len(fake.calls_to("card_content")) + len(fake.calls_to("card_update")) == len(entity["ops"]) + 1

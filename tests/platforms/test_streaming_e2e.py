@@ -5,14 +5,17 @@ runs on a virtual clock shared by the adapter and the fake platform, so no test 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from platforms.discord.adapter import DiscordAdapter
+from platforms.feishu.adapter import FeishuAdapter
 from platforms.telegram.adapter import TelegramAdapter
 from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.platform_stack import PlatformStack, running
 from tests.fakes.telegram_server import FakeTelegram
@@ -202,3 +205,113 @@ async def test_a_stopped_streamed_answer_keeps_what_was_shown_and_stores_no_answ
     partial = fake.sent(42)[0]["text"]
     assert partial and ANSWER.replace("**", "").startswith(partial.rstrip()) and partial != ANSWER.replace("**", "")
     assert assistant_messages(tg) == []  # only a finished answer is stored
+
+
+async def test_a_model_error_mid_stream_keeps_what_was_shown_and_says_what_went_wrong(tg):
+    fake = tg.telegram
+    resume = asyncio.Event()
+    tg.llm.push(Reply(text=ANSWER[:80], pause_after=60, resume=resume, stream_error="the model server overloaded"))
+    fake.push_message(fake.private_chat(ANN), ANN, "where is the deploy script?")
+    await asyncio.wait_for(tg.llm.paused.wait(), 8)
+    await fake.wait_for(lambda: fake.sent(42), 8)
+    resume.set()
+    await fake.wait_for(lambda: "overloaded" in fake.sent(42)[-1]["text"], 8)
+    await asyncio.wait_for(tg.runner.drain(), 8)
+    [message] = fake.sent(42)  # the same message: the text so far, then the apology under it
+    assert message["text"].startswith(ANSWER[:60].replace("**", "")) and "overloaded" in message["text"]
+    assert assistant_messages(tg) == []  # no answer was finished: nothing is stored as one
+
+
+# -- Discord and Feishu: the same streamed turn through the gateway -------------------------------
+DM_CHANNEL = 700
+
+
+def within_rate(times: list[float], limit: int, window: float) -> bool:
+    return all(times[i + limit] - times[i] >= window for i in range(len(times) - limit))
+
+
+class PacedDiscordStack(DiscordStack):
+    def __init__(self, tmp: Path, discord: FakeDiscord, llm: FakeOpenAI, clock: VirtualClock) -> None:
+        super().__init__(tmp, discord, llm)
+        self.clock = clock
+
+    async def start(self) -> None:
+        await super().start()
+        self.adapter.clock = self.clock
+
+
+@pytest.fixture
+async def dcs(tmp_path):
+    clock = VirtualClock()
+    discord = FakeDiscord(heartbeat_interval_ms=500, clock=clock.now, pace_channels=True)
+    discord.add_dm(DM_CHANNEL, discord.user(42, "ann"))
+    await discord.start()
+    async with running(discord, lambda llm: PacedDiscordStack(tmp_path, discord, llm, clock)) as stack:
+        yield stack
+
+
+async def test_discord_the_answer_streams_into_one_message_within_the_channel_rate(dcs):
+    d = dcs.discord
+    resume = asyncio.Event()
+    dcs.llm.push(Reply(text=ANSWER, pause_after=60, resume=resume))
+    await d.user_says(DM_CHANNEL, d.user(42, "ann"), "where is the deploy script?")
+    await asyncio.wait_for(dcs.llm.paused.wait(), 8)
+    await d.wait_for(lambda: dcs.replies(DM_CHANNEL), 8)
+    shown = d.messages[int(dcs.replies(DM_CHANNEL)[0]["id"])]["content"]
+    assert ANSWER.startswith(shown) and dcs.llm.streams_done == 0  # visible before the model is done
+    resume.set()
+    await d.wait_for(lambda: dcs.llm.streams_done == 1, 8)
+    await asyncio.wait_for(dcs.runner.drain(), 8)
+    [message] = dcs.replies(DM_CHANNEL)  # one message, edited in place
+    assert d.messages[int(message["id"])]["content"] == ANSWER and d.edits and d.rate_refusals == 0
+    paced = [c.at for c in d.calls if c.path.startswith(f"/channels/{DM_CHANNEL}/messages")]
+    assert within_rate(paced, 5, 5.0)
+    [stored] = assistant_messages(dcs)
+    assert stored["content"] == ANSWER
+
+
+class FeishuStack(PlatformStack):
+    def __init__(self, tmp: Path, feishu: FakeFeishu, llm: FakeOpenAI, clock: VirtualClock) -> None:
+        self.feishu, self.clock = feishu, clock
+        section = {
+            "app_id": feishu.app_id,
+            "app_secret": feishu.app_secret,
+            "domain": feishu.base_url,
+            "api_backoff_base": 0.01,
+            "allowed_users": ["*"],
+            "reaction": "",
+        }
+        super().__init__(tmp, llm, "feishu", section, FeishuAdapter)
+
+    async def start(self) -> None:
+        await super().start()
+        self.adapter.clock = self.clock
+        await self.wait_ready()
+
+
+@pytest.fixture
+async def fs(tmp_path):
+    clock = VirtualClock()
+    feishu = FakeFeishu(app_id=f"cli_{uuid.uuid4().hex[:10]}", app_secret="s", clock=clock.now)
+    await feishu.start()
+    async with running(feishu, lambda llm: FeishuStack(tmp_path, feishu, llm, clock)) as stack:
+        yield stack
+
+
+async def test_feishu_the_answer_streams_into_one_card_within_its_rate(fs):
+    f = fs.feishu
+    resume = asyncio.Event()
+    fs.llm.push(Reply(text=ANSWER, pause_after=60, resume=resume))
+    await f.push_event(f.message_event("where is the deploy script?", chat_id="oc_dm1", chat_type="p2p"))
+    await asyncio.wait_for(fs.llm.paused.wait(), 8)
+    await f.wait_for(lambda: f.sent, 8)
+    assert ANSWER.startswith(f.card_text(f.sent[0])) and fs.llm.streams_done == 0  # visible before the end
+    resume.set()
+    await f.wait_for(lambda: fs.llm.streams_done == 1, 8)
+    await asyncio.wait_for(fs.runner.drain(), 8)
+    [message] = f.sent  # one card, its element updated in place; the final card holds the markdown
+    [(_card_id, entity)] = f.cards.items()
+    assert f.card_text(message) == ANSWER and len(entity["ops"]) >= 2 and f.rate_refusals == 0
+    assert entity["card"]["config"]["streaming_mode"] is False
+    [stored] = assistant_messages(fs)
+    assert stored["content"] == ANSWER

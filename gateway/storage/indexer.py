@@ -24,7 +24,7 @@ import sqlite3
 import threading
 
 from gateway.storage.events import Events, Indexed, IndexPending
-from gateway.storage.fts import ident_text, index_text
+from gateway.storage.fts import index_texts
 
 INDEX_BATCH = 256  # messages waiting before a batch is indexed without waiting for idle
 CACHE_MAX = 20_000  # prepared texts kept for the next batch; beyond, they are read back from the table
@@ -49,7 +49,7 @@ def add_to_indexes(conn: sqlite3.Connection, message_id: int, words: str, idents
 def remove_from_indexes(conn: sqlite3.Connection, message_id: int, content: str | None) -> None:
     """Contentless FTS5: a delete must repeat exactly the text that was indexed. Only for a message
     at or below the mark (one above it was never indexed)."""
-    words, idents = index_text(content), ident_text(content)
+    words, idents = index_texts(content)
     if words:
         conn.execute(
             "INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', ?, ?)", (message_id, words)
@@ -101,7 +101,7 @@ class DeferredIndex:
             "SELECT id, content FROM messages WHERE id > ? ORDER BY id", (mark,)
         ).fetchall():
             prepared = texts.get(message_id)
-            words, idents = prepared if prepared is not None else (index_text(content), ident_text(content))
+            words, idents = prepared if prepared is not None else index_texts(content)
             add_to_indexes(conn, message_id, words, idents)
             last = message_id
         if last != mark:

@@ -27,7 +27,7 @@ from gateway.storage.events import (
     SessionRewritten,
     WriteOp,
 )
-from gateway.storage.fts import ident_text, index_text
+from gateway.storage.fts import index_texts
 from gateway.storage.media import AttachmentRow, insert_attachments
 from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX
 from gateway.text import valid_or_none, valid_text
@@ -176,6 +176,16 @@ def op_set_title(session_id: str, title: str | None) -> WriteOp[str | None]:
 
 
 # -- messages -------------------------------------------------------------------------------------
+_TOUCH_FOR_APPEND = (
+    "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
+    "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?"
+)
+_INSERT_MESSAGE = (
+    f"INSERT INTO messages (session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
+    f"VALUES (?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})"
+)
+
+
 def op_append(
     session_id: str,
     role: str,
@@ -190,21 +200,13 @@ def op_append(
     (the inbox and outbox records that belong to this message: gateway.runtime.delivery), all in
     the same transaction."""
     content, row, preview = check_message(role, content, fields)
-    words, idents = index_text(content), ident_text(content)  # computed off the writer thread
+    words, idents = index_texts(content)  # computed off the writer thread
 
     def op(conn: sqlite3.Connection, events: Events) -> int:
-        updated = conn.execute(
-            "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
-            "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?",
-            (row["timestamp"], preview, session_id),
-        ).rowcount
+        updated = conn.execute(_TOUCH_FOR_APPEND, (row["timestamp"], preview, session_id)).rowcount
         if not updated:
             raise UnknownSession(session_id)
-        cur = conn.execute(
-            f"INSERT INTO messages (session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
-            f"VALUES (?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})",
-            (session_id, role, content, *row.values()),
-        )
+        cur = conn.execute(_INSERT_MESSAGE, (session_id, role, content, *row.values()))
         message_id = int(cur.lastrowid or 0)
         events.append(IndexPending(message_id, words, idents))  # indexed in batches: storage/indexer.py
         if role == "user" and row["user_id"]:

@@ -27,7 +27,6 @@ from gateway.storage.events import (
     SessionRewritten,
     WriteOp,
 )
-from gateway.storage.fts import index_texts
 from gateway.storage.media import AttachmentRow, insert_attachments
 from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX
 from gateway.text import valid_or_none, valid_text
@@ -200,7 +199,6 @@ def op_append(
     (the inbox and outbox records that belong to this message: gateway.runtime.delivery), all in
     the same transaction."""
     content, row, preview = check_message(role, content, fields)
-    words, idents = index_texts(content)  # computed off the writer thread
 
     def op(conn: sqlite3.Connection, events: Events) -> int:
         updated = conn.execute(_TOUCH_FOR_APPEND, (row["timestamp"], preview, session_id)).rowcount
@@ -208,7 +206,7 @@ def op_append(
             raise UnknownSession(session_id)
         cur = conn.execute(_INSERT_MESSAGE, (session_id, role, content, *row.values()))
         message_id = int(cur.lastrowid or 0)
-        events.append(IndexPending(message_id, words, idents))  # indexed in batches: storage/indexer.py
+        events.append(IndexPending(message_id))  # indexed in batches: storage/indexer.py
         if role == "user" and row["user_id"]:
             conn.execute(
                 "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",

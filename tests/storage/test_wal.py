@@ -10,6 +10,8 @@ import sqlite3
 import threading
 import time
 
+import pytest
+
 from gateway.db import SessionDB
 from gateway.storage.connect import connect
 from tests.fakes.loopback import wait_until_blocking
@@ -183,3 +185,21 @@ def test_a_new_database_gets_small_pages_and_an_existing_one_keeps_its_own(tmp_p
     assert [m["content"] for m in db.get_messages("s")] == [TEXT.format(i=2)]
     assert db.search_messages("docker")
     db.close()
+
+
+def test_commits_are_fsynced_unless_synchronous_normal_is_chosen(tmp_path):
+    """FULL (2) by default on the writer's connection; NORMAL (1) only when asked; nothing else."""
+
+    def level(db: SessionDB) -> int:
+        return db.write(lambda conn, events: conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    with SessionDB(tmp_path / "durable.db") as db:
+        assert level(db) == 2
+    with SessionDB(tmp_path / "relaxed.db", synchronous="normal") as db:
+        assert level(db) == 1
+        db.create_session("s", "local")
+        assert db.append_message("s", "user", "kept") == 1
+    with SessionDB(tmp_path / "relaxed.db") as db:
+        assert level(db) == 2 and db.get_messages("s")[0]["content"] == "kept"
+    with pytest.raises(ValueError, match="synchronous must be one of full, normal"):
+        SessionDB(tmp_path / "other.db", synchronous="off")

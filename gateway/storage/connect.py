@@ -12,9 +12,9 @@
 - `busy_timeout`: another process (the CLI beside the daemon) may hold the write lock briefly.
 - `cache_size` 32 MB: the FTS and message b-trees' upper levels stay in memory for searches.
 - `page_size` 2048 for a NEW database (`PAGE_SIZE`; an existing one keeps its own: changing it takes a
-  VACUUM, and none is done on open). A one-message commit writes ~5.5 pages (the message's leaf and
+  VACUUM, and none is done on open). A one-message commit wrote ~5.5 pages (the message's leaf and
   its session index entry, the sessions row and its last-activity index entry, the AUTOINCREMENT
-  counter), so the WAL bytes per message follow the page size: one chat appending sequentially,
+  counter; 4.6 since schema v9 dropped the counter), so the WAL bytes per message follow the page size: one chat appending sequentially,
   measured from the WAL frames (600 appends), 21.4 KB per message at 4096, 11.4 KB at 2048, 6.2 KB at
   1024. 1024 would split the FTS5 leaves (~4 KB blobs) over four overflow pages each; 2048 kept
   queries and size where they were (bench/store.py --sizes 20000: every query shape's p99 within

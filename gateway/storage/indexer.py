@@ -14,8 +14,8 @@ see CPU only) went from 4,300 to {MANY} appends/s when the text moved here, and 
 no longer waits for it (one chat appending: the indexing runs in the writer's idle time).
 
 The rule: `fts_state.indexed_upto` is the largest message id whose text is in the indexes; every
-message at or below it is indexed, none above it. Message ids only grow (AUTOINCREMENT), so what is
-left to index is exactly the messages above the mark, read back from `messages.content`. After a
+message at or below it is indexed, none above it. Message ids only grow, never reused even after a
+delete (message_ids.floor, gateway/storage/schema.py v9), so what is left to index is exactly the messages above the mark, read back from `messages.content`. After a
 crash nothing is lost: `catch_up` on open indexes what the last batch did not reach.
 
 When: right after a batch once `INDEX_BATCH` messages wait, when the writer is idle, on close, and

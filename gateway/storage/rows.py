@@ -179,9 +179,12 @@ _TOUCH_FOR_APPEND = (
     "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
     "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?"
 )
+# The id: one above any id the table holds or ever held (message_ids.floor, raised on delete:
+# gateway/storage/schema.py v9), so an id is never given twice. Two lookups, no write.
 _INSERT_MESSAGE = (
-    f"INSERT INTO messages (session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
-    f"VALUES (?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})"
+    f"INSERT INTO messages (id, session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
+    "VALUES ((SELECT max(COALESCE((SELECT max(id) FROM messages), 0), floor) + 1 FROM message_ids), "
+    f"?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})"
 )
 
 

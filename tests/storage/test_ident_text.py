@@ -1,4 +1,5 @@
-"""`ident_text` gives exactly what it gave when messages were first indexed with it.
+"""`ident_text` gives exactly what it gave when messages were first indexed with it (and the snippet fold
+of ASCII text is the general one).
 
 The substring index is contentless: deleting a message repeats the text it was indexed with, so the
 function may get faster but its output must never change. The reference here is the first
@@ -60,3 +61,17 @@ def test_examples():
     assert ident_text("hello. world-- ok") == ""  # a joiner at the end is not part of the token
     assert ident_text("ERR_004211 and err_004211") == "err_004211"
     assert ident_text(string.ascii_letters) == ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=300))
+def test_ascii_text_folds_as_the_per_character_fold_does(text):
+    """Snippets fold ASCII text with one lower(); it must equal the per-character NFKC fold."""
+    import unicodedata
+
+    from gateway.storage.fts import _folded
+
+    pieces = [unicodedata.normalize("NFKC", ch).lower() for ch in text]
+    folded, owner = _folded(text)
+    assert folded == "".join(pieces)
+    assert list(owner) == [i for i, piece in enumerate(pieces) for _ in piece]

@@ -10,13 +10,15 @@ The text each index gets (`index_texts`) is computed here too, on the writer thr
 just read back, not by the append on the caller's thread. That was the other way round, to keep
 Python work off the shared writer, but it held the GIL on the event loop exactly when the writer
 came back from each SQLite call: 100 chats appending at once (bench corpus, synchronous = OFF to
-see CPU only) went from 4,300 to {MANY} appends/s when the text moved here, and a chat's own append
-no longer waits for it (one chat appending: the indexing runs in the writer's idle time).
+see CPU only, runs interleaved on a busy 2-core machine) went from 2,300-3,400 to 4,100-5,100
+appends/s when the text moved here, and a chat's own append no longer waits for it (one chat
+appending at a human pace: the indexing runs in the writer's idle time).
 
 The rule: `fts_state.indexed_upto` is the largest message id whose text is in the indexes; every
-message at or below it is indexed, none above it. Message ids only grow, never reused even after a
-delete (message_ids.floor, gateway/storage/schema.py v9), so what is left to index is exactly the messages above the mark, read back from `messages.content`. After a
-crash nothing is lost: `catch_up` on open indexes what the last batch did not reach.
+message at or below it is indexed, none above it. Message ids only grow, never reused even after
+a delete (message_ids.floor, gateway/storage/schema.py v9), so what is left to index is exactly
+the messages above the mark, read back from `messages.content`. After a crash nothing is lost:
+`catch_up` on open indexes what the last batch did not reach.
 
 When: right after a batch once `INDEX_BATCH` messages wait, when the writer is idle, on close, and
 before any `SessionDB.read` that might search (`needed`), so a search always sees every committed

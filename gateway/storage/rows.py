@@ -1,10 +1,10 @@
 """Write ops over the schema, as plain functions: what `queries.py` is for reads.
 
-Each `op_*` checks and prepares its input in the caller's thread (validation, JSON encoding, the
-full-text tokens) and returns a `WriteOp`, a function of (connection, events) that the single
-writer runs inside its transaction. Preparing outside matters: tokenising a long message for the
-two indexes costs more than the INSERTs, and the writer thread is shared by every chat, so only
-the SQL runs there. Ops compose: `op_move_key` runs several in one transaction, and retention and
+Each `op_*` checks and prepares its input in the caller's thread (validation, JSON encoding) and
+returns a `WriteOp`, a function of (connection, events) that the single writer runs inside its
+transaction, so a bad input fails its caller before it reaches the shared writer. The full-text
+tokens are not prepared here: the deferred indexer makes them in its batches on the writer thread
+(gateway/storage/indexer.py says why). Ops compose: `op_move_key` runs several in one transaction, and retention and
 import build on them. Each op reports what it changed as typed events (gateway.storage.events).
 """
 

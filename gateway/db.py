@@ -92,6 +92,7 @@ class SessionDB:
         self._writer = GroupCommitWriter(lambda: _connect(self.path, self.synchronous), **writer_options)
         self._writer.add_listener(self._index.on_commit)
         self._writer.add_upkeep(self._index.upkeep)
+        self._writer.add_rider(self._index.rider)
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------------------------

@@ -20,9 +20,9 @@ a delete (message_ids.floor, gateway/storage/schema.py v9), so what is left to i
 the messages above the mark, read back from `messages.content`. After a crash nothing is lost:
 `catch_up` on open indexes what the last batch did not reach.
 
-When: right after a batch once `INDEX_BATCH` messages wait, when the writer is idle, on close, and
-before any `SessionDB.read` that might search (`needed`), so a search always sees every committed
-message.
+When: in the first append transaction after `INDEX_BATCH` messages wait (a writer rider: no commit
+of its own), when the writer is idle, on close, and before any `SessionDB.read` that might search
+(`needed`), so a search always sees every committed message.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import collections
 import sqlite3
 import threading
 
-from gateway.storage.events import Events, Indexed, IndexPending
+from gateway.storage.events import Events, Indexed, IndexPending, WriteOp
 from gateway.storage.fts import index_texts
 
 INDEX_BATCH = 256  # messages waiting before a batch is indexed without waiting for idle
@@ -70,7 +70,7 @@ class DeferredIndex:
         self.batch = batch
         self._pending: collections.deque[int] = collections.deque()  # committed ids, oldest first
         self._lock = threading.Lock()
-        self.batches = 0  # index transactions done by upkeep
+        self.batches = 0  # index transactions done by idle upkeep
 
     @property
     def needed(self) -> bool:
@@ -108,9 +108,13 @@ class DeferredIndex:
         events.append(Indexed(last))
         return last
 
+    def rider(self) -> WriteOp[int] | None:
+        """Writer rider: once a batch's worth waits, index it in the next append transaction."""
+        return self.catch_up if len(self._pending) >= self.batch else None
+
     def upkeep(self, conn: sqlite3.Connection, idle: bool) -> bool:
-        """Writer upkeep: index a batch when enough messages wait, or whatever waits when idle."""
-        if not self._pending or (not idle and len(self._pending) < self.batch):
+        """Writer upkeep, when idle: index whatever waits (a full batch rides with the appends)."""
+        if not self._pending or not idle:
             return False
         run_catch_up(conn, self)
         self.batches += 1

@@ -203,3 +203,44 @@ def test_commits_are_fsynced_unless_synchronous_normal_is_chosen(tmp_path):
         assert level(db) == 2 and db.get_messages("s")[0]["content"] == "kept"
     with pytest.raises(ValueError, match="synchronous must be one of full, normal"):
         SessionDB(tmp_path / "other.db", synchronous="off")
+
+
+def wal_commit_count(wal_path: str, page_size: int) -> int:
+    """Commits in the current log generation: frames whose header carries the database size
+    (https://sqlite.org/walformat.html)."""
+    import struct
+    from pathlib import Path
+
+    raw = Path(wal_path).read_bytes()
+    salt, commits, offset = raw[16:24], 0, 32
+    while offset + 24 + page_size <= len(raw) and raw[offset + 8 : offset + 16] == salt:
+        commits += struct.unpack(">I", raw[offset + 4 : offset + 8])[0] != 0
+        offset += 24 + page_size
+    return commits
+
+
+def test_the_index_batch_rides_in_an_append_commit_and_a_failing_rider_fails_nothing(tmp_path):
+    """While appends keep coming, the deferred index batch commits with the next append (no fsync
+    of its own): the log holds exactly one commit per append."""
+    path = tmp_path / "rider.db"
+    db = SessionDB(path, checkpoint_bytes=1 << 40, idle_seconds=3600)  # keep every frame, never idle
+    db._index.batch = 4
+    db.create_session("s", "local")
+    side = sqlite3.connect(path)
+    side.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # count the appends only
+    page_size = side.execute("PRAGMA page_size").fetchone()[0]
+    for i in range(10):
+        db.append_message("s", "user", f"quokka number {i}")
+    indexed = side.execute("SELECT indexed_upto FROM fts_state").fetchone()[0]
+    assert indexed >= 8  # two batches of 4 rode along without waiting for idle
+    assert wal_commit_count(str(path) + "-wal", page_size) == 10
+    side.close()
+
+    def broken():
+        return lambda conn, events: conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+    db._writer.add_rider(broken)
+    assert db.append_message("s", "user", "still committed") == 11
+    assert db.get_messages("s")[-1]["content"] == "still committed"
+    assert len(db.search_messages("quokka", limit=20)) == 10
+    db.close()

@@ -346,6 +346,15 @@ MIGRATIONS: list[Migration] = [
     """,
     # v8 -> v9: one page less per append (no sqlite_sequence row); ids still never reused
     _messages_without_autoincrement,
+    # v9 -> v10: FTS5 merges 8 segments of a level at a time instead of 4, so each message's index
+    # entry is rewritten fewer times as the index grows: indexing 100k messages in the indexer's
+    # batches of 256 took 36.8 instead of 46.4 µs of CPU per message, with the same index size and
+    # the same query times (common word, 2-character Chinese AND word, phrase: 3.2/1.7/4.7 ms).
+    # 16 saved only 2 µs more and leaves up to 15 segments a level for every query to read.
+    """
+    INSERT INTO messages_fts (messages_fts, rank) VALUES ('automerge', 8);
+    INSERT INTO messages_ident (messages_ident, rank) VALUES ('automerge', 8);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -244,3 +244,10 @@ def test_the_index_batch_rides_in_an_append_commit_and_a_failing_rider_fails_not
     assert db.get_messages("s")[-1]["content"] == "still committed"
     assert len(db.search_messages("quokka", limit=20)) == 10
     db.close()
+
+
+def test_the_full_text_indexes_merge_eight_segments_at_a_time(tmp_path):
+    with SessionDB(tmp_path / "merge.db") as db:
+        for table in ("messages_fts", "messages_ident"):
+            value = db.read(lambda c: c.execute(f"SELECT v FROM {table}_config WHERE k = 'automerge'").fetchone())
+            assert value is not None and value[0] == 8

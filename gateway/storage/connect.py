@@ -7,8 +7,9 @@
   loss or a kernel crash can lose every commit since the last checkpoint, though never corrupt the
   file, and an inbound event acknowledged in that window is gone with its reply. The group-commit
   writer already shares one fsync among every write of a batch, so FULL costs only chats that write
-  one message at a time: measured one chat appending at 1,900/s FULL vs 3,400/s NORMAL on a quiet
-  disk, and 340/s vs 3,400/s while other jobs kept the disk busy (fsync then takes ~3 ms).
+  one message at a time: one chat appending 3,000 corpus messages, 306-335/s FULL vs 3,138-3,233/s
+  NORMAL while other jobs kept this machine's disk busy (an fsync then takes ~3 ms; ~1,900/s FULL
+  when it was quiet).
 - `busy_timeout`: another process (the CLI beside the daemon) may hold the write lock briefly.
 - `cache_size` 32 MB: the FTS and message b-trees' upper levels stay in memory for searches.
 - `page_size` 2048 for a NEW database (`PAGE_SIZE`; an existing one keeps its own: changing it takes a

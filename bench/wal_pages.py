@@ -9,7 +9,7 @@ the page), with the writer's checkpoints held off so every frame stays. Each pag
 the `dbstat` table. Commits that touch a full-text index are the deferred indexer's batches
 (gateway/storage/indexer.py); the others are appends. This is what showed a one-message commit
 writing ~5.5 pages whatever their size, hence 2048-byte pages for new databases
-(gateway/storage/connect.py).
+(gateway/storage/connect.py), and one of them the AUTOINCREMENT counter, dropped in schema v9 (4.6).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
 from gateway.storage import inbox, media, outbox, queries, retention, rows, search, transfer
+from gateway.storage.connect import check_synchronous, set_new_page_size
 from gateway.storage.connect import connect as _connect
-from gateway.storage.connect import set_new_page_size
 from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
 from gateway.storage.indexer import DeferredIndex, run_catch_up
 from gateway.storage.media import AttachmentRow
@@ -65,9 +65,12 @@ def new_session_id(now: float | None = None) -> str:
 class SessionDB:
     ops = rows  # the write ops of this backend, for callers that compose them into one write (the store)
 
-    def __init__(self, path: str | os.PathLike, **writer_options: Any) -> None:
-        """`writer_options`: GroupCommitWriter's `checkpoint_bytes` and `idle_seconds`."""
+    def __init__(self, path: str | os.PathLike, synchronous: str = "full", **writer_options: Any) -> None:
+        """`synchronous`: "full" (the default: an append returns once on disk) or "normal" (opt-in,
+        storage.synchronous; what it risks: gateway/storage/connect.py). `writer_options`:
+        GroupCommitWriter's `checkpoint_bytes` and `idle_seconds`."""
         self.path = os.fspath(path)
+        self.synchronous = check_synchronous(synchronous)
         if self.path != ":memory:":
             # Owner-only: it holds conversations. SQLite gives the -wal and -shm files the mode
             # of the database file, so making that one 0600 covers all three.
@@ -86,9 +89,10 @@ class SessionDB:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._index = DeferredIndex()
-        self._writer = GroupCommitWriter(lambda: _connect(self.path), **writer_options)
+        self._writer = GroupCommitWriter(lambda: _connect(self.path, self.synchronous), **writer_options)
         self._writer.add_listener(self._index.on_commit)
         self._writer.add_upkeep(self._index.upkeep)
+        self._writer.add_rider(self._index.rider)
         self._closed = False
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -525,7 +529,9 @@ class StorageUnavailable(RuntimeError):
     """The configured database cannot be opened (unreachable server, bad DSN, driver missing)."""
 
 
-def open_db(backend: str = "sqlite", path: str | os.PathLike | None = None, dsn: str = "") -> SessionDB:
+def open_db(
+    backend: str = "sqlite", path: str | os.PathLike | None = None, dsn: str = "", synchronous: str = "full"
+) -> SessionDB:
     """The storage face for `storage.backend`: SessionDB on the SQLite file at `path`, or
     gateway.storage.postgres's PostgresSessionDB on `dsn` (the same public methods; typed as
     SessionDB for the callers, which use only those). StorageUnavailable says why Postgres could
@@ -533,7 +539,7 @@ def open_db(backend: str = "sqlite", path: str | os.PathLike | None = None, dsn:
     if backend != "postgres":
         if path is None:
             raise ValueError("the sqlite backend needs a path")
-        return SessionDB(path)
+        return SessionDB(path, synchronous=synchronous)
     try:
         import psycopg
 

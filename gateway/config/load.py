@@ -253,6 +253,7 @@ def parse_config(
             maintenance_hours=st["maintenance_hours"],
             backend=st["backend"],
             postgres_dsn=st["postgres"]["dsn"],
+            synchronous=st["synchronous"],
         ),
         media=MediaConfig(**out["media"]),
         transcription=transcription,

@@ -23,6 +23,7 @@ BUSY_MODES = ("queue", "interrupt", "steer")
 GROUP_POLICIES = ("open", "allowlist", "blacklist", "admin_only", "disabled")
 RESET_MODES = ("none", "idle", "daily", "both")
 STORAGE_BACKENDS = ("sqlite", "postgres")
+SYNCHRONOUS_LEVELS = ("full", "normal")  # storage.synchronous: see gateway/storage/connect.py
 STREAMING_MODES = ("auto", "off")
 INTERRUPTED_TURNS = ("rerun", "notify")
 EMBEDDING_PROVIDERS = ("off", "openai", "local")
@@ -115,6 +116,7 @@ SCHEMA: dict[str, Any] = {
         "retention_days": _f(0, minimum=0),
         "maintenance_hours": _f(6, minimum=0.01),
         "backend": _c("sqlite", *STORAGE_BACKENDS),
+        "synchronous": _c("full", *SYNCHRONOUS_LEVELS),
         "postgres": {"dsn": _s()},
     },
     "media": {"max_bytes": _i(20 * MB, minimum=1), "max_total_bytes": _i(1024 * MB, minimum=0)},

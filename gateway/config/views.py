@@ -74,6 +74,7 @@ class StorageConfig:
     maintenance_hours: float  # how often the daemon does its upkeep (gateway.service.maintenance)
     backend: str = "sqlite"  # sqlite | postgres (DESIGN §14)
     postgres_dsn: str = field(default="", repr=False)  # storage.postgres.dsn (may hold a password)
+    synchronous: str = "full"  # full: an append returned is on disk; normal: see gateway/storage/connect.py
 
 
 @dataclass(frozen=True)

@@ -352,7 +352,7 @@ def build_app(
     path = db_path or home.db_path
     on_postgres = config.storage.backend == "postgres"
     try:
-        db = open_db(config.storage.backend, path, config.storage.postgres_dsn)
+        db = open_db(config.storage.backend, path, config.storage.postgres_dsn, synchronous=config.storage.synchronous)
     except StorageUnavailable as exc:
         raise AppError(str(exc)) from None
     except (SchemaTooNew, sqlite3.DatabaseError, OSError) as exc:

@@ -1,15 +1,21 @@
 """How every connection to the database is opened: the pragmas, and why.
 
-- `synchronous = FULL`: in WAL mode each COMMIT fsyncs the log, so an append that returned survives
-  a power loss. NORMAL would skip that fsync (syncing only at checkpoints) and a power loss could
-  take the last commits with it, though never corrupt the file; the group-commit writer already
-  shares one fsync among every write of a batch, so FULL is kept.
+- `synchronous = FULL` (the default): in WAL mode each COMMIT fsyncs the log, so an append that
+  returned survives a power loss. `storage.synchronous: normal` (opt-in, the writer's connection
+  only) skips that fsync: the log is synced only when the writer checkpoints it (past 8 MB, and
+  after a second idle). A crash of chinwag itself loses nothing (the OS has the log), but a power
+  loss or a kernel crash can lose every commit since the last checkpoint, though never corrupt the
+  file, and an inbound event acknowledged in that window is gone with its reply. The group-commit
+  writer already shares one fsync among every write of a batch, so FULL costs only chats that write
+  one message at a time: one chat appending 3,000 corpus messages, 306-335/s FULL vs 3,138-3,233/s
+  NORMAL while other jobs kept this machine's disk busy (an fsync then takes ~3 ms; ~1,900/s FULL
+  when it was quiet).
 - `busy_timeout`: another process (the CLI beside the daemon) may hold the write lock briefly.
 - `cache_size` 32 MB: the FTS and message b-trees' upper levels stay in memory for searches.
 - `page_size` 2048 for a NEW database (`PAGE_SIZE`; an existing one keeps its own: changing it takes a
-  VACUUM, and none is done on open). A one-message commit writes ~5.5 pages (the message's leaf and
+  VACUUM, and none is done on open). A one-message commit wrote ~5.5 pages (the message's leaf and
   its session index entry, the sessions row and its last-activity index entry, the AUTOINCREMENT
-  counter), so the WAL bytes per message follow the page size: one chat appending sequentially,
+  counter; 4.6 since schema v9 dropped the counter), so the WAL bytes per message follow the page size: one chat appending sequentially,
   measured from the WAL frames (600 appends), 21.4 KB per message at 4096, 11.4 KB at 2048, 6.2 KB at
   1024. 1024 would split the FTS5 leaves (~4 KB blobs) over four overflow pages each; 2048 kept
   queries and size where they were (bench/store.py --sizes 20000: every query shape's p99 within
@@ -36,12 +42,24 @@ PRAGMAS = (
 )
 
 
-def connect(path: str) -> sqlite3.Connection:
+SYNCHRONOUS = ("full", "normal")
+
+
+def check_synchronous(level: str) -> str:
+    level = str(level).lower()
+    if level not in SYNCHRONOUS:
+        raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}, got {level!r}")
+    return level
+
+
+def connect(path: str, synchronous: str = "full") -> sqlite3.Connection:
     """An autocommit connection (transactions are explicit) usable from any one thread at a time."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.row_factory = sqlite3.Row
     for pragma in PRAGMAS:
         conn.execute(f"PRAGMA {pragma}")
+    if check_synchronous(synchronous) != "full":
+        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
     return conn
 
 

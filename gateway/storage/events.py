@@ -63,12 +63,10 @@ class KeyDeleted:
 
 @dataclass(frozen=True, slots=True)
 class IndexPending:
-    """A message stored but not yet in the full-text indexes, with its text prepared for them
-    (gateway/storage/indexer.py). Seen only by the deferred indexer."""
+    """A message stored but not yet in the full-text indexes (gateway/storage/indexer.py). Seen
+    only by the deferred indexer."""
 
     message_id: int
-    words: str
-    idents: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import time
 from typing import Callable, Iterable
 
 from gateway.storage.events import Events, KeyDeleted, SessionDeleted, WriteOp
-from gateway.storage.fts import ident_text, index_text
+from gateway.storage.fts import index_texts
 from gateway.storage.indexer import indexed_upto, remove_from_indexes, set_indexed_upto
 from gateway.storage.media import delete_attachments_of_session
 
@@ -105,7 +105,7 @@ def rebuild_fts_op(progress: Callable[[int], None] | None = None) -> WriteOp[int
         conn.execute("INSERT INTO messages_ident (messages_ident) VALUES ('delete-all')")
         n = 0
         for row in conn.execute("SELECT id, content FROM messages WHERE content IS NOT NULL"):
-            words, idents = index_text(row["content"]), ident_text(row["content"])
+            words, idents = index_texts(row["content"])
             if words:
                 conn.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)", (row["id"], words))
             if idents:

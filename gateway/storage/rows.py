@@ -1,10 +1,10 @@
 """Write ops over the schema, as plain functions: what `queries.py` is for reads.
 
-Each `op_*` checks and prepares its input in the caller's thread (validation, JSON encoding, the
-full-text tokens) and returns a `WriteOp`, a function of (connection, events) that the single
-writer runs inside its transaction. Preparing outside matters: tokenising a long message for the
-two indexes costs more than the INSERTs, and the writer thread is shared by every chat, so only
-the SQL runs there. Ops compose: `op_move_key` runs several in one transaction, and retention and
+Each `op_*` checks and prepares its input in the caller's thread (validation, JSON encoding) and
+returns a `WriteOp`, a function of (connection, events) that the single writer runs inside its
+transaction, so a bad input fails its caller before it reaches the shared writer. The full-text
+tokens are not prepared here: the deferred indexer makes them in its batches on the writer thread
+(gateway/storage/indexer.py says why). Ops compose: `op_move_key` runs several in one transaction, and retention and
 import build on them. Each op reports what it changed as typed events (gateway.storage.events).
 """
 
@@ -27,7 +27,6 @@ from gateway.storage.events import (
     SessionRewritten,
     WriteOp,
 )
-from gateway.storage.fts import ident_text, index_text
 from gateway.storage.media import AttachmentRow, insert_attachments
 from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX
 from gateway.text import valid_or_none, valid_text
@@ -176,6 +175,19 @@ def op_set_title(session_id: str, title: str | None) -> WriteOp[str | None]:
 
 
 # -- messages -------------------------------------------------------------------------------------
+_TOUCH_FOR_APPEND = (
+    "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
+    "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?"
+)
+# The id: one above any id the table holds or ever held (message_ids.floor, raised on delete:
+# gateway/storage/schema.py v9), so an id is never given twice. Two lookups, no write.
+_INSERT_MESSAGE = (
+    f"INSERT INTO messages (id, session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
+    "VALUES ((SELECT max(COALESCE((SELECT max(id) FROM messages), 0), floor) + 1 FROM message_ids), "
+    f"?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})"
+)
+
+
 def op_append(
     session_id: str,
     role: str,
@@ -190,23 +202,14 @@ def op_append(
     (the inbox and outbox records that belong to this message: gateway.runtime.delivery), all in
     the same transaction."""
     content, row, preview = check_message(role, content, fields)
-    words, idents = index_text(content), ident_text(content)  # computed off the writer thread
 
     def op(conn: sqlite3.Connection, events: Events) -> int:
-        updated = conn.execute(
-            "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
-            "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?",
-            (row["timestamp"], preview, session_id),
-        ).rowcount
+        updated = conn.execute(_TOUCH_FOR_APPEND, (row["timestamp"], preview, session_id)).rowcount
         if not updated:
             raise UnknownSession(session_id)
-        cur = conn.execute(
-            f"INSERT INTO messages (session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
-            f"VALUES (?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})",
-            (session_id, role, content, *row.values()),
-        )
+        cur = conn.execute(_INSERT_MESSAGE, (session_id, role, content, *row.values()))
         message_id = int(cur.lastrowid or 0)
-        events.append(IndexPending(message_id, words, idents))  # indexed in batches: storage/indexer.py
+        events.append(IndexPending(message_id))  # indexed in batches: storage/indexer.py
         if role == "user" and row["user_id"]:
             conn.execute(
                 "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",

@@ -109,3 +109,11 @@ def test_reading_the_config_imports_no_platform_sdk() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_storage_synchronous_is_full_unless_opted_out() -> None:
+    assert parse_config({}, env={}).storage.synchronous == "full"
+    assert parse_config({"storage": {"synchronous": "normal"}}, env={}).storage.synchronous == "normal"
+    assert "storage.synchronous: must be one of full, normal (got 'off')" in problems(
+        {"storage": {"synchronous": "off"}}
+    )

@@ -447,3 +447,65 @@ def test_import_checks_records_with_the_format_validator(db):
             ]
         )
     assert db.count_sessions() == 0
+
+
+def test_message_ids_are_never_reused_after_the_newest_are_deleted(tmp_path):
+    """The indexer's mark, recall's vector progress, the transcripts and the outbox all name messages
+    by id: an id once given must never name another message, even when the newest ones are gone."""
+    path = tmp_path / "ids.db"
+    with SessionDB(path) as db:
+        db.create_session("keep", "local")
+        db.create_session("gone", "local")
+        db.append_message("keep", "user", "first")
+        newest = max(db.append_message("gone", "user", f"quokka {i}") for i in range(3))
+        assert db.search_messages("quokka")  # indexed: the mark is at `newest`
+        assert db.delete_session("gone")
+        after = db.append_message("keep", "user", "zanzibar after the delete")
+        assert after > newest
+        assert [h["id"] for h in db.search_messages("zanzibar")] == [after]
+        assert db.delete_session("keep")
+    with SessionDB(path) as db:  # an empty table, reopened
+        db.create_session("next", "local")
+        again = db.append_message("next", "user", "wombat in a fresh table")
+        assert again > after
+        assert [h["id"] for h in db.search_messages("wombat")] == [again]
+
+
+def test_a_v8_database_is_rebuilt_without_autoincrement_keeping_ids_and_links(tmp_path):
+    """v8 -> v9 rebuilds messages: every id kept (the full-text indexes and attachments use them),
+    the triggers and the index made again, and the next id above any the old counter gave."""
+    from gateway.storage.connect import connect
+    from gateway.storage.media import AttachmentRow
+    from gateway.storage.schema import migrate
+
+    path = tmp_path / "v8.db"
+    conn = connect(str(path))
+    conn.execute("PRAGMA journal_mode = WAL")
+    migrate(conn, target=8)
+    conn.execute("INSERT INTO sessions (id, source, started_at, last_active_at) VALUES ('s', 'local', 1, 1)")
+    for i in range(1, 6):
+        conn.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES ('s', 'user', ?, ?)", (f"quokka {i}", i)
+        )
+    conn.execute("INSERT INTO attachments (message_id, kind, created_at) VALUES (2, 'image', 1)")
+    conn.execute("DELETE FROM messages WHERE id > 3")  # the counter stays at 5
+    conn.execute("UPDATE sessions SET message_count = 3")
+    assert "AUTOINCREMENT" in conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
+    conn.close()
+    with SessionDB(path) as db:
+        sql = db.read(lambda c: c.execute("SELECT sql FROM sqlite_master WHERE name = 'messages'").fetchone()[0])
+        assert "AUTOINCREMENT" not in sql
+        names = {r[0] for r in db.read(lambda c: c.execute("SELECT name FROM sqlite_master").fetchall())}
+        assert {"idx_messages_session", "message_vectors_message_hidden", "message_vectors_message_gone"} <= names
+        assert "messages_v9" not in names
+        assert [m["id"] for m in db.get_messages("s")] == [1, 2, 3]
+        assert [h["id"] for h in db.search_messages("quokka")] == [3, 2, 1]
+        assert db.attachments_of([2])[2][0]["kind"] == "image"
+        assert db.append_message("s", "user", "after the upgrade") == 6
+        photo = AttachmentRow("image", "image/png", 3, None, "p.png")
+        later = db.append_message("s", "user", "with a photo", attachments=[photo])
+        assert later == 7 and db.attachments_of([later])[later][0]["file_name"] == "p.png"
+        with pytest.raises(sqlite3.IntegrityError):  # foreign keys are on again after migrating
+            db.write(
+                lambda c, e: c.execute("INSERT INTO attachments (message_id, kind, created_at) VALUES (99, 'image', 1)")
+            )

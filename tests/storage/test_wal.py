@@ -10,6 +10,8 @@ import sqlite3
 import threading
 import time
 
+import pytest
+
 from gateway.db import SessionDB
 from gateway.storage.connect import connect
 from tests.fakes.loopback import wait_until_blocking
@@ -183,3 +185,69 @@ def test_a_new_database_gets_small_pages_and_an_existing_one_keeps_its_own(tmp_p
     assert [m["content"] for m in db.get_messages("s")] == [TEXT.format(i=2)]
     assert db.search_messages("docker")
     db.close()
+
+
+def test_commits_are_fsynced_unless_synchronous_normal_is_chosen(tmp_path):
+    """FULL (2) by default on the writer's connection; NORMAL (1) only when asked; nothing else."""
+
+    def level(db: SessionDB) -> int:
+        return db.write(lambda conn, events: conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    with SessionDB(tmp_path / "durable.db") as db:
+        assert level(db) == 2
+    with SessionDB(tmp_path / "relaxed.db", synchronous="normal") as db:
+        assert level(db) == 1
+        db.create_session("s", "local")
+        assert db.append_message("s", "user", "kept") == 1
+    with SessionDB(tmp_path / "relaxed.db") as db:
+        assert level(db) == 2 and db.get_messages("s")[0]["content"] == "kept"
+    with pytest.raises(ValueError, match="synchronous must be one of full, normal"):
+        SessionDB(tmp_path / "other.db", synchronous="off")
+
+
+def wal_commit_count(wal_path: str, page_size: int) -> int:
+    """Commits in the current log generation: frames whose header carries the database size
+    (https://sqlite.org/walformat.html)."""
+    import struct
+    from pathlib import Path
+
+    raw = Path(wal_path).read_bytes()
+    salt, commits, offset = raw[16:24], 0, 32
+    while offset + 24 + page_size <= len(raw) and raw[offset + 8 : offset + 16] == salt:
+        commits += struct.unpack(">I", raw[offset + 4 : offset + 8])[0] != 0
+        offset += 24 + page_size
+    return commits
+
+
+def test_the_index_batch_rides_in_an_append_commit_and_a_failing_rider_fails_nothing(tmp_path):
+    """While appends keep coming, the deferred index batch commits with the next append (no fsync
+    of its own): the log holds exactly one commit per append."""
+    path = tmp_path / "rider.db"
+    db = SessionDB(path, checkpoint_bytes=1 << 40, idle_seconds=3600)  # keep every frame, never idle
+    db._index.batch = 4
+    db.create_session("s", "local")
+    side = sqlite3.connect(path)
+    side.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # count the appends only
+    page_size = side.execute("PRAGMA page_size").fetchone()[0]
+    for i in range(10):
+        db.append_message("s", "user", f"quokka number {i}")
+    indexed = side.execute("SELECT indexed_upto FROM fts_state").fetchone()[0]
+    assert indexed >= 8  # two batches of 4 rode along without waiting for idle
+    assert wal_commit_count(str(path) + "-wal", page_size) == 10
+    side.close()
+
+    def broken():
+        return lambda conn, events: conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+    db._writer.add_rider(broken)
+    assert db.append_message("s", "user", "still committed") == 11
+    assert db.get_messages("s")[-1]["content"] == "still committed"
+    assert len(db.search_messages("quokka", limit=20)) == 10
+    db.close()
+
+
+def test_the_full_text_indexes_merge_eight_segments_at_a_time(tmp_path):
+    with SessionDB(tmp_path / "merge.db") as db:
+        for table in ("messages_fts", "messages_ident"):
+            value = db.read(lambda c: c.execute(f"SELECT v FROM {table}_config WHERE k = 'automerge'").fetchone())
+            assert value is not None and value[0] == 8

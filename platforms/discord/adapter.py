@@ -13,6 +13,7 @@ parent channel and thread_id = the thread, so a thread is one session shared by 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import re
@@ -173,6 +174,10 @@ class DiscordAdapter(PlatformAdapter):
         self._task = asyncio.create_task(self._run(), name="discord-adapter")
         self._watchdog = Watchdog(self, self.watchdog_seconds, self._stale)
         self._watchdog.start()
+
+    def leader_key(self) -> str | None:
+        """One gateway connection per bot (shard 0 of 1): the leading replica holds it."""
+        return f"discord:{hashlib.sha256(self._token.encode()).hexdigest()[:16]}:shard0"
 
     async def stop(self) -> None:
         self._stopping = True

@@ -9,8 +9,9 @@ turns carries a `guard` that refuses the commit once the lease has gone to anoth
 - `SharedLeases` (Postgres): a registry identity, then one beat loop on the registry connection:
   wait for notifications (an entry admitted elsewhere for a chat held here), and every heartbeat
   renew the held leases in one UPDATE (a lease missing from its answer was taken over: the runner
-  drops that chat's queue), claim the chats with unfinished entries whose holder is gone or
-  expired (a dead replica's work, taken over within a poll), and try the leaderships wanted. When
+  drops that chat's queue) and try the leaderships wanted. Beside it, on the pool, a poll every
+  heartbeat claims the chats with work left whose holder is gone or expired (a dead replica's
+  work, taken over within a poll). When
   the registry connection is lost (this replica was frozen past idle_session_timeout, or cut
   off), every lease and leadership is given up and the replica registers again under a new id;
   its old guards can never match again.
@@ -128,6 +129,7 @@ class SharedLeases:
         self._leading: set[str] = set()
         self._host: LeaseHost | None = None
         self._beat: asyncio.Task | None = None
+        self._poller: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self.takeovers = 0
 
@@ -174,10 +176,11 @@ class SharedLeases:
         self._beat = asyncio.create_task(self._run(), name="replica beat")
 
     async def stop(self) -> None:
-        if self._beat is not None:
-            self._beat.cancel()
-            await asyncio.gather(self._beat, return_exceptions=True)
-            self._beat = None
+        for loop in (self._beat, self._poller):
+            if loop is not None:
+                loop.cancel()
+                await asyncio.gather(loop, return_exceptions=True)
+        self._beat = self._poller = None
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -190,6 +193,8 @@ class SharedLeases:
         self._held.clear()
 
     async def _run(self) -> None:
+        """The registry connection's loop: notifications, the heartbeat with the renewal, the
+        leaderships. Nothing here waits for the pool (see Registry.beat)."""
         last = 0.0
         while True:
             try:
@@ -198,10 +203,11 @@ class SharedLeases:
                         self._spawn(self._take_up(key, False))
                 if time.monotonic() - last >= self.heartbeat:
                     last = time.monotonic()
-                    await self.registry.beat()
-                    await self._renew()
-                    await self._poll()
+                    started = time.monotonic()
+                    self._renewed(await self.registry.beat(self.lease_seconds), started)
                     await self._try_leads()
+                    if self._poller is None or self._poller.done():
+                        self._poller = asyncio.create_task(self._poll_loop(), name="replica poll")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -211,13 +217,24 @@ class SharedLeases:
                 await self._lose_everything()
                 await self._register_again()
 
-    async def _renew(self) -> None:
-        started = time.monotonic()
-        still = await self.db.awrite(self._sql.op_renew(self.replica_id, self.lease_seconds))
+    def _renewed(self, still: dict[str, int], started: float) -> None:
         for key, fence in list(self._held.items()):
             if still.get(key) != fence and self._claimed.get(key, 0.0) < started:
                 log.info("chat %s was taken over by another replica", key)
                 self._drop(key)
+
+    async def _poll_loop(self) -> None:
+        """Every heartbeat: the chats with work left that this replica holds or may claim."""
+        while True:
+            started = time.monotonic()
+            try:
+                if self.replica_id:
+                    await self._poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("polling the inbox failed (%s); trying again", exc)
+            await asyncio.sleep(max(0.0, self.heartbeat - (time.monotonic() - started)))
 
     async def _poll(self) -> None:
         replica = self.replica_id

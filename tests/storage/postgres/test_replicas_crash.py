@@ -248,3 +248,34 @@ def _started(dsn: str, answer: str) -> bool:
             "SELECT started_at IS NOT NULL FROM inbox WHERE message LIKE %s", (f"%{needle}%",)
         ).fetchone()
     return bool(row and row[0])
+
+
+async def test_telegram_polling_runs_on_one_replica_and_moves_when_it_dies(tmp_path: Path, pg_dsn: str) -> None:
+    tg = await FakeTelegram().start()
+    try:
+        async with FakeOpenAI() as llm:
+
+            def platforms(port: int) -> dict:
+                return {
+                    "telegram": {"token": tg.token, "base_url": tg.base_url, "mode": "polling", "allowed_users": ["*"]}
+                }
+
+            storage = {"backend": "postgres", "postgres": {"dsn": pg_dsn}}
+            daemons = [Daemon(tmp_path / f"poller{n}", llm, platforms, storage=storage) for n in range(2)]
+            for daemon in daemons:
+                await daemon.start()
+            user = FakeTelegram.user(5000, "Pat")
+            tg.push_message(tg.private_chat(user), user, "first")
+            await wait_until(lambda: answers(tg)["echo: first"] == 1, 30)
+            leaders = [d for d in daemons if "polling starts on this replica" in logs(d)]
+            assert len(leaders) == 1  # one getUpdates per bot: the other replica only sends
+            await leaders[0].kill()
+            (survivor,) = [d for d in daemons if d is not leaders[0]]
+            tg.push_message(tg.private_chat(user), user, "second")
+            await wait_until(lambda: answers(tg)["echo: second"] == 1, 30)
+            assert "polling starts on this replica" in logs(survivor)
+            await asyncio.sleep(0.5)
+            assert answers(tg)["echo: first"] == 1 and answers(tg)["echo: second"] == 1
+            assert await survivor.terminate() == 0
+    finally:
+        await tg.stop()

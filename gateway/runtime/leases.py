@@ -125,6 +125,7 @@ class SharedLeases:
         self.replica_id = ""
         self._held: dict[str, int] = {}  # chat key -> fence
         self._claimed: dict[str, float] = {}  # chat key -> when (monotonic) it was claimed
+        self._polled: dict[str, int] = {}  # held chat key -> newest open entry the last poll saw
         self._leads: dict[str, OnLead] = {}
         self._leading: set[str] = set()
         self._host: LeaseHost | None = None
@@ -238,10 +239,16 @@ class SharedLeases:
 
     async def _poll(self) -> None:
         replica = self.replica_id
-        keys = await self.db.aread(self.db.read, lambda c: self._sql.chats_to_run(c, replica))
-        for key in keys:
+        work = await self.db.aread(self.db.read, lambda c: self._sql.chats_to_run(c, replica))
+        polled, self._polled = self._polled, {}
+        for key, newest in work:
             if key in self._held:
-                self._spawn(self._take_up(key, False))
+                # a chat held here is read again only for an entry no wake-up brought (a lost
+                # notification): reading every busy chat every poll cost more than its turns
+                if newest is not None:
+                    self._polled[key] = newest
+                    if newest > polled.get(key, 0):
+                        self._spawn(self._take_up(key, False))
             elif await self.claim(key):
                 self.takeovers += 1
                 log.info("replica %s took over chat %s", self.replica_id, key)

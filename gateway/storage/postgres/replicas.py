@@ -56,6 +56,7 @@ HEARTBEAT_SECONDS = 0.5
 IDLE_SESSION_TIMEOUT_MS = 3000
 LEASE_SECONDS = 4.0
 CLAIM_LOCK_TIMEOUT = "1s"
+FORGET_AFTER = 24 * 3600  # seconds after its last heartbeat a dead replica's row is deleted
 # Dead-peer detection below the application: keepalive probes after 5 s idle, every 2 s, 3 lost
 # = gone (~11 s), and unacknowledged data gives up after 10 s. Loopback never needs them.
 KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
@@ -137,23 +138,24 @@ def holds(conn: Connection, chat_key: str, replica_id: str, fence: int) -> bool:
     return row is not None
 
 
-def chats_to_run(conn: Connection, replica_id: str) -> list[str]:
+def chats_to_run(conn: Connection, replica_id: str) -> list[tuple[str, int | None]]:
     """Chats with work left (an unfinished inbox entry, or an unsent reply to one) that this
-    replica holds or may claim (no lease, an expired one, a dead holder's), oldest work first.
-    The unsent replies count: a holder that committed a reply and died (or lost its registry)
-    before sending it leaves nothing unfinished in the inbox."""
+    replica holds or may claim (no lease, an expired one, a dead holder's), oldest work first,
+    each with its newest unfinished entry id (None: only replies are left). The unsent replies
+    count: a holder that committed a reply and died (or lost its registry) before sending it
+    leaves nothing unfinished in the inbox."""
     rows = conn.execute(
-        "SELECT w.chat_key FROM ("
-        " SELECT chat_key, id FROM inbox WHERE done_at IS NULL"
+        "SELECT w.chat_key, max(w.open_id) FROM ("
+        " SELECT chat_key, id, id AS open_id FROM inbox WHERE done_at IS NULL"
         " UNION ALL"
-        " SELECT i.chat_key, i.id FROM outbox o JOIN inbox i ON i.id = o.inbox_id WHERE o.sent_at IS NULL"
+        " SELECT i.chat_key, i.id, NULL FROM outbox o JOIN inbox i ON i.id = o.inbox_id WHERE o.sent_at IS NULL"
         ") w LEFT JOIN chat_leases l ON l.chat_key = w.chat_key "
         "WHERE l.chat_key IS NULL OR l.replica_id = ? "
         f"OR l.expires_at < {NOW} OR l.replica_id NOT IN ({LIVE}) "
         "GROUP BY w.chat_key ORDER BY min(w.id)",
         (replica_id,),
     ).fetchall()
-    return [r[0] for r in rows]
+    return [(r[0], None if r[1] is None else int(r[1])) for r in rows]
 
 
 def op_notify(chat_key: str) -> Op:
@@ -206,6 +208,10 @@ class Registry:
             if not locked or not locked[0]:  # a fresh lock_id: only a bug gets here
                 raise RuntimeError(f"replica lock {row[0]} is already held")
             await conn.execute(f"LISTEN {CHANNEL}")
+            # rows of replicas gone for a day: their leases stay claimable without them (not LIVE)
+            await conn.execute(
+                to_pyformat(f"DELETE FROM replicas WHERE seen_at < ? AND id NOT IN ({LIVE})"), (now - FORGET_AFTER,)
+            )
         except BaseException:
             await conn.close()
             raise

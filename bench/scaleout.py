@@ -188,8 +188,12 @@ async def throughput(
         await tg.stop()
 
 
-async def failover(server: PrivatePostgres, tmp: Path, sig: signal.Signals, args: argparse.Namespace) -> float:
-    """Seconds from `sig` to every acknowledged update of the victim's chats answered."""
+async def failover(
+    server: PrivatePostgres, tmp: Path, sig: signal.Signals, args: argparse.Namespace
+) -> tuple[float, float]:
+    """Seconds from `sig` to every one of the victim's chats answered again (its first waiting
+    update), and to all of their acknowledged updates answered (the rest wait for Telegram's one
+    message a second per chat)."""
     dsn = server.create_database(f"fail{sig.name.lower()}")
     tg = await FakeTelegram().start()
     daemons: list[Daemon] = []
@@ -221,13 +225,16 @@ async def failover(server: PrivatePostgres, tmp: Path, sig: signal.Signals, args
             stopped = time.perf_counter()
             llm.gate.set()
             llm.gate = None
+            firsts_after = {answers[0] for answers in burst}
+            await wait_for(lambda: traffic.answered(firsts_after), 60, poll=0.01)
+            again = time.perf_counter() - stopped
             wanted = {a for answers in burst for a in answers}
             await wait_for(lambda: traffic.answered(wanted), 60)
             seconds = time.perf_counter() - stopped
             if sig == signal.SIGSTOP:
                 victim.signal(signal.SIGCONT)
             print(f"  {sig.name}: {len(held)} chats, {len(wanted)} acknowledged updates", flush=True)
-            return seconds
+            return again, seconds
     finally:
         for daemon in daemons:
             if daemon.proc is not None and daemon.proc.returncode is None:
@@ -268,8 +275,12 @@ async def main() -> None:
             )
         print("\nfailover: the busiest of 2 replicas stopped with updates acknowledged and unanswered")
         for sig in (signal.SIGKILL, signal.SIGSTOP):
-            seconds = await failover(server, tmp, sig, args)
-            print(f"  {sig.name}: every one answered {seconds:.2f}s after the signal (target <= 5 s)", flush=True)
+            again, seconds = await failover(server, tmp, sig, args)
+            print(
+                f"  {sig.name}: every chat answered again {again:.2f}s after the signal (target <= 5 s), "
+                f"every update {seconds:.2f}s",
+                flush=True,
+            )
         search_section(server, args)
 
 

@@ -205,7 +205,10 @@ class GatewayRunner:
                 if adapter is not None:
                     for attachment in msg.attachments:
                         attachment.open = adapter.reopen(msg, attachment)
-                self._taken_up.add(row["id"])
+                if (
+                    fresh or row["started_at"] is not None
+                ):  # accepted under an earlier holder: never refused for the cap
+                    self._taken_up.add(row["id"])
                 if row["started_at"] is not None and parse_command(msg.text) is None:
                     self._interrupted[row["id"]] = row  # cut short on the replica that held it
                 self._enqueue(key, msg)

@@ -7,6 +7,7 @@ one replica's at a time."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import psycopg
 import pytest
@@ -130,3 +131,41 @@ async def wait_until_async(predicate, timeout: float) -> None:
     while not await predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.05)
+
+
+class QuietHost:
+    """A LeaseHost with no chats: what the runner would be asked, recorded."""
+
+    def __init__(self) -> None:
+        self.lost: list[str] = []
+
+    async def take_up(self, key: str, fresh: bool) -> None:
+        return None
+
+    def lease_lost(self, key: str) -> None:
+        self.lost.append(key)
+
+
+async def test_a_replica_busy_in_every_worker_thread_keeps_its_registry(db, pg_dsn):
+    """Measured in bench/scaleout.py: with 200 chats at once the reads and writes queued in the
+    thread pool held back the heartbeat past idle_session_timeout, and the replica lost its
+    registry and its chats. The heartbeat and the renewal run on the registry connection itself."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gateway.runtime.leases import SharedLeases
+
+    loop = asyncio.get_running_loop()
+    workers = ThreadPoolExecutor(4)
+    loop.set_default_executor(workers)
+    leases, host = SharedLeases(db, pg_dsn), QuietHost()
+    await leases.start(host)
+    try:
+        replica_id = leases.replica_id
+        assert await leases.claim("chat-busy")
+        busy = [loop.run_in_executor(None, time.sleep, 4.0) for _ in range(4)]  # every worker, past the 3 s
+        await asyncio.gather(*busy)
+        assert leases.replica_id == replica_id and replica_id in live_ids(db)
+        assert leases.holds("chat-busy") and host.lost == []
+    finally:
+        await leases.stop()
+        workers.shutdown()

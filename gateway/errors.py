@@ -8,7 +8,7 @@ re-export them from here. This module imports nothing of chinwag: every floor ma
 
 from __future__ import annotations
 
-__all__ = ["ChinwagError", "UnknownSession", "TitleTaken", "SchemaTooNew", "ImportRecordError"]
+__all__ = ["ChinwagError", "UnknownSession", "TitleTaken", "SchemaTooNew", "ImportRecordError", "LeaseLost"]
 
 
 class ChinwagError(Exception):
@@ -51,3 +51,12 @@ class ImportRecordError(ChinwagError, ValueError):
     def __init__(self, record: int, problem: str) -> None:
         super().__init__(f"record {record}: {problem}")
         self.record, self.problem = record, problem
+
+
+class LeaseLost(ChinwagError, RuntimeError):
+    """This replica no longer holds the chat's lease (another took it over): the commit that
+    checked it was refused and rolled back, and the turn is dropped; the holder runs it."""
+
+    def __init__(self, chat_key: str) -> None:
+        super().__init__(f"the lease of chat {chat_key} is held by another replica")
+        self.chat_key = chat_key

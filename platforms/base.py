@@ -240,6 +240,23 @@ class PlatformAdapter(abc.ABC):
     async def stop(self) -> None:
         """Disconnect and release resources."""
 
+    # -- replicas: what only one replica may run (gateway.runtime.leases) -----------------------
+    def leader_key(self) -> str | None:
+        """A name for the part of this adapter only one replica may run at a time for this bot (a
+        long poll, a gateway shard), or None: it all runs on every replica. Default: None."""
+        return None
+
+    def await_leadership(self) -> None:
+        """Called before `start` on a replica when `leader_key` is not None: `start` then brings up
+        sending only, and the leader part waits for `lead(True)`. Default: the whole adapter waits
+        (the runner starts it on `lead(True)` and stops it on `lead(False)`)."""
+        self.led_by_start = True
+
+    async def lead(self, leading: bool) -> None:
+        """This replica got (True) or lost (False) the leadership of `leader_key`."""
+
+    led_by_start = False  # set by the default await_leadership: start/stop follow the leadership
+
     # -- outbound --------------------------------------------------------------------------
     @abc.abstractmethod
     async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:

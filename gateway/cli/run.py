@@ -105,7 +105,9 @@ def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: boo
             "commands and recall work, chat turns say so"
         )
 
-    lock = _lock_home(config)
+    # On Postgres the replicas share no disk: the replica registry in the database stands in for
+    # the home lock (gateway.storage.postgres.replicas), so any number may run.
+    lock = _lock_home(config) if config.storage.backend != "postgres" else _NoLock()
     if lock is None:
         return 1
 
@@ -131,6 +133,11 @@ def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: boo
         return 1
     finally:
         lock.release()
+
+
+class _NoLock:
+    def release(self) -> None:
+        pass
 
 
 def _lock_home(config: Config) -> Any:

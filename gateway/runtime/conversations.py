@@ -78,6 +78,11 @@ class ConversationCache:
         self._items.move_to_end(session_id)
         self._trim()
 
+    def drop_owner(self, owner: str) -> None:
+        """Drop every copy kept for this chat (another replica may have written to it since)."""
+        for session_id in [sid for sid, item in self._items.items() if item[2] == owner]:
+            self.drop(session_id)
+
     def drop(self, session_id: str) -> None:
         item = self._items.pop(session_id, None)
         if item is not None:

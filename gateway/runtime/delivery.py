@@ -12,6 +12,10 @@ The one duplicate window: a crash after the platform accepted a part and before 
 commits; that part is sent again on start (at most one message per crash, counted by the crash
 test in tests/runtime/test_delivery_crash.py).
 
+On Postgres replicas (gateway.runtime.leases) each record of a turn takes a `guard`, run first in
+its transaction, that refuses it once another replica holds the chat; a reply is sent only after
+the lease is confirmed, and a replica taking a chat over sends that chat's unsent replies first.
+
 Messages are stored normalised (source, text, ids, flags: no raw platform payload), so an entry
 can be taken up again by a later process. A message without a platform id gets a random one: it
 cannot be redelivered, so it needs no dedup, only a unique key.
@@ -28,6 +32,7 @@ import sqlite3
 from typing import Any, Callable, Iterable
 
 from gateway.db import SessionDB
+from gateway.runtime.leases import ChatLeases, Guard, SoloLeases
 from gateway.source import SessionSource
 from gateway.storage import inbox, outbox
 from gateway.storage.events import Events
@@ -86,8 +91,9 @@ def decode_message(text: str, inbox_id: int | None = None) -> InboundMessage:
 
 
 class Inbox:
-    def __init__(self, db: SessionDB) -> None:
+    def __init__(self, db: SessionDB, leases: ChatLeases | None = None) -> None:
         self.db = db
+        self.leases: ChatLeases = leases or SoloLeases()
 
     async def admit(self, msg: InboundMessage, chat_key: str) -> bool:
         """Commit `msg` to the inbox; False for a redelivery (nothing stored, nothing to answer).
@@ -101,25 +107,37 @@ class Inbox:
         return True
 
     @staticmethod
-    def started(*msgs: InboundMessage) -> RecordOp:
+    def started(*msgs: InboundMessage, guard: Guard | None = None) -> RecordOp:
         """The record that goes with storing the person's message: its entries are started."""
 
         def op(conn: sqlite3.Connection, message_id: int) -> None:
+            if guard is not None:
+                guard(conn)
             for msg in msgs:
                 if msg.inbox_id is not None:
                     inbox.start(conn, msg.inbox_id, message_id)
 
         return op
 
-    async def finish(self, msgs: Iterable[InboundMessage], outcome: str) -> None:
+    async def finish(self, msgs: Iterable[InboundMessage], outcome: str, guard: Guard | None = None) -> None:
         ids = [m.inbox_id for m in msgs if m.inbox_id is not None]
-        if ids:
+        if ids and guard is not None:
+            await self.db.awrite(lambda conn, events: (guard(conn), inbox.finish(conn, ids, outcome))[1])
+        elif ids:
             await self.db.ainbox_finish(ids, outcome)
+
+    async def unfinished_of(self, chat_key: str) -> list[tuple[dict, InboundMessage]]:
+        """One chat's entries not done, oldest first (a replica holding the chat runs them)."""
+        rows = await self.db.aread(self.db.read, lambda conn: inbox.unfinished_of_chat(conn, chat_key))
+        return await asyncio.to_thread(self._decoded, rows)
 
     def unfinished(self) -> list[tuple[dict, InboundMessage]]:
         """Entries not done, oldest first, with their messages (for the start-up)."""
+        return self._decoded(self.db.inbox_unfinished())
+
+    def _decoded(self, rows: list[dict]) -> list[tuple[dict, InboundMessage]]:
         out = []
-        for row in self.db.inbox_unfinished():
+        for row in rows:
             try:
                 out.append((row, decode_message(row["message"], row["id"])))
             except (ValueError, KeyError, TypeError) as exc:  # written by a bug: skip it, never loop on it
@@ -129,11 +147,24 @@ class Inbox:
 
 
 class Outbox:
-    def __init__(self, db: SessionDB, adapters: dict[str, PlatformAdapter], metrics: Any = None) -> None:
+    def __init__(
+        self,
+        db: SessionDB,
+        adapters: dict[str, PlatformAdapter],
+        metrics: Any = None,
+        leases: ChatLeases | None = None,
+    ) -> None:
         self.db, self.adapters, self.metrics = db, adapters, metrics
+        self.leases: ChatLeases = leases or SoloLeases()
 
     @staticmethod
-    def reply_op(target: InboundMessage, text: str, answers: Iterable[InboundMessage], outcome: str = "answered"):
+    def reply_op(
+        target: InboundMessage,
+        text: str,
+        answers: Iterable[InboundMessage],
+        outcome: str = "answered",
+        guard: Guard | None = None,
+    ):
         """The record of a reply, to run in one transaction (alone, or with the assistant message
         that carries it as `after`): the outbox row and the done marks of the entries it answers.
         Returns `(op, row)`: after the commit `row["id"]` is the outbox row id."""
@@ -143,6 +174,8 @@ class Outbox:
         row: dict[str, Any] = {"id": None}
 
         def op(conn: sqlite3.Connection, message_id: int | None = None) -> int:
+            if guard is not None:
+                guard(conn)
             row["id"] = outbox.add(
                 conn,
                 platform=source.platform.value,
@@ -158,17 +191,36 @@ class Outbox:
 
         return op, row
 
-    async def commit(self, target: InboundMessage, text: str, answers: Iterable[InboundMessage], outcome: str) -> int:
+    async def commit(
+        self,
+        target: InboundMessage,
+        text: str,
+        answers: Iterable[InboundMessage],
+        outcome: str,
+        guard: Guard | None = None,
+    ) -> int:
         """Commit a reply that is not carried by an assistant message (a command's answer, an apology)."""
-        op, _ = self.reply_op(target, text, answers, outcome)
+        op, _ = self.reply_op(target, text, answers, outcome, guard)
         return await self.db.awrite(lambda conn, events: op(conn))
 
-    async def deliver(self, row_id: int, source: SessionSource, text: str, reply_to: str | None, done: int = 0) -> bool:
+    async def deliver(
+        self,
+        row_id: int,
+        source: SessionSource,
+        text: str,
+        reply_to: str | None,
+        done: int = 0,
+        key: str | None = None,
+    ) -> bool:
         """Send the reply's parts from `done` on, recording each. False when it could not be sent
-        (it stays in the outbox for the next start)."""
+        (it stays in the outbox for the next start). `key`: the chat whose lease must still be
+        held here (replicas): if another replica took it over, that one sends it."""
         adapter = self.adapters.get(source.platform.value)
         if adapter is None:
             log.warning("outbox row %s is for %s, which is not running; kept", row_id, source.platform.value)
+            return False
+        if key is not None and self.leases.shared and not await self.leases.confirm(key):
+            log.info("outbox row %s not sent here: chat %s is held by another replica now", row_id, key)
             return False
         parts = adapter.split(text) or [text]
         ids: list[str] = []
@@ -212,6 +264,17 @@ class Outbox:
                 sent += 1
         if sent:
             log.info("delivered %d repl%s left unsent by the previous run", sent, "y" if sent == 1 else "ies")
+        return sent
+
+    async def deliver_unsent_of(self, chat_key: str) -> int:
+        """On taking a chat over (replicas): send the replies its previous holder committed and did not
+        deliver, oldest first, before anything else of that chat runs."""
+        sent = 0
+        rows = await self.db.aread(self.db.read, lambda conn: outbox.unsent_of_chat(conn, chat_key))
+        for row in rows:
+            source = SessionSource.from_dict(json.loads(row["target"]))
+            if await self.deliver(row["id"], source, row["text"], row["reply_to"], row["parts_sent"], key=chat_key):
+                sent += 1
         return sent
 
 

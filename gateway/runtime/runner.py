@@ -11,11 +11,20 @@ delivered are sent, then the entries not done are taken up again, in order, befo
 of their chat: a turn a crash cut short is run again or reported (`gateway.interrupted_turns`). The lane keeps one chat's messages in
 order and applies the busy mode; different chats run concurrently. The agent turn itself is in
 gateway.runtime.turn, the commands in gateway.commands.
+
+Replicas on Postgres (`leases.shared`, gateway.runtime.leases): a chat's entries run on the replica
+holding its lease. An admitted message is not queued at once: the receiver runs the chat if it
+holds or can claim the lease, else it wakes the holder. Either way the holder reads the chat's
+unfinished entries from the inbox in order (`take_up`), so entries admitted on any replica run in
+the order they were committed. A turn whose lease went elsewhere is dropped at its next commit
+(LeaseLost); its chat's queue here is dropped too (`lease_lost`), the new holder runs them. There
+is no start-up pass over the whole inbox: the first poll claims the chats nobody live holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 import time
@@ -26,8 +35,10 @@ from agent.llm import ModelSettings
 from gateway.commands import COMMANDS, CommandContext, ParsedCommand, command_menu, parse_command, run_command
 from gateway.commands.sessions import resume_choices
 from gateway.db import SessionDB
+from gateway.errors import LeaseLost
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.lanes import ChatLane, Job
+from gateway.runtime.leases import Guard
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.turn import TurnRunner
 from gateway.sessions.access import AccessControl
@@ -78,6 +89,9 @@ class GatewayRunner:
         self.access = access
         self.inbox = inbox
         self.outbox = outbox
+        self.leases = outbox.leases  # the one seam: SoloLeases on SQLite, SharedLeases on Postgres
+        self._pushed: dict[str, set[int]] = {}  # replicas: chat key -> entries read into its lane
+        self._pumps: dict[str, asyncio.Lock] = {}
         self._holding: list[tuple[str, InboundMessage, asyncio.Future]] | None = (
             None  # intake during start-up waits here
         )
@@ -116,6 +130,9 @@ class GatewayRunner:
         # the middle of the first conversation while other chats wait.
         self.factory.client
         menu = command_menu()
+        if self.leases.shared:
+            await self._start_replica(menu)
+            return
         self._holding = []
         try:
             for adapter in self.adapters.values():
@@ -137,6 +154,93 @@ class GatewayRunner:
                     self._enqueue(key, msg)
             self._holding = None
             self._resumed = set()
+
+    async def _start_replica(self, menu: Any) -> None:
+        """Register, then start the adapters: those that must run once per bot (a Telegram poller, a
+        Discord shard) only while this replica holds their leadership. The beat loop's first poll
+        takes up the chats nobody live holds (a dead replica's, this one's before a restart)."""
+        await self.leases.start(self)
+        for adapter in self.adapters.values():
+            adapter.bot_commands(menu)
+            adapter.command_suggestions(self.suggest)
+            name = adapter.leader_key()
+            if name is None:
+                await adapter.start(self.handle_inbound)
+                continue
+            adapter.await_leadership()
+            if not adapter.led_by_start:
+                await adapter.start(self.handle_inbound)  # sending now; its intake once it leads
+            self.leases.lead(name, functools.partial(self._lead, adapter))
+
+    async def _lead(self, adapter: Any, leading: bool) -> None:
+        log.info("%s %s on this replica", adapter.leader_key(), "starts" if leading else "stops")
+        if not adapter.led_by_start:
+            await adapter.lead(leading)
+        elif leading:
+            await adapter.start(self.handle_inbound)
+        else:
+            await adapter.stop()
+
+    async def take_up(self, key: str, fresh: bool) -> None:
+        """LeaseHost: read the chat's unfinished entries into its lane, in inbox order, skipping
+        those already there. `fresh` (the lease was just claimed): the warm copy of its conversation
+        may be behind what another replica wrote, and its unsent replies go out first."""
+        if self._stopping:
+            return
+        lock = self._pumps.setdefault(key, asyncio.Lock())
+        async with lock:
+            if fresh:
+                self.conversations.drop_owner(key)
+                await self.outbox.deliver_unsent_of(key)
+            entries = await self.inbox.unfinished_of(key)
+            if not self.leases.holds(key) or self._stopping:
+                return
+            pushed = self._pushed.setdefault(key, set())
+            pushed &= {row["id"] for row, _ in entries}  # the others are done: never read again
+            for row, msg in entries:
+                if row["id"] in pushed:
+                    continue
+                pushed.add(row["id"])
+                adapter = self.adapters.get(msg.source.platform.value)
+                if adapter is not None:
+                    for attachment in msg.attachments:
+                        attachment.open = adapter.reopen(msg, attachment)
+                if (
+                    fresh or row["started_at"] is not None
+                ):  # accepted under an earlier holder: never refused for the cap
+                    self._taken_up.add(row["id"])
+                if row["started_at"] is not None and parse_command(msg.text) is None:
+                    self._interrupted[row["id"]] = row  # cut short on the replica that held it
+                self._enqueue(key, msg)
+            if not pushed:
+                self._pushed.pop(key, None)
+                self._pumps.pop(key, None)
+
+    def lease_lost(self, key: str) -> None:
+        """LeaseHost: another replica runs this chat now. What waits here is dropped (not finished:
+        the holder runs it); a running turn is refused at its next commit."""
+        lane = self.lanes.get(key)
+        if lane is not None:
+            lane.clear_pending()
+            lane.inbox.clear()
+        self._pushed.pop(key, None)
+
+    async def _arrived(self, key: str) -> None:
+        """Replicas: an entry of `key` was admitted here."""
+        if self.leases.holds(key):
+            await self.take_up(key, False)
+        elif await self.leases.claim(key):
+            await self.take_up(key, True)
+        else:
+            await self.leases.nudge(key)
+
+    def _guard(self, msg: InboundMessage) -> Guard | None:
+        if not self.leases.shared:
+            return None
+        try:
+            return self.leases.guard(self.store.key_for(msg.source))
+        except InvalidSessionSource:
+            return None
 
     async def _resume(self) -> None:
         """Take up the entries a previous process left unfinished, oldest first. One whose turn had
@@ -204,6 +308,7 @@ class GatewayRunner:
                 await asyncio.wait_for(self.drain(), 5.0)
             except TimeoutError:
                 log.error("shutdown: some chats did not stop")
+        await self.leases.stop()
         await self.cache.close_all()
         await self.factory.close()
 
@@ -248,6 +353,13 @@ class GatewayRunner:
         # The commit starts now; the message joins its lane at once (so a chat's order is the
         # order of arrival) and the lane waits for the commit before it runs it (`accept`).
         admission = asyncio.ensure_future(self.inbox.admit(msg, key))
+        if self.leases.shared:
+            if not await admission:
+                log.info("duplicate delivery of %s message %s refused", platform, msg.message_id)
+                self.inc("duplicates_total", {"platform": platform})
+            elif not self._stopping:
+                self._spawn(self._arrived(key))
+            return
         if self._stopping:
             pass  # stored, not run: the next start answers it
         elif self._holding is not None:
@@ -364,8 +476,15 @@ class GatewayRunner:
                     await self.turns.run(lane, job.msg, entry, job.msg.text)
         except asyncio.CancelledError:
             if not self._stopping:  # /stop or an interrupting message: this one is finished with
-                await asyncio.shield(self.inbox.finish([job.msg], "stopped"))
+                try:
+                    await asyncio.shield(self.inbox.finish([job.msg], "stopped", self._guard(job.msg)))
+                except LeaseLost:
+                    pass
             raise  # at shutdown it stays unfinished: the next start takes it up again
+        except LeaseLost:
+            log.info("chat %s is held by another replica now: this turn is dropped there", lane.key)
+            self.inc("turns_fenced_total")
+            self.lease_lost(lane.key)
         except Exception:
             log.exception("handling a message for %s failed", lane.key)
             await self.reply(job.msg, ERROR_TEXT, outcome="failed")
@@ -458,17 +577,19 @@ class GatewayRunner:
     async def reply(self, msg: InboundMessage, text: str, *, outcome: str = "answered") -> None:
         """The answer to `msg` (a command's, an error's): committed to the outbox with its inbox
         entry's done mark, then delivered. Nothing to say: the entry is just done."""
+        guard = self._guard(msg)
         if not text:
-            await self.inbox.finish([msg], outcome)
+            await self.inbox.finish([msg], outcome, guard)
             return
         text = valid_text(text)
-        row_id = await self.outbox.commit(msg, text, [msg], outcome)
+        row_id = await self.outbox.commit(msg, text, [msg], outcome, guard)
         if msg.reply_target is not None:  # an interaction (a Discord slash command) is answered in place
             await self.outbound.send(msg, text)
             await self.db.aoutbox_record(row_id, 1, [], True)
             return
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
-        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to))
+        key = self.store.key_for(msg.source) if guard is not None else None
+        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to, key=key))
 
     def inc(self, name: str, labels: dict[str, str] | None = None) -> None:
         if self.metrics is not None:
@@ -482,7 +603,7 @@ class GatewayRunner:
         running = lane.cancel_current()
         waiting = [job.msg for job in lane.pending] + list(lane.steered)
         dropped = lane.clear_pending()
-        await self.inbox.finish(waiting, "dropped")
+        await self.inbox.finish(waiting, "dropped", self.leases.guard(lane.key))
         if not running and not dropped:
             return "Nothing to stop."
         parts = ["Stopped."] if running else []

@@ -211,6 +211,9 @@ class TurnRunner:
         warm = self.conversations
         answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
         committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
+        # Replicas: every message of the turn commits only while this replica still holds the
+        # chat's lease as it did when the turn began (gateway.runtime.leases); SQLite: None.
+        guard = self.outbox.leases.guard(lane.key) if self.outbox is not None else None
 
         async def persist(message: dict[str, Any]) -> None:
             nonlocal first_user
@@ -230,12 +233,14 @@ class TurnRunner:
                 first_user = False
                 fields["user_id"] = origin.source.person_id
                 fields["platform_message_id"] = origin.message_id or None
-                after = Inbox.started(origin)  # its inbox entry is started in the same transaction
+                after = Inbox.started(origin, guard=guard)  # its inbox entry is started in the same transaction
             elif message["role"] == "assistant" and not message.get("tool_calls") and self.outbox is not None:
                 # The answer: its reply is committed with it, and its inbox entries are done.
                 text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
-                after, row = self.outbox.reply_op(msg, text, list(answered))
+                after, row = self.outbox.reply_op(msg, text, list(answered), guard=guard)
                 committed.update(row=row, text=text)
+            elif guard is not None:  # a tool call or result: not written once the chat moved on
+                after = _guarded(guard)
             await db.aappend_message(
                 session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
             )
@@ -278,7 +283,8 @@ class TurnRunner:
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:
             await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
-        await self._reply(msg, stream, committed, result.text or "(no reply)", answered, result.error is not None)
+        failed = result.error is not None
+        await self._reply(msg, stream, committed, result.text or "(no reply)", answered, failed, lane.key, guard)
         if result.error is None and self._near_window(session_agent.agent.system_prompt, history + result.messages):
             notice = await self.compress(msg, session_id, auto=True)
             if notice:
@@ -292,6 +298,8 @@ class TurnRunner:
         text: str,
         answered: list[InboundMessage],
         failed: bool = False,
+        key: str | None = None,
+        guard: Any = None,
     ) -> None:
         """Deliver the turn's reply: the outbox row committed with the answer, or (an apology, no
         model) one committed now; a streamed reply is finished in place and then recorded as sent
@@ -306,7 +314,7 @@ class TurnRunner:
         if committed:
             row_id, text = committed["row"]["id"], committed["text"]
         else:
-            row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered")
+            row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered", guard)
         if stream is not None:
             ids = await self._finish(stream, msg, text, failed)
             if ids is not None:
@@ -314,7 +322,7 @@ class TurnRunner:
                 return
             # the stream could not show the final text: the outbox sends it as a message
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
-        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to))
+        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to, key=key))
 
     async def _finish(
         self, stream: ReplyStream, msg: InboundMessage, text: str, failed: bool = False
@@ -398,6 +406,11 @@ async def _settle(closing: Awaitable[Any]) -> None:
         raise
     except Exception:
         log.warning("a stopped turn's reply could not be settled", exc_info=True)
+
+
+def _guarded(guard: Callable[[Any], None]) -> Callable[[Any, int], None]:
+    """An append's `after` that only checks the lease."""
+    return lambda conn, message_id: guard(conn)
 
 
 def _as_stored(message: dict[str, Any]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, default_tools
 from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.delivery import Inbox, Outbox
+from gateway.runtime.leases import ChatLeases, SharedLeases
 from gateway.runtime.media import MediaIntake, vision_enabled
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.reply_feed import streaming_enabled, tool_status_enabled
@@ -243,10 +244,12 @@ def build_runner(
     metrics: Metrics | None = None,
     agent_factory: AgentFactoryProtocol | None = None,
     http_client: httpx2.AsyncClient | None = None,
+    leases: ChatLeases | None = None,
 ) -> GatewayRunner:
     """The runtime over an open DB and store: access rules, the agent factory and cache, the
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
-    `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it)."""
+    `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it).
+    `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all)."""
     # The config already resolved the environment fallbacks; don't consult os.environ twice.
     model_settings = ModelSettings.from_config(config.as_dict(), env={})
     factory = agent_factory or AgentFactory(
@@ -264,9 +267,12 @@ def build_runner(
     # A session with a turn running is "busy": the store does not reset it under the turn.
     store.is_busy = cache.is_running
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
-    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
+    # Replicas: a reply leaves only from the outbox after its fenced commit, so nothing is shown
+    # while the model writes (a streamed draft would be sent before the commit that may be refused).
+    shared = leases is not None and leases.shared
+    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) and not shared for a in adapters}
     outbound = Outbound(adapters, metrics, streaming=streaming)
-    outbox = Outbox(db, outbound.adapters, metrics)
+    outbox = Outbox(db, outbound.adapters, metrics, leases)
     turns = TurnRunner(
         cache=cache,
         factory=factory,
@@ -287,7 +293,8 @@ def build_runner(
         tool_status=tool_status_enabled(config),
         metrics=metrics,
     )
-    return GatewayRunner(config, db, store, outbound, turns, access, Inbox(db), outbox, clock=clock, metrics=metrics)
+    inbox = Inbox(db, leases)
+    return GatewayRunner(config, db, store, outbound, turns, access, inbox, outbox, clock=clock, metrics=metrics)
 
 
 def build_media_intake(config: Config) -> MediaIntake:
@@ -376,6 +383,8 @@ def build_app(
                 metrics=metrics,
                 agent_factory=agent_factory,
                 http_client=http_client,
+                # N replicas share the database: the registry replaces the home lock (DESIGN §14)
+                leases=SharedLeases(db, config.storage.postgres_dsn) if on_postgres else None,
             )
         except BaseException:
             if files is not None:

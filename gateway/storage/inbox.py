@@ -74,6 +74,12 @@ def unfinished(conn: sqlite3.Connection) -> list[dict]:
     return [dict(r) for r in rows]
 
 
+def unfinished_of_chat(conn: sqlite3.Connection, chat_key: str) -> list[dict]:
+    """One chat's entries not done, oldest first (what a replica runs when it holds the chat)."""
+    rows = conn.execute("SELECT * FROM inbox WHERE done_at IS NULL AND chat_key = ? ORDER BY id", (chat_key,))
+    return [dict(r) for r in rows]
+
+
 def backlog(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT COUNT(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
 

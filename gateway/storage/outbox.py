@@ -66,6 +66,17 @@ def unsent(conn: sqlite3.Connection) -> list[dict]:
     return [dict(r) for r in rows]
 
 
+def unsent_of_chat(conn: sqlite3.Connection, chat_key: str) -> list[dict]:
+    """The unsent replies answering one chat's inbox entries (`chat_key` as the inbox has it),
+    oldest first: what a replica taking the chat over sends before anything else."""
+    rows = conn.execute(
+        "SELECT o.* FROM outbox o JOIN inbox i ON i.id = o.inbox_id "
+        "WHERE o.sent_at IS NULL AND i.chat_key = ? ORDER BY o.id",
+        (chat_key,),
+    )
+    return [dict(r) for r in rows]
+
+
 def backlog(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
 

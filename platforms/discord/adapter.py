@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import logging
 import os
 import re
@@ -195,6 +196,7 @@ class DiscordAdapter(PlatformAdapter):
         self._task: asyncio.Task | None = None
         self._watchdog: Watchdog | None = None
         self._stopping = False
+        self._standby = False  # replicas: another replica holds the gateway; this one sends over REST
         self._phase = "idle"  # connect | backoff: what the connection loop is doing
         self._backoff = Backoff(self.reconnect_base, self.reconnect_cap)
         self._sent_ids: _LRU = _LRU(2000)  # our message ids, to recognise replies to the bot
@@ -212,10 +214,51 @@ class DiscordAdapter(PlatformAdapter):
         discord.VoiceClient.warn_dave = False
         self._on_message = on_message
         self._stopping = False
+        if self._standby:
+            await self._log_in_only()
+            return
+        self._connect_gateway()
+
+    def _connect_gateway(self) -> None:
         self.set_ready(False, "connecting")
         self._task = asyncio.create_task(self._run(), name="discord-adapter")
         self._watchdog = Watchdog(self, self.watchdog_seconds, self._stale)
         self._watchdog.start()
+
+    async def _log_in_only(self) -> None:
+        """A client that is logged in (REST: sends, edits) without a gateway connection."""
+        client = _Client(self, intents=_intents(), max_messages=None)
+        try:
+            await client.login(self._token)
+        except Exception as exc:  # sending fails until the next lead() or restart; say why
+            log.warning("discord: standby login failed (%s)", type(exc).__name__)
+        self.client = client
+        self.set_ready(True, "standby: another replica holds the gateway")
+
+    def await_leadership(self) -> None:
+        self._standby = True
+
+    async def lead(self, leading: bool) -> None:
+        if leading and self._standby:
+            self._standby = False
+            if self.client is not None:
+                await self.client.close()
+            self._connect_gateway()
+        elif not leading and not self._standby:
+            self._standby = True
+            if self._watchdog:
+                await self._watchdog.stop()
+                self._watchdog = None
+            await cancel_and_wait(self._task)
+            self._task = None
+            if self.client is not None:
+                await self.client.close()
+            await self._log_in_only()
+
+    def leader_key(self) -> str | None:
+        """One gateway connection per bot (shard 0 of 1): the leading replica holds it; the others
+        send over REST (`lead`)."""
+        return f"discord:{hashlib.sha256(self._token.encode()).hexdigest()[:16]}:shard0"
 
     async def stop(self) -> None:
         self._stopping = True

@@ -115,6 +115,7 @@ class TelegramAdapter(PlatformAdapter):
         self._tasks: set[asyncio.Task] = set()
         self._commands: dict[str, str] = {}
         self._bot_id: int | None = None
+        self._standby = False  # replicas: another replica polls; this one only sends (lead())
         self._bot_username: str | None = None
         self._webhook_error: str | None = None  # last delivery error Telegram reported
 
@@ -180,12 +181,40 @@ class TelegramAdapter(PlatformAdapter):
         except (NetworkError, RetryAfter, TelegramError) as exc:
             # The network may come back: keep trying in the background instead of failing start.
             log.warning("telegram: initial connect failed (%s); retrying in background", brief(exc))
+        if self.mode == "polling" and self._standby:
+            self.set_ready(True, "standby: another replica polls")
+            return
         if self.mode == "polling":
             self._loop_task = asyncio.create_task(self._poll_loop(), name="telegram-poll")
         else:
             self._loop_task = asyncio.create_task(self._webhook_loop(), name="telegram-webhook")
         self._watchdog = Watchdog(self, self.watchdog_seconds, self._reconnect)
         self._watchdog.start()
+
+    # -- replicas: one poller per bot ----------------------------------------------------------
+    def leader_key(self) -> str | None:
+        """Polling: one getUpdates per bot (a second one is refused with 409), so only the
+        leading replica polls; webhooks arrive at every replica."""
+        return f"telegram:{self.token.split(':', 1)[0]}:polling" if self.mode == "polling" else None
+
+    def await_leadership(self) -> None:
+        self._standby = True
+
+    async def lead(self, leading: bool) -> None:
+        if leading and self._standby:
+            self._standby = False
+            if self._app is not None and self._loop_task is None:
+                self._loop_task = asyncio.create_task(self._poll_loop(), name="telegram-poll")
+                self._watchdog = Watchdog(self, self.watchdog_seconds, self._reconnect)
+                self._watchdog.start()
+        elif not leading and not self._standby:
+            self._standby = True
+            if self._watchdog:
+                await self._watchdog.stop()
+                self._watchdog = None
+            await _cancel(self._loop_task)
+            self._loop_task = None
+            self.set_ready(True, "standby: another replica polls")
 
     async def _connect(self) -> None:
         """getMe (token check, our @username), then the webhook/polling switch and the menu."""

@@ -35,16 +35,23 @@ class Daemon:
     platforms section (it may need the daemon's HTTP port, chosen before the config is written)."""
 
     def __init__(
-        self, tmp: Path, llm: FakeOpenAI, platforms: Callable[[int], dict[str, Any]], **gateway: object
+        self,
+        tmp: Path,
+        llm: FakeOpenAI,
+        platforms: Callable[[int], dict[str, Any]],
+        storage: dict[str, Any] | None = None,
+        **gateway: object,
     ) -> None:
         self.port = free_port()
         self.home = tmp / "home"
-        self.home.mkdir(exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
         config = {
             "http": {"port": self.port},
             "gateway": {"shutdown_timeout_seconds": 1, "busy_ack": False, "max_pending": 1000, **gateway},
             "platforms": {"local": {"enabled": False}, **platforms(self.port)},
         }
+        if storage is not None:  # e.g. {"backend": "postgres", "postgres": {"dsn": ...}}: replicas
+            config["storage"] = storage
         (self.home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
         self.env = clean_env(
             tmp, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", CHINWAG_MODEL="fake-model", PYTHONFAULTHANDLER="1"
@@ -77,6 +84,11 @@ class Daemon:
         self.proc.send_signal(signal.SIGKILL)
         await self.proc.wait()
         self.kills += 1
+
+    def signal(self, sig: signal.Signals) -> None:
+        """SIGSTOP / SIGCONT: freeze the process and let it go on."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
 
     async def terminate(self) -> int:
         """SIGTERM and the exit status (0 for a clean stop; what it was if it had died already)."""

@@ -115,7 +115,13 @@ class Connection:
         return self.cursor().execute(sql, params)
 
 
+# A transaction left idle this long is ended by the server: a replica frozen inside a commit
+# would otherwise keep its locks (the lease row's share lock: see replicas.py) until it woke.
+IDLE_IN_TRANSACTION_MS = 3000
+
+
 def configure(raw: psycopg.Connection[Any]) -> None:
-    """Set up a new pool connection: rows as `Row`, numeric as float."""
+    """Set up a new pool connection: rows as `Row`, numeric as float, idle transactions ended."""
     raw.row_factory = _row_factory
     raw.adapters.register_loader("numeric", FloatLoader)
+    raw.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")

@@ -163,6 +163,29 @@ MIGRATIONS: list[str] = [
     CREATE INDEX idx_outbox_unsent ON outbox (id) WHERE sent_at IS NULL;
     CREATE INDEX idx_outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
     """,
+    # v2 -> v3: the replica registry and the per-chat leases with their fencing counter
+    # (gateway/storage/postgres/replicas.py). `lock_id` is the second half of the session-level
+    # advisory lock a live replica holds; `fence` only ever grows, so a stale holder's token never
+    # matches again (a released lease keeps its row, expired, for that reason).
+    """
+    CREATE TABLE replicas (
+        id text PRIMARY KEY,
+        lock_id integer GENERATED ALWAYS AS IDENTITY UNIQUE,
+        host text NOT NULL,
+        pid integer NOT NULL,
+        started_at double precision NOT NULL,
+        seen_at double precision NOT NULL,
+        stopped_at double precision
+    );
+    CREATE TABLE chat_leases (
+        chat_key text PRIMARY KEY,
+        replica_id text NOT NULL,
+        fence bigint NOT NULL,
+        expires_at double precision NOT NULL
+    );
+    CREATE INDEX idx_chat_leases_replica ON chat_leases (replica_id);
+    CREATE INDEX idx_inbox_open_chat ON inbox (chat_key, id) WHERE done_at IS NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -183,9 +183,10 @@ def _pair_unit(a: Unit, b: Unit) -> Unit:
     )
 
 
-def plan_query(query: str | bytes | None) -> Plan:
-    """Parse any input into the units recall counts. Never raises."""
-    dates, rest = extract_dates(_OPERATOR_WORDS.sub(" ", clean(query)[:MAX_QUERY_CHARS]))
+def plan_query(query: str | bytes | None, now: float | None = None) -> Plan:
+    """Parse any input into the units recall counts; relative dates ("yesterday", 上周) count back
+    from `now` (the asking time, epoch seconds; default: the clock). Never raises."""
+    dates, rest = extract_dates(_OPERATOR_WORDS.sub(" ", clean(query)[:MAX_QUERY_CHARS]), now)
     parsed = parse_query(rest)
     parsed.text = clean(query)[:MAX_QUERY_CHARS].strip()
     units: dict[str, Unit] = {}

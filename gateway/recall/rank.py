@@ -492,15 +492,17 @@ def find_sessions(
     role_filter: Iterable[str] | str | None = None,
     cap: int = CANDIDATE_CAP,
     embedder: Any = semantic.DEFAULT,
+    now: float | None = None,
 ) -> list[SessionHit]:
     """The sessions (lineage roots) that best answer `query`, best first, at most `limit` (<= 5).
 
     `person_id` without `see_all`: only lineages the person took part in. `exclude_session_ids`:
     pass the current session's lineage (`db.get_lineage(current)`); their roots are left out too.
     `embedder` (gateway.embeddings.Embedder; default: the one installed by `semantic.use`, None for
-    words only) adds the semantic stage when its vectors are stored.
+    words only) adds the semantic stage when its vectors are stored. `now` is the asking time
+    relative dates count back from ("yesterday", 上周; default: the clock).
     """
-    plan = plan_query(query)
+    plan = plan_query(query, now)
     limit = max(0, min(int(limit), MAX_SESSIONS))
     if embedder is semantic.DEFAULT:
         embedder = semantic.current()

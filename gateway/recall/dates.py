@@ -119,9 +119,10 @@ def dates_in(text: str, now: float | None = None) -> list[DateSpec]:
 
 
 def extract_dates(text: str, now: float | None = None) -> tuple[list[DateSpec], str]:
-    """The dates the text names, and the text with them cut out (so "5月2日" does not also
-    become the words "5", "月", "2日"). Relative expressions count back from `now` (epoch seconds;
-    default: the clock). Never raises."""
+    """The dates the text names, and the text with the absolute ones cut out (so "5月2日" does not
+    also become the words "5", "月", "2日"). Relative expressions count back from `now` (epoch
+    seconds; default: the clock) and keep their words in the text: a session where someone said
+    "last week I ..." matches "what did they do last week" by those words too. Never raises."""
     found: dict[DateSpec, None] = {}
     taken: list[tuple[int, int]] = []
     try:
@@ -147,12 +148,13 @@ def extract_dates(text: str, now: float | None = None) -> tuple[list[DateSpec], 
                 continue
             taken.append((m.start(), m.end()))
             found[DateSpec(year, month, day)] = None
-    # relative expressions after the absolute ones: "5月3日前" is a date, not "3 days ago"
-    if today is not None:
-        _find_relative(text, today, taken, found)
     rest = text
     for start, end in sorted(taken, reverse=True):
         rest = rest[:start] + " " + rest[end:]
+    # relative expressions after the absolute ones ("5月3日前" is a date, not "3 days ago");
+    # their words stay in the text: "last week I went ..." is how the answer was said
+    if today is not None:
+        _find_relative(text, today, list(taken), found)
     return list(found), rest
 
 

@@ -20,11 +20,11 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.recall.test_semantic import Endpoint, add, concept_embedding
 
 
-def write_config(home: Path, base_url: str, model: str = "concepts", extra: str = "") -> None:
+def write_config(home: Path, base_url: str, model: str = "concepts", extra: str = "", prefixes: str = "") -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(
         "platforms: {local: {enabled: true, user: tester}}\n"
-        f"embeddings: {{provider: openai, base_url: '{base_url}', api_key: k, model: {model}}}\n" + extra,
+        f"embeddings: {{provider: openai, base_url: '{base_url}', api_key: k, model: {model}{prefixes}}}\n" + extra,
         encoding="utf-8",
     )
 
@@ -108,6 +108,15 @@ def test_sessions_embed_backfills_with_progress_and_stats_and_search_use_it(caps
         with SessionDB(home / "state.db") as db:
             models = db.read(lambda conn: conn.execute("SELECT DISTINCT model FROM message_vectors").fetchall())
         assert [m[0] for m in models] == ["endpoint:concepts-v2"]
+        # an e5-style model behind the endpoint gets its prefixes
+        write_config(
+            home, served.fake.base_url, "e5", prefixes=", query_prefix: 'query: ', passage_prefix: 'passage: '"
+        )
+        served.fake.embedding_requests.clear()
+        run_cli(capsys, home, "embed")
+        run_cli(capsys, home, "search", "wife")
+        inputs = [text for r in served.fake.embedding_requests for text in r["input"]]
+        assert inputs[0].startswith("passage: user: I met") and inputs[-1] == "query: wife"
         # the endpoint failing: a clear line, exit 1, nothing lost
         write_config(home, served.fake.base_url, model="concepts-v3")
         served.fake.embedding_status = 500

@@ -68,6 +68,12 @@ class Plan:
         """The query as recall used it: its content pieces, space separated."""
         return " ".join([*(u.label for u in self.units if not u.pair), *(d.label for d in self.dates)])
 
+    @property
+    def meaning_text(self) -> str:
+        """What the semantic stage embeds: the question as written, without search operators
+        ("car OR prius" means what "car prius" means; the operator word would be embedded too)."""
+        return " ".join(_OPERATOR_WORDS.sub(" ", self.query.text).split())
+
     def highlight_words(self) -> list[str]:
         words = {w for u in self.units for w in u.highlight if w}
         return sorted(words, key=len, reverse=True)

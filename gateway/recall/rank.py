@@ -506,7 +506,7 @@ def find_sessions(
     limit = max(0, min(int(limit), MAX_SESSIONS))
     if embedder is semantic.DEFAULT:
         embedder = semantic.current()
-    query_vector = semantic.embed_query(embedder, plan.query.text) if limit else None
+    query_vector = semantic.embed_query(embedder, plan.meaning_text) if limit else None
     if not (plan.units or plan.dates or query_vector) or limit == 0:
         return []
     if isinstance(role_filter, str):

@@ -297,7 +297,7 @@ EMBED_CACHE: str | None = None  # --embed-cache
 def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, object], list]:
     """name -> embedder with its vectors backfilled into `db`; and what to close afterwards."""
     from gateway.embeddings import EmbeddingSettings, LocalEmbedder, make_embedder
-    from gateway.recall.index import backfill, stats
+    from gateway.recall.index import index_step, stats
 
     out: dict[str, object] = {}
     closers: list = []
@@ -322,7 +322,9 @@ def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, object
         else:
             raise SystemExit(f"unknown --semantic provider {name!r} (local, endpoint)")
         t = time.perf_counter()
-        n = backfill(db, embedder)
+        n = 0  # index_step, not backfill: backfill drops other models' vectors, and both are compared here
+        while step := index_step(db, embedder):
+            n += step
         elapsed = time.perf_counter() - t
         info = stats(db, embedder.model)
         print(

@@ -262,3 +262,13 @@ def test_a_small_lead_in_meaning_does_not_take_the_first_place_from_the_words(db
     assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_words"
     monkeypatch.setattr(semantic, "OVERRULE_MARGIN", 0.0)  # without the rule, the small lead would win
     assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_meaning"
+
+
+def test_a_leaders_vectors_are_read_by_session_not_by_scanning_the_model(db):
+    # the model's index would walk every window of the model (O(store) per query, ~80 ms at 1M messages)
+    sql = vectors.session_vectors_sql(3)
+    plan = " ".join(
+        str(tuple(r))
+        for r in db.read(lambda conn: conn.execute(f"EXPLAIN QUERY PLAN {sql}", ("m", "a", "b", "c")).fetchall())
+    )
+    assert "PRIMARY KEY" in plan and "idx_message_vectors_newest" not in plan

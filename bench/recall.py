@@ -294,12 +294,23 @@ class CachedEmbedder:
 EMBED_CACHE: str | None = None  # --embed-cache
 
 
-def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, object], list]:
-    """name -> embedder with its vectors backfilled into `db`; and what to close afterwards."""
-    from gateway.embeddings import EmbeddingSettings, LocalEmbedder, make_embedder
-    from gateway.recall.index import index_step, stats
+def _store_copy(db: SessionDB) -> SessionDB:
+    """A copy of the store in its own file: a store keeps one model's window vectors (a window's
+    row is replaced by whichever model embeds it), so each semantic ranker gets its own copy."""
+    path = Path(tempfile.mkdtemp(prefix="chinwag-bench-")) / "copy.db"
+    target = sqlite3.connect(path)
+    db.read(lambda conn: conn.backup(target))
+    target.close()
+    return SessionDB(path)
 
-    out: dict[str, object] = {}
+
+def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, tuple[object, SessionDB]], list]:
+    """name -> (embedder, the store holding its vectors: a copy of `db` per ranker); and what to
+    close afterwards."""
+    from gateway.embeddings import EmbeddingSettings, LocalEmbedder, make_embedder
+    from gateway.recall.index import backfill, stats
+
+    out: dict[str, tuple[object, SessionDB]] = {}
     closers: list = []
     local: Any = None
     if wanted:
@@ -321,17 +332,17 @@ def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, object
             embedder = make_embedder(settings)
         else:
             raise SystemExit(f"unknown --semantic provider {name!r} (local, endpoint)")
+        store = _store_copy(db)
+        closers.append(store)
         t = time.perf_counter()
-        n = 0  # index_step, not backfill: backfill drops other models' vectors, and both are compared here
-        while step := index_step(db, embedder):
-            n += step
+        n = backfill(store, embedder)
         elapsed = time.perf_counter() - t
-        info = stats(db, embedder.model)
+        info = stats(store, embedder.model)
         print(
             f"  {name}: embedded {n} messages in {info['windows']} windows in {elapsed:.1f} s "
             f"({n / max(elapsed, 1e-9):.0f} messages/s), {info['vector_bytes'] / max(1, n):.0f} vector bytes/message"
         )
-        out[f"+{name}"] = embedder
+        out[f"+{name}"] = (embedder, store)
     return out, closers
 
 
@@ -340,8 +351,8 @@ def _rankers(db: SessionDB, semantic: list[str]):
     names = ["lexical", *extra]
 
     def run(name: str, text: str, person: str | None, scoped: bool) -> list[str]:
-        embedder = None if name == "lexical" else extra[name]
-        hits = find_sessions(db, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder)
+        embedder, store = (None, db) if name == "lexical" else extra[name]
+        hits = find_sessions(store, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder)
         return [h.session_id for h in hits]
 
     return names, run, closers

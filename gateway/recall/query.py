@@ -68,6 +68,12 @@ class Plan:
         """The query as recall used it: its content pieces, space separated."""
         return " ".join([*(u.label for u in self.units if not u.pair), *(d.label for d in self.dates)])
 
+    @property
+    def meaning_text(self) -> str:
+        """What the semantic stage embeds: the question as written, without search operators
+        ("car OR prius" means what "car prius" means; the operator word would be embedded too)."""
+        return " ".join(_OPERATOR_WORDS.sub(" ", self.query.text).split())
+
     def highlight_words(self) -> list[str]:
         words = {w for u in self.units for w in u.highlight if w}
         return sorted(words, key=len, reverse=True)
@@ -183,9 +189,10 @@ def _pair_unit(a: Unit, b: Unit) -> Unit:
     )
 
 
-def plan_query(query: str | bytes | None) -> Plan:
-    """Parse any input into the units recall counts. Never raises."""
-    dates, rest = extract_dates(_OPERATOR_WORDS.sub(" ", clean(query)[:MAX_QUERY_CHARS]))
+def plan_query(query: str | bytes | None, now: float | None = None) -> Plan:
+    """Parse any input into the units recall counts; relative dates ("yesterday", 上周) count back
+    from `now` (the asking time, epoch seconds; default: the clock). Never raises."""
+    dates, rest = extract_dates(_OPERATOR_WORDS.sub(" ", clean(query)[:MAX_QUERY_CHARS]), now)
     parsed = parse_query(rest)
     parsed.text = clean(query)[:MAX_QUERY_CHARS].strip()
     units: dict[str, Unit] = {}

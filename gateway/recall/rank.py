@@ -492,19 +492,21 @@ def find_sessions(
     role_filter: Iterable[str] | str | None = None,
     cap: int = CANDIDATE_CAP,
     embedder: Any = semantic.DEFAULT,
+    now: float | None = None,
 ) -> list[SessionHit]:
     """The sessions (lineage roots) that best answer `query`, best first, at most `limit` (<= 5).
 
     `person_id` without `see_all`: only lineages the person took part in. `exclude_session_ids`:
     pass the current session's lineage (`db.get_lineage(current)`); their roots are left out too.
     `embedder` (gateway.embeddings.Embedder; default: the one installed by `semantic.use`, None for
-    words only) adds the semantic stage when its vectors are stored.
+    words only) adds the semantic stage when its vectors are stored. `now` is the asking time
+    relative dates count back from ("yesterday", 上周; default: the clock).
     """
-    plan = plan_query(query)
+    plan = plan_query(query, now)
     limit = max(0, min(int(limit), MAX_SESSIONS))
     if embedder is semantic.DEFAULT:
         embedder = semantic.current()
-    query_vector = semantic.embed_query(embedder, plan.query.text) if limit else None
+    query_vector = semantic.embed_query(embedder, plan.meaning_text) if limit else None
     if not (plan.units or plan.dates or query_vector) or limit == 0:
         return []
     if isinstance(role_filter, str):

@@ -6,6 +6,7 @@ passing their own adapters, model transport or agent factory, so what they run i
     -> adapters (each SDK imported only when its platform is configured)
     -> the runtime (access, agent factory and cache, conversations, the inbox and outbox, TurnRunner) -> GatewayRunner
     -> ops HTTP server (health, readiness, metrics, webhooks) -> upkeep (gateway.service.maintenance)
+    -> with `embeddings` configured: the embedder recall uses, and the background indexer of window vectors
 
 Shutdown (SIGINT/SIGTERM, or end of input when the terminal is the only adapter): stop intake,
 let running turns finish or checkpoint (runner.stop), stop the upkeep and the HTTP server, flush
@@ -32,6 +33,10 @@ from agent.llm import ModelSettings
 from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
 from gateway.db import SchemaTooNew, SessionDB, StorageUnavailable, open_db
+from gateway.embeddings import EmbeddingSettings, EmbeddingUnavailable, make_embedder
+from gateway.recall import semantic
+from gateway.recall.index import BackgroundIndexer
+from gateway.recall.index import stats as index_stats
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, default_tools
 from gateway.runtime.conversations import ConversationCache
@@ -124,8 +129,10 @@ class App:
     maintenance: Maintenance | None = None
     # Lines meant for the person at the console (the CLI prints them), not for the log.
     announce: Callable[[str], None] | None = None
+    indexer: BackgroundIndexer | None = None  # window vectors for recall, when `embeddings` is configured
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
+    _previous_embedder: Any = None
 
     @property
     def adapter_names(self) -> list[str]:
@@ -159,6 +166,9 @@ class App:
             media_total_bytes=self.config.media.max_total_bytes,
         )
         self.maintenance.start()
+        if self.indexer is not None:
+            self._previous_embedder = semantic.use(self.indexer.embedder)  # recall everywhere in this process
+            self.indexer.start()
         log.info("chinwag running: %s; data in %s", ", ".join(self.adapter_names), self.home.root)
 
     async def stop(self, timeout: float = 10.0) -> None:
@@ -172,6 +182,9 @@ class App:
                 await self.maintenance.stop()
             if self.ops is not None:
                 await self.ops.stop()
+            if self.indexer is not None:
+                semantic.use(self._previous_embedder)
+                await asyncio.to_thread(self.indexer.stop)
             await asyncio.to_thread(self.close_storage)
         log.info("chinwag stopped")
 
@@ -356,6 +369,7 @@ def build_app(
         if not names:
             raise AppError("nothing to serve: no chat platform is configured and platforms.local.enabled is false")
         adapters = [create_adapter(config, name, stdin=stdin, stdout=stdout) for name in names]
+    embedder = build_embedder(config)  # before the database: a missing extra is a clear error, nothing opened
     path = db_path or home.db_path
     on_postgres = config.storage.backend == "postgres"
     try:
@@ -398,6 +412,11 @@ def build_app(
         metrics.set_gauge_fn("mirror_backlog", files.backlog)
     metrics.set_gauge_fn("wal_bytes", db.wal_bytes)
     metrics.set_gauge_fn("media_bytes", Sampled(db.media_bytes, every=30.0))
+    indexer = BackgroundIndexer(db, embedder) if embedder is not None else None
+    if indexer is not None:
+        model = str(indexer.embedder.model)
+        metrics.set_gauge_fn("embedding_backlog", Sampled(lambda: index_stats(db, model)["backlog"], every=10.0))
+        metrics.set_gauge_fn("embedding_failures", lambda: float(indexer.failures))
     use_http = config.http.enabled if http is None else http
     ops = None
     if use_http:
@@ -417,4 +436,15 @@ def build_app(
             # http.console_token is being declared in gateway.config; until then no token is set
             console_token=getattr(config.http, "console_token", None) or None,
         )
-    return App(config, home, db, files, store, adapters, runner, metrics, ops)
+    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
+
+
+def build_embedder(config: Config) -> Any:
+    """The embedder `embeddings.*` names, or None when embeddings are off (the default: recall is
+    lexical). App.start makes it the one recall uses and starts the background indexer with it."""
+    if not config.embeddings.enabled:
+        return None
+    try:
+        return make_embedder(EmbeddingSettings.from_config(config))
+    except EmbeddingUnavailable as exc:
+        raise AppError(str(exc)) from None

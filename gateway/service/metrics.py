@@ -46,6 +46,8 @@ KNOWN: dict[str, tuple[str, str]] = {
     "outbox_backlog": ("gauge", "Replies committed and not yet delivered to their platform."),
     "reruns_total": ("counter", "Turns cut short by a crash and run again after start, by platform."),
     "interrupted_turns_total": ("counter", "Turns cut short by a crash and reported (interrupted_turns: notify)."),
+    "embedding_backlog": ("gauge", "Messages recall's background indexer has not embedded yet (embeddings on)."),
+    "embedding_failures": ("gauge", "Consecutive failed embedding steps (0 when the indexer is keeping up)."),
 }
 
 # what the console charts: messages per minute (in, out) and turn latency, over the last hour

@@ -170,17 +170,20 @@ def forget_other_models_op(model: str, batch: int = 5000):
     return op
 
 
+def session_vectors_sql(n: int) -> str:
+    """The windows of `n` sessions for one model (parameters: model, then the session ids). `+model`
+    keeps the planner off the (model, last_id) index, which would walk every window of the model
+    (O(store) per query: 8 ms at 100k messages) instead of the few sessions' primary-key ranges."""
+    return f"SELECT session_id, vector FROM message_vectors WHERE +model = ? AND session_id IN ({','.join('?' * n)})"
+
+
 def session_vectors(conn: sqlite3.Connection, model: str, session_ids: Sequence[str]) -> dict[str, list[bytes]]:
     """session -> the int8 vectors of its windows, for `model`."""
     out: dict[str, list[bytes]] = {}
     ids = list(dict.fromkeys(session_ids))
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        for sid, vector in conn.execute(
-            f"SELECT session_id, vector FROM message_vectors WHERE model = ? AND session_id IN "
-            f"({','.join('?' * len(chunk))})",
-            (model, *chunk),
-        ):
+        for sid, vector in conn.execute(session_vectors_sql(len(chunk)), (model, *chunk)):
             out.setdefault(sid, []).append(vector)
     return out
 

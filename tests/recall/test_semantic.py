@@ -245,3 +245,30 @@ def test_the_installed_embedder_is_the_default(db, endpoint):
     finally:
         semantic.use(previous)
     assert find_sessions(db, "spouse") == []
+
+
+def test_a_small_lead_in_meaning_does_not_take_the_first_place_from_the_words(db, endpoint, monkeypatch):
+    # nearly the same meaning everywhere (cosines within 0.01): what the words say first stays first
+    endpoint.fake.embed = lambda texts, model: [[1.0, 0.1] if "beta" in t else [1.0, 0.0] for t in texts]
+    add(db, "s_words", ["alpha gamma delta", "noted"])
+    add(db, "s_meaning", ["beta gamma", "noted"], started=1.7e9 + 100)
+    add(db, "s_other", ["gamma", "noted"], started=1.7e9 + 200)
+    question = "alpha beta gamma delta"
+    assert [h.session_id for h in find_sessions(db, question, embedder=None)][:2] == ["s_words", "s_meaning"]
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_words"
+    monkeypatch.setattr(semantic, "SEMANTIC_WEIGHT", 1.0)
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_words"
+    monkeypatch.setattr(semantic, "OVERRULE_MARGIN", 0.0)  # without the rule, the small lead would win
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_meaning"
+
+
+def test_a_leaders_vectors_are_read_by_session_not_by_scanning_the_model(db):
+    # the model's index would walk every window of the model (O(store) per query, ~80 ms at 1M messages)
+    sql = vectors.session_vectors_sql(3)
+    plan = " ".join(
+        str(tuple(r))
+        for r in db.read(lambda conn: conn.execute(f"EXPLAIN QUERY PLAN {sql}", ("m", "a", "b", "c")).fetchall())
+    )
+    assert "PRIMARY KEY" in plan and "idx_message_vectors_newest" not in plan

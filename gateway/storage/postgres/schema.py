@@ -163,6 +163,16 @@ MIGRATIONS: list[str] = [
     CREATE INDEX idx_outbox_unsent ON outbox (id) WHERE sent_at IS NULL;
     CREATE INDEX idx_outbox_sent ON outbox (sent_at) WHERE sent_at IS NOT NULL;
     """,
+    # v2 -> v3: MEMORY.md and USER.md, which live as files in the home on SQLite: replicas share no
+    # disk (gateway/storage/postgres/notes.py; `version` counts the edits of a file)
+    """
+    CREATE TABLE notes (
+        name text PRIMARY KEY,
+        body text NOT NULL,
+        version bigint NOT NULL,
+        updated_at double precision NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -20,10 +20,14 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import psycopg
+
 from bench.store import PLANTED, QUERIES, corpus_with_facts, file_bytes, latencies, load_ours
 from gateway.recall import find_sessions
+from gateway.storage.fts import ident_text
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.queries import message_bytes
+from gateway.storage.postgres.tokens import words_vector
 from tests.storage.postgres.server import PrivatePostgres
 
 SHAPES = {
@@ -32,20 +36,50 @@ SHAPES = {
     "identifier substring": ["rr_00421", "nginx.co", "onefil", "corp.example.ne", "wong@example"],
 }
 RECALL = ["how did we fix the docker timeout", "上次部署网关超时是怎么解决的", "nginx.conf rollback", "quokka"]
-IMPORT_BATCH = 200  # sessions per Postgres transaction while loading
 
 
-def load_postgres(db: PostgresSessionDB, messages: list) -> None:
-    by_session: dict[int, list] = defaultdict(list)
+def load_postgres(dsn: str, messages: list) -> PostgresSessionDB:
+    """The corpus into a new chinwag database by COPY, in corpus order (as SQLite's appends): the
+    rows the append op writes (words and identifiers cut by the same Python code), with the two GIN
+    indexes dropped for the load and made again from their own definitions afterwards, then
+    ANALYZE. Row by row through `import_records` took 173 s at 100k; this takes about a tenth."""
+    db = PostgresSessionDB(dsn)
+    counts: dict[int, int] = defaultdict(int)
     for m in messages:
-        by_session[m.session].append({"role": m.role, "content": m.content})
-    records = [
-        {"session": {"id": f"s{s:07d}", "source": "telegram", "user_id": f"u{s % 500}"}, "messages": msgs}
-        for s, msgs in sorted(by_session.items())
-    ]
-    for start in range(0, len(records), IMPORT_BATCH):
-        db.import_records(records[start : start + IMPORT_BATCH])
-    db.optimize()
+        counts[m.session] += 1
+    start = time.time() - len(messages)
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SET maintenance_work_mem = '512MB'")
+        indexes = cur.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' AND indexdef LIKE '%USING gin%'"
+        ).fetchall()
+        for name, _ in indexes:
+            cur.execute(f'DROP INDEX "{name}"')
+        with cur.copy(
+            "COPY sessions (id, source, user_id, started_at, last_active_at, message_count) FROM STDIN"
+        ) as copy:
+            for s, n in sorted(counts.items()):
+                copy.write_row((f"s{s:07d}", "telegram", f"u{s % 500}", start, start + len(messages), n))
+        columns = "session_id, role, content, timestamp, words, idents"
+        with cur.copy(f"COPY messages ({columns}) FROM STDIN") as copy:
+            for i, m in enumerate(messages):
+                content = m.content
+                copy.write_row(
+                    (
+                        f"s{m.session:07d}",
+                        m.role,
+                        content,
+                        start + i,
+                        words_vector(content),
+                        ident_text(content) or None,
+                    )
+                )
+        for _, definition in indexes:
+            cur.execute(definition)
+        conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    return db
 
 
 def main() -> None:
@@ -60,10 +94,9 @@ def main() -> None:
         t = time.perf_counter()
         lite = load_ours(os.path.join(tmp, "bench.db"), messages)
         print(f"load sqlite: {time.perf_counter() - t:.1f}s (appends, group-committed)", flush=True)
-        pg = PostgresSessionDB(server.create_database("bench"))
         t = time.perf_counter()
-        load_postgres(pg, messages)
-        print(f"load postgres: {time.perf_counter() - t:.1f}s (import, {IMPORT_BATCH} sessions a transaction)")
+        pg = load_postgres(server.create_database("bench"), messages)
+        print(f"load postgres: {time.perf_counter() - t:.1f}s (COPY, GIN indexes built after, ANALYZE)")
         del messages
         lite.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
         lite_b, pg_b = file_bytes(lite.path) / n, pg.read(message_bytes)

@@ -107,6 +107,7 @@ class SessionDB:
             "checkpoints_busy": w.checkpoints_busy,
         }
 
+    backend = "sqlite"
     # MEMORY.md / USER.md stay files in the home on SQLite (tools/memory.py); PostgresSessionDB keeps them
     notes_in_database = False
 

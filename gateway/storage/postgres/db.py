@@ -56,6 +56,7 @@ def redact_dsn(dsn: str) -> str:
 
 
 class PostgresSessionDB:
+    backend = "postgres"
     ops = rows  # the write ops of this backend (the store composes them into one write)
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:

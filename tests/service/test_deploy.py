@@ -50,7 +50,7 @@ def test_the_replicas_config_loads_on_postgres_from_their_environment(tmp_path: 
     environment = compose()["services"]["chinwag-1"]["environment"]
     wanted = set(re.findall(r"\$\{(\w+)", text))
     assert wanted <= set(environment), f"config.yaml reads {sorted(wanted - set(environment))}, compose sets none"
-    env = {name: "x" for name in environment} | {
+    env = dict.fromkeys(environment, "x") | {
         "CHINWAG_PG_DSN": "host=postgres dbname=chinwag user=chinwag",
         "TELEGRAM_BOT_TOKEN": "123:abc",
         "TELEGRAM_WEBHOOK_SECRET": "s3cret_value",

@@ -16,9 +16,11 @@ connection `db.read` gave it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gateway.storage.fts import Query, make_snippet, parse_query
+from gateway.storage.postgres.schema import BUCKET_IDS
 from gateway.storage.postgres.tokens import like_patterns_of_fts, phrase_query, tsquery_of_fts
 from gateway.storage.schema import visible_sql
 from gateway.storage.search import CANDIDATE_CAP, MIN_SESSIONS_BEFORE_RELAXING, build_filters
@@ -29,6 +31,46 @@ if TYPE_CHECKING:
 VISIBLE = visible_sql("m")
 _COLUMNS = "m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.user_id, s.source, s.title AS session_title"
 _CANDIDATE = "id, session_id, role, timestamp, tool_name, user_id, active, compacted, words"
+FIRST_WINDOW = 2  # id buckets (2 x 8,192 messages) the newest matches are looked for in first
+
+
+def newest_matches(
+    conn: Connection,
+    tsquery: str,
+    limit: int,
+    before_id: int | None = None,
+    columns: str = "m.id",
+    column_params: Sequence[Any] = (),
+) -> list[Any]:
+    """`columns` of the newest `limit` messages whose words match `tsquery` (below `before_id`),
+    newest first: what "WHERE words @@ q ORDER BY id DESC LIMIT n" means, read window by window
+    over the id buckets (schema.py v4) so that the GIN scan visits only the matches of the newest
+    buckets. The first window is FIRST_WINDOW buckets; each next one is sized from the density seen
+    so far to hold what is still missing (x4 when nothing was found), and the one that would reach
+    the oldest bucket is the plain query below the windows read."""
+    top = before_id - 1 if before_id is not None else conn.execute("SELECT max(id) FROM messages").fetchone()[0]
+    if top is None or top < 1:
+        return []
+    rows: list[Any] = []
+    newest, below, size = top // BUCKET_IDS, top + 1, FIRST_WINDOW
+    while newest >= 0 and len(rows) < limit:
+        oldest = max(0, newest - size + 1)
+        if oldest == 0:
+            where = tsquery
+        else:
+            buckets = " | ".join(f"'~{b}'" for b in range(newest, oldest - 1, -1))
+            where = f"({tsquery}) & ({buckets})"
+        found = conn.execute(
+            f"SELECT {columns} FROM messages m WHERE m.words @@ ?::tsquery AND m.id < ? ORDER BY m.id DESC LIMIT ?",
+            (*column_params, where, below, limit - len(rows)),
+        ).fetchall()
+        rows.extend(found)
+        read = newest - oldest + 1
+        density = len(found) / read  # matches per bucket in this window
+        missing = limit - len(rows)
+        size = math.ceil(missing / density * 1.25) if density else size * 4
+        newest, below = oldest - 1, oldest * BUCKET_IDS
+    return rows
 
 
 def word_hits(
@@ -43,16 +85,17 @@ def word_hits(
     (not ranked: exact strings, where every match is as good) newest first."""
     if not tsquery:
         return []
-    score = (
-        "-ts_rank(m.words, ?::tsquery, 1)" if ranked else "0.0"
-    )  # 1: divided by 1 + log(length), as BM25 favours the shorter match
+    ids = [row[0] for row in newest_matches(conn, tsquery, cap)]
+    if not ids:
+        return []
+    # 1: divided by 1 + log(length), as BM25 favours the shorter match
+    score = "-ts_rank(m.words, ?::tsquery, 1)" if ranked else "0.0"
     sql = f"""
         SELECT {_COLUMNS}, {score} AS score
-        FROM (SELECT {_CANDIDATE} FROM messages WHERE words @@ ?::tsquery ORDER BY id DESC LIMIT ?) AS m
-        JOIN sessions s ON s.id = m.session_id
-        WHERE {VISIBLE} {filters[0]}
+        FROM messages m JOIN sessions s ON s.id = m.session_id
+        WHERE m.id = ANY(?) AND {VISIBLE} {filters[0]}
         ORDER BY {"score, m.id DESC" if ranked else "m.id DESC"} LIMIT ?"""
-    params = [*([tsquery] if ranked else []), tsquery, cap, *filters[1], limit]
+    params = [*([tsquery] if ranked else []), ids, *filters[1], limit]
     return conn.execute(sql, params).fetchall()
 
 
@@ -136,6 +179,7 @@ def recall_matches(
     visible and of a wanted role, length) of the newest `limit` matches below `before_id`.
     `table` names the SQLite index the expression is for: messages_fts (words) or messages_ident
     (identifier substrings)."""
+    role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
     if table == "messages_ident":
         patterns = like_patterns_of_fts(expr)
         if not patterns:
@@ -145,8 +189,9 @@ def recall_matches(
         tsquery = tsquery_of_fts(expr)
         if not tsquery:
             return []
-        where, params = "m.words @@ ?::tsquery", [tsquery]
-    role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
+        columns = f"m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)"
+        rows = newest_matches(conn, tsquery, limit, before_id, columns, roles)
+        return [tuple(row) for row in rows]
     before = " AND m.id < ?" if before_id is not None else ""
     sql = f"""
         SELECT m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)

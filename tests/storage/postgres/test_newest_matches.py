@@ -9,7 +9,7 @@ import pytest
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.schema import BUCKET_IDS
 from gateway.storage.postgres.search import newest_matches
-from gateway.storage.postgres.tokens import tsquery_of_fts
+from gateway.storage.postgres.tokens import tsquery_pair_of_fts
 
 
 @pytest.fixture
@@ -34,16 +34,18 @@ def plain(db: PostgresSessionDB, tsquery: str, limit: int, before: int | None) -
     return [r[0] for r in db.read(lambda c: c.execute(sql, (tsquery, before or 2**62, limit)).fetchall())]
 
 
-@pytest.mark.parametrize("expr", ['"dense"', '"sparse"', '"pair words"', '"dense" AND "sparse"', '"absent"'])
+@pytest.mark.parametrize(
+    "expr", ['"dense"', '"sparse"', '"pair words"', '"dense" AND "sparse"', '"absent"', 'NEAR("dense" "words", 2)']
+)
 def test_the_same_rows_as_the_plain_query(spread: PostgresSessionDB, expr: str) -> None:
-    tsquery = tsquery_of_fts(expr)
-    assert tsquery
+    query = tsquery_pair_of_fts(expr)
+    assert query
     all_ids = [r[0] for r in spread.read(lambda c: c.execute("SELECT id FROM messages ORDER BY id").fetchall())]
     befores = [None, all_ids[-1], all_ids[-30], 6 * BUCKET_IDS + 8, 2 * BUCKET_IDS, all_ids[3]]
     for limit in (1, 3, 10, 40, 200):
         for before in befores:
-            got = spread.read(lambda c: [r[0] for r in newest_matches(c, tsquery, limit, before)])
-            assert got == plain(spread, tsquery, limit, before), (limit, before)
+            got = spread.read(lambda c: [r[0] for r in newest_matches(c, query, limit, before)])
+            assert got == plain(spread, query[0], limit, before), (limit, before)
 
 
 def test_every_message_carries_its_bucket(spread: PostgresSessionDB) -> None:

@@ -3,12 +3,17 @@ gateway/storage/search.py (read its docstring for the plan: strict, then identif
 then relaxed; strict hits first).
 
 The query side is shared: `parse_query` and `Query.expression` (search) and recall's units write
-FTS5 expressions; tokens.tsquery_of_fts turns each into a tsquery over the `words` column, and an
-identifier expression into LIKE patterns over `idents` (pg_trgm). Ranking is `ts_rank` (normalised by 1 + log(length)) over the
-newest CANDIDATE_CAP matches, negated so that lower is better, as FTS5's bm25 rank is. Each pass
-asks for "matches, newest first, LIMIT n": with the raised statistics target on `words`, the
-planner reads a rare word from the GIN index and walks the primary key backwards for a common
-one, stopping after n rows.
+FTS5 expressions; tokens.tsquery_pair_of_fts turns each into a tsquery over the `words` column
+(with the lexemes-only form the index can answer), and an identifier expression into LIKE patterns
+over `idents` (pg_trgm). Ranking is `ts_rank` (normalised by 1 + log(length)) over the newest
+CANDIDATE_CAP matches, negated so that lower is better, as FTS5's bm25 rank is.
+
+Every word pass asks for "matches, newest first, LIMIT n", which a GIN index cannot answer in
+order. Left to the planner, at 1M messages (bench/postgres.py) that was 240 ms for a Chinese word
+in 1.8 % of messages (the primary key walked backwards over 110k rows), 1.8 s for a URL in 80k of
+them (every match fetched and sorted: the planner took the phrase for 3 rows), 1.8 s per NEAR pair
+of recall. `newest_matches` reads windows of the newest id buckets instead (schema.py v4), so each
+statement's work is bounded by the matches of its window.
 
 No driver import here: recall (gateway/recall/read.py) calls `recall_matches` with the
 connection `db.read` gave it.

@@ -17,7 +17,9 @@ Identifiers (`ident_text`) go to a plain text column searched by LIKE through a 
 A query never reaches Postgres as text it parses: `tsquery_of_fts` reads the FTS5 expressions
 that search and recall build (quoted phrases, `*` prefixes, AND/OR, NEAR) and writes a tsquery
 literal with every lexeme quoted. Anything outside that grammar gives None (no evidence), as an
-expression FTS5 rejects does on SQLite.
+expression FTS5 rejects does on SQLite. `tsquery_pair_of_fts` also gives its presence form (every
+phrase distance made AND, a NEAR pair one AND of its two sides): what the GIN index, which keeps
+no positions, can answer; search checks the distances on the rows it returns.
 """
 
 from __future__ import annotations

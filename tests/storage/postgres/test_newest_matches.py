@@ -56,3 +56,15 @@ def test_every_message_carries_its_bucket(spread: PostgresSessionDB) -> None:
     rows = spread.read(lambda c: c.execute("SELECT id, words::text FROM messages").fetchall())
     assert all(f"'~{mid // BUCKET_IDS}'" in words for mid, words in rows)
     assert spread.search_messages("sparse")  # and search still finds the words
+
+
+def test_the_presence_form_is_what_the_index_can_answer() -> None:
+    assert tsquery_pair_of_fts('"feature flag"') == ("('feature' <1> 'flag')", "('feature' & 'flag')")
+    near, presence = tsquery_pair_of_fts('NEAR("fix"* "docker"*, 10)') or ("", "")
+    assert near.count("|") == 21 and presence == "('fix':* & 'docker':*)"
+    assert tsquery_pair_of_fts('"a" AND ("b c" OR "d")') == (
+        "('a' & (('b' <1> 'c') | 'd'))",
+        "('a' & (('b' & 'c') | 'd'))",
+    )
+    assert tsquery_pair_of_fts('"port" OR "port"') == ("('port' | 'port')", "'port'")  # one form of a repeat
+    assert tsquery_pair_of_fts("it's") is None

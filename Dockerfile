@@ -6,13 +6,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     CHINWAG_HOME=/data
 
+# EXTRAS=postgres for storage.backend: postgres (deploy/compose.yaml builds it so)
+ARG EXTRAS=""
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 COPY platforms ./platforms
 COPY agent ./agent
 COPY tools ./tools
-RUN pip install . \
+RUN pip install ".${EXTRAS:+[$EXTRAS]}" \
     && useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin chinwag \
     && mkdir -p /data && chown chinwag:chinwag /data
 

@@ -1,6 +1,7 @@
 """Search on Postgres beside SQLite, in one run over the same corpus (issue 17 item 2).
 
-    PYTHONPATH=. python bench/postgres.py --messages 100000
+    PYTHONPATH=. python bench/postgres.py                 # 100k and 1M messages
+    PYTHONPATH=. python bench/postgres.py --sizes 100000  # one size
 
 Starts a private PostgreSQL (tests/storage/postgres/server.py, fsync on, as SQLite runs with
 synchronous FULL), loads bench/corpus.py's corpus (bench/store.py's, with its planted facts) into
@@ -20,10 +21,14 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import psycopg
+
 from bench.store import PLANTED, QUERIES, corpus_with_facts, file_bytes, latencies, load_ours
 from gateway.recall import find_sessions
+from gateway.storage.fts import ident_text
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.queries import message_bytes
+from gateway.storage.postgres.tokens import words_vector
 from tests.storage.postgres.server import PrivatePostgres
 
 SHAPES = {
@@ -32,70 +37,122 @@ SHAPES = {
     "identifier substring": ["rr_00421", "nginx.co", "onefil", "corp.example.ne", "wong@example"],
 }
 RECALL = ["how did we fix the docker timeout", "上次部署网关超时是怎么解决的", "nginx.conf rollback", "quokka"]
-IMPORT_BATCH = 200  # sessions per Postgres transaction while loading
 
 
-def load_postgres(db: PostgresSessionDB, messages: list) -> None:
-    by_session: dict[int, list] = defaultdict(list)
+def load_postgres(dsn: str, messages: list) -> PostgresSessionDB:
+    """The corpus into a new chinwag database by COPY, in corpus order (as SQLite's appends): the
+    rows the append op writes (words and identifiers cut by the same Python code), with the two GIN
+    indexes dropped for the load and made again from their own definitions afterwards, then
+    ANALYZE. Row by row through `import_records` took 173 s at 100k; this takes about a tenth."""
+    db = PostgresSessionDB(dsn)
+    counts: dict[int, int] = defaultdict(int)
     for m in messages:
-        by_session[m.session].append({"role": m.role, "content": m.content})
-    records = [
-        {"session": {"id": f"s{s:07d}", "source": "telegram", "user_id": f"u{s % 500}"}, "messages": msgs}
-        for s, msgs in sorted(by_session.items())
-    ]
-    for start in range(0, len(records), IMPORT_BATCH):
-        db.import_records(records[start : start + IMPORT_BATCH])
-    db.optimize()
+        counts[m.session] += 1
+    start = time.time() - len(messages)
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SET maintenance_work_mem = '512MB'")
+        indexes = cur.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' AND indexdef LIKE '%USING gin%'"
+        ).fetchall()
+        for name, _ in indexes:
+            cur.execute(f'DROP INDEX "{name}"')
+        with cur.copy(
+            "COPY sessions (id, source, user_id, started_at, last_active_at, message_count) FROM STDIN"
+        ) as copy:
+            for s, n in sorted(counts.items()):
+                copy.write_row((f"s{s:07d}", "telegram", f"u{s % 500}", start, start + len(messages), n))
+        columns = "session_id, role, content, timestamp, words, idents"
+        with cur.copy(f"COPY messages ({columns}) FROM STDIN") as copy:
+            for i, m in enumerate(messages):
+                content = m.content
+                copy.write_row(
+                    (
+                        f"s{m.session:07d}",
+                        m.role,
+                        content,
+                        start + i,
+                        words_vector(content),
+                        ident_text(content) or None,
+                    )
+                )
+        for _, definition in indexes:
+            cur.execute(definition)
+        conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    return db
+
+
+TARGET_MS = {"identifier substring": 50.0}  # p99 targets at 1M messages (issue 17); every other shape 30 ms
+DEFAULT_TARGET_MS = 30.0
+
+
+def bench_size(n: int, rounds: int, server: PrivatePostgres, tmp: str) -> dict[str, tuple[float, ...]]:
+    """Load n messages into both backends and time every query shape on both; returns shape ->
+    (sqlite p50, p99, postgres p50, p99)."""
+    messages = corpus_with_facts(n)
+    print(f"\n=== {n:,} messages, {sum(len(m.content.encode()) for m in messages) / n:.0f} B of text each ===")
+    t = time.perf_counter()
+    lite = load_ours(os.path.join(tmp, f"bench{n}.db"), messages)
+    print(f"load sqlite: {time.perf_counter() - t:.1f}s (appends, group-committed)", flush=True)
+    t = time.perf_counter()
+    pg = load_postgres(server.create_database("bench"), messages)
+    print(f"load postgres: {time.perf_counter() - t:.1f}s (COPY, GIN indexes built after, VACUUM ANALYZE)", flush=True)
+    del messages
+    lite.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+    lite_b, pg_b = file_bytes(lite.path) / n, pg.read(message_bytes)
+    print(f"bytes per message on disk: sqlite {lite_b:,.0f}  postgres {pg_b:,.0f}  (prototype: ~2,500)")
+    parts = pg.stats()["bytes_by_part"]
+    print("  postgres by part: " + ", ".join(f"{k} {v / n:,.0f} B/msg" for k, v in sorted(parts.items())))
+
+    results: dict[str, tuple[float, ...]] = {}
+    print(f"search_messages latency ms, {rounds} runs per shape (limit 20)")
+    print(f"  {'shape':22} {'sqlite p50':>10} {'p99':>8} {'pg p50':>8} {'p99':>8}  empty sqlite/pg")
+    for shape, queries in SHAPES.items():
+        s50, s99, sempty = latencies(lambda q: lite.search_messages(q, limit=20), queries, rounds)
+        p50, p99, pempty = latencies(lambda q: pg.search_messages(q, limit=20), queries, rounds)
+        results[shape] = (s50, s99, p50, p99)
+        print(f"  {shape:22} {s50:10.2f} {s99:8.2f} {p50:8.2f} {p99:8.2f}  {sempty}/{pempty}", flush=True)
+    recall_rounds = max(20, rounds // 5)
+    s50, s99, _ = latencies(lambda q: find_sessions(lite, q, see_all=True), RECALL, recall_rounds)
+    p50, p99, _ = latencies(lambda q: find_sessions(pg, q, see_all=True), RECALL, recall_rounds)
+    results["recall find_sessions"] = (s50, s99, p50, p99)
+    print(f"  {'recall find_sessions':22} {s50:10.2f} {s99:8.2f} {p50:8.2f} {p99:8.2f}  ({recall_rounds} runs)")
+
+    found = {"sqlite": 0, "postgres": 0}
+    for needle, text in PLANTED.items():
+        for name, db in (("sqlite", lite), ("postgres", pg)):
+            ids = {h["id"] for h in db.search_messages(needle, limit=5)}
+            target = db.read(lambda c: c.execute("SELECT id FROM messages WHERE content = ?", (text,)).fetchone()[0])
+            found[name] += target in ids
+    print(
+        f"planted facts in the top 5: sqlite {found['sqlite']}/{len(PLANTED)}  postgres {found['postgres']}/{len(PLANTED)}"
+    )
+    lite.close()
+    pg.close()
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000], metavar="N")
     parser.add_argument("--rounds", type=int, default=200, help="queries timed per shape and backend")
     args = parser.parse_args()
-    n = args.messages
-    messages = corpus_with_facts(n)
-    print(f"=== {n:,} messages, {sum(len(m.content.encode()) for m in messages) / n:.0f} B of text each ===")
+    table: dict[int, dict[str, tuple[float, ...]]] = {}
     with tempfile.TemporaryDirectory() as tmp, PrivatePostgres(durable=True) as server:
-        t = time.perf_counter()
-        lite = load_ours(os.path.join(tmp, "bench.db"), messages)
-        print(f"load sqlite: {time.perf_counter() - t:.1f}s (appends, group-committed)", flush=True)
-        pg = PostgresSessionDB(server.create_database("bench"))
-        t = time.perf_counter()
-        load_postgres(pg, messages)
-        print(f"load postgres: {time.perf_counter() - t:.1f}s (import, {IMPORT_BATCH} sessions a transaction)")
-        del messages
-        lite.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
-        lite_b, pg_b = file_bytes(lite.path) / n, pg.read(message_bytes)
-        print(f"\nbytes per message on disk: sqlite {lite_b:,.0f}  postgres {pg_b:,.0f}  (prototype: ~2,500)")
-        parts = pg.stats()["bytes_by_part"]
-        print("  postgres by part: " + ", ".join(f"{k} {v / n:,.0f} B/msg" for k, v in sorted(parts.items())))
-
-        print(f"\nsearch_messages latency ms, {args.rounds} runs per shape (limit 20)")
-        print(f"  {'shape':22} {'sqlite p50':>10} {'p99':>8} {'pg p50':>8} {'p99':>8}  empty sqlite/pg")
-        for shape, queries in SHAPES.items():
-            s50, s99, sempty = latencies(lambda q: lite.search_messages(q, limit=20), queries, args.rounds)
-            p50, p99, pempty = latencies(lambda q: pg.search_messages(q, limit=20), queries, args.rounds)
-            print(f"  {shape:22} {s50:10.2f} {s99:8.2f} {p50:8.2f} {p99:8.2f}  {sempty}/{pempty}", flush=True)
-
-        recall_rounds = max(20, args.rounds // 5)
-        s50, s99, _ = latencies(lambda q: find_sessions(lite, q, see_all=True), RECALL, recall_rounds)
-        p50, p99, _ = latencies(lambda q: find_sessions(pg, q, see_all=True), RECALL, recall_rounds)
-        print(f"  {'recall find_sessions':22} {s50:10.2f} {s99:8.2f} {p50:8.2f} {p99:8.2f}  ({recall_rounds} runs)")
-
-        found = {"sqlite": 0, "postgres": 0}
-        for needle, text in PLANTED.items():
-            for name, db in (("sqlite", lite), ("postgres", pg)):
-                ids = {h["id"] for h in db.search_messages(needle, limit=5)}
-                target = db.read(
-                    lambda c: c.execute("SELECT id FROM messages WHERE content = ?", (text,)).fetchone()[0]
-                )
-                found[name] += target in ids
-        print(
-            f"\nplanted facts in the top 5: sqlite {found['sqlite']}/{len(PLANTED)}  postgres {found['postgres']}/{len(PLANTED)}"
-        )
-        lite.close()
-        pg.close()
+        for n in args.sizes:
+            table[n] = bench_size(n, args.rounds, server, tmp)
+    print("\n=== search p50 / p99 ms, SQLite | Postgres (target: Postgres p99 at the largest size) ===")
+    print(f"  {'shape':22} " + " ".join(f"{f'{n:,}':>27}" for n in args.sizes) + "  target")
+    largest = args.sizes[-1]
+    for shape in table[largest]:
+        cells = []
+        for n in args.sizes:
+            s50, s99, p50, p99 = table[n][shape]
+            cells.append(f"{s50:6.1f}/{s99:6.1f} | {p50:6.1f}/{p99:6.1f}")
+        target = TARGET_MS.get(shape, DEFAULT_TARGET_MS)
+        verdict = "" if shape.startswith("recall") else ("met" if table[largest][shape][3] <= target else "MISSED")
+        print(f"  {shape:22} " + " ".join(f"{c:>27}" for c in cells) + f"  {target:.0f} {verdict}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from gateway.storage.indexer import DeferredIndex, run_catch_up
 from gateway.storage.media import AttachmentRow
 from gateway.storage.queries import Session
 from gateway.storage.rows import MAX_CONTENT_CHARS, PREVIEW_CHARS, mark_seen, sanitize_title
-from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, is_visible, migrate, visible_sql
+from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, current_version, is_visible, migrate, visible_sql
 from gateway.storage.writer import CommitListener, GroupCommitWriter, wal_file_bytes
 
 __all__ = [
@@ -110,6 +110,17 @@ class SessionDB:
             "checkpoints": w.checkpoints,
             "checkpoints_busy": w.checkpoints_busy,
         }
+
+    backend = "sqlite"
+    # MEMORY.md / USER.md stay files in the home on SQLite (tools/memory.py); PostgresSessionDB keeps them
+    notes_in_database = False
+
+    def ping(self, timeout: float = 2.0) -> int:
+        """The schema version, read on this thread's connection; raises when the database file cannot
+        be read or its writer has stopped (`/readyz`). `timeout` is for the Postgres face's pool."""
+        if self._closed or not self._writer.thread.is_alive():
+            raise sqlite3.OperationalError("the database writer has stopped")
+        return self.read(current_version)
 
     def close(self) -> None:
         if self._closed:

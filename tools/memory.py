@@ -12,7 +12,10 @@ Each file has a character budget (default 2,200 for MEMORY.md, 1,375 for USER.md
 small. When an edit would pass the budget the tool refuses and says how full the file is; the model
 must remove or shorten entries first. Entries are cleaned (control and invisible direction
 characters stripped) and capped in length. Writes are atomic (temp file, fsync, rename) so a crash
-never leaves half a file. The system prompt uses `read_snapshot`, taken once at session start:
+never leaves half a file. On Postgres (`storage.backend: postgres`) the replicas share no disk, so the
+two files are rows of the database's `notes` table instead (NoteTable; `chinwag memory export` writes
+them out as files); every edit is a read-change-write under the row's lock there, as under a
+per-file lock here, so concurrent edits never lose one another. The system prompt uses `read_snapshot`, taken once at session start:
 edits made during a session show up in later sessions.
 """
 
@@ -24,7 +27,7 @@ import re
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from agent.tools import Tool, ToolContext
 
@@ -102,29 +105,115 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
-def read_snapshot(home: str | os.PathLike[str]) -> tuple[str, str]:
-    """(MEMORY.md text, USER.md text), stripped; "" when a file is missing. Frozen at session start."""
-    home = Path(home)
+class NoteFiles:
+    """The two files in the chinwag home (SQLite mode). Edits of one file take a per-file lock and
+    write atomically."""
+
+    def __init__(self, home: str | os.PathLike[str]) -> None:
+        self.home = Path(home)
+
+    def read(self, name: str) -> str:
+        return read_text(self.home / name)
+
+    def edit(self, name: str, change: Callable[[str], str | None]) -> None:
+        path = self.home / name
+        with _lock_for(path):
+            text = read_text(path)
+            updated = change(text)
+            if updated is not None and updated != text:
+                atomic_write(path, updated)
+
+
+class NoteTable:
+    """The two files as rows of the database's `notes` table (Postgres mode: the replicas share no
+    disk). Reached through the SessionDB face; an edit holds the row locked from its read to its
+    commit, so edits from two replicas both land (gateway/storage/postgres/notes.py)."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    def read(self, name: str) -> str:
+        return str(self.db.read_notes(name))
+
+    def edit(self, name: str, change: Callable[[str], str | None]) -> None:
+        self.db.edit_notes(name, change)
+
+
+NotePlace = NoteFiles | NoteTable
+
+
+def note_place(home: str | os.PathLike[str] | None, db: Any = None) -> NotePlace | None:
+    """Where the notes live: the database's table when it keeps them (`notes_in_database`), else the
+    files in `home` (None: neither is known)."""
+    if db is not None and getattr(db, "notes_in_database", False):
+        return NoteTable(db)
+    return NoteFiles(home) if home is not None else None
+
+
+def _place(where: str | os.PathLike[str] | NotePlace) -> NotePlace:
+    return where if isinstance(where, (NoteFiles, NoteTable)) else NoteFiles(where)
+
+
+def read_snapshot(where: str | os.PathLike[str] | NotePlace) -> tuple[str, str]:
+    """(MEMORY.md text, USER.md text), stripped; "" when a file is missing. Frozen at session start.
+    `where`: the home directory (the files) or a NotePlace."""
+    place = _place(where)
     return (
-        join_entries(split_entries(read_text(home / FILES["memory"]))).strip(),
-        join_entries(split_entries(read_text(home / FILES["user"]))).strip(),
+        join_entries(split_entries(place.read(FILES["memory"]))).strip(),
+        join_entries(split_entries(place.read(FILES["user"]))).strip(),
     )
 
 
-class MemoryStore:
-    """Plain, synchronous edits of the two files (the tool runs them in a worker thread)."""
+def copy_notes(source: NotePlace, target: NotePlace, *, replace: bool = False) -> dict[str, str]:
+    """Copy MEMORY.md and USER.md from one place to the other (`chinwag memory export|import`,
+    `sessions migrate`). Per file name, what happened: "copied", "same" (already equal), "empty"
+    (nothing at the source), or "differs" (the target holds other text and `replace` is False: it
+    is kept, so a copy never loses notes). Entries are cleaned as the tool cleans them; an entry the
+    tool would refuse raises MemoryRefused naming the file, before anything is written."""
+    texts: dict[str, str] = {}
+    for name in FILES.values():
+        entries = split_entries(source.read(name))
+        try:
+            texts[name] = join_entries([clean_entry(entry) for entry in entries])
+        except MemoryRefused as exc:
+            raise MemoryRefused(f"{name}: {exc}") from None
+    outcome: dict[str, str] = {}
+    for name, text in texts.items():
+        if not text:
+            outcome[name] = "empty"
+            continue
+        result = "copied"
 
-    def __init__(self, home: str | os.PathLike[str], limits: dict[str, int] | None = None) -> None:
-        self.home = Path(home)
+        def change(current: str) -> str | None:
+            nonlocal result
+            if join_entries(split_entries(current)) == text:
+                result = "same"
+                return None
+            if current.strip() and not replace:
+                result = "differs"
+                return None
+            return text
+
+        target.edit(name, change)
+        outcome[name] = result
+    return outcome
+
+
+class MemoryStore:
+    """Plain, synchronous edits of the two files (the tool runs them in a worker thread), wherever
+    they live: `where` is the home directory (the files) or a NotePlace."""
+
+    def __init__(self, where: str | os.PathLike[str] | NotePlace, limits: dict[str, int] | None = None) -> None:
+        self.place = _place(where)
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
 
-    def path(self, target: str) -> Path:
+    def name(self, target: str) -> str:
         if target not in FILES:
             raise MemoryRefused(f"target must be 'memory' or 'user', got {target!r}")
-        return self.home / FILES[target]
+        return FILES[target]
 
     def entries(self, target: str) -> list[str]:
-        return split_entries(read_text(self.path(target)))
+        return split_entries(self.place.read(self.name(target)))
 
     def usage(self, target: str) -> str:
         used = len(join_entries(self.entries(target)))
@@ -132,27 +221,27 @@ class MemoryStore:
 
     def add(self, target: str, content: Any) -> str:
         entry = clean_entry(content)
-        with _lock_for(self.path(target)):
-            entries = self.entries(target)
-            if entry in entries:
-                return f"already saved in {FILES[target]} ({self.usage(target)})"
-            self._save(target, entries, entries + [entry])
+        added = self._edit(target, lambda entries: None if entry in entries else entries + [entry])
+        if not added:
+            return f"already saved in {FILES[target]} ({self.usage(target)})"
         return f"added to {FILES[target]} ({self.usage(target)})"
 
     def replace(self, target: str, old: Any, content: Any) -> str:
         entry = clean_entry(content)
-        with _lock_for(self.path(target)):
-            entries = self.entries(target)
+
+        def change(entries: list[str]) -> list[str]:
             index = self._find(target, entries, old)
-            updated = entries[:index] + [entry] + entries[index + 1 :]
-            self._save(target, entries, updated)
+            return entries[:index] + [entry] + entries[index + 1 :]
+
+        self._edit(target, change)
         return f"replaced an entry in {FILES[target]} ({self.usage(target)})"
 
     def remove(self, target: str, old: Any) -> str:
-        with _lock_for(self.path(target)):
-            entries = self.entries(target)
+        def change(entries: list[str]) -> list[str]:
             index = self._find(target, entries, old)
-            self._save(target, entries, entries[:index] + entries[index + 1 :])
+            return entries[:index] + entries[index + 1 :]
+
+        self._edit(target, change)
         return f"removed an entry from {FILES[target]} ({self.usage(target)})"
 
     def read(self, target: str) -> str:
@@ -175,17 +264,31 @@ class MemoryStore:
             )
         return hits[0]
 
-    def _save(self, target: str, before: list[str], after: list[str]) -> None:
-        limit = self.limits[target]
-        size = len(join_entries(after))
-        # Shrinking edits always pass, so an over-budget file (edited by hand) can be cleaned up.
-        if size > limit and size > len(join_entries(before)):
-            used = len(join_entries(before))
-            raise MemoryRefused(
-                f"memory full: {used}/{limit} chars used in {FILES[target]} (this edit needs {size}); "
-                "remove or shorten entries first"
-            )
-        atomic_write(self.path(target), join_entries(after))
+    def _edit(self, target: str, change: Callable[[list[str]], list[str] | None]) -> bool:
+        """Apply change(entries) to the file as it is now (under the place's lock): None leaves it
+        alone (returns False). An edit that would pass the budget is refused."""
+        name = self.name(target)
+        limit, changed = self.limits[target], False
+
+        def apply(text: str) -> str | None:
+            nonlocal changed
+            before = split_entries(text)
+            after = change(before)
+            if after is None:
+                return None
+            size = len(join_entries(after))
+            # Shrinking edits always pass, so an over-budget file (edited by hand) can be cleaned up.
+            if size > limit and size > len(join_entries(before)):
+                used = len(join_entries(before))
+                raise MemoryRefused(
+                    f"memory full: {used}/{limit} chars used in {FILES[target]} (this edit needs {size}); "
+                    "remove or shorten entries first"
+                )
+            changed = True
+            return join_entries(after)
+
+        self.place.edit(name, apply)
+        return changed
 
 
 PARAMETERS = {
@@ -230,13 +333,14 @@ def limits_from_config(config: dict[str, Any] | None) -> dict[str, int]:
 def make_memory_tool(limits: dict[str, int] | None = None) -> Tool:
     """The tool; `limits` overrides the per-file budgets ({"memory": chars, "user": chars}).
 
-    The home directory comes from `ctx.home`; `ctx.extra["memory_limits"]` overrides `limits`.
+    The notes live in `ctx.db`'s table when it keeps them (Postgres), else in the files of `ctx.home`; `ctx.extra["memory_limits"]` overrides `limits`.
     """
 
     async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
-        if ctx.home is None:
+        place = note_place(ctx.home, ctx.db)
+        if place is None:
             return "error: memory is not available (no home directory)"
-        store = MemoryStore(ctx.home, {**(limits or {}), **(ctx.extra.get("memory_limits") or {})})
+        store = MemoryStore(place, {**(limits or {}), **(ctx.extra.get("memory_limits") or {})})
         action, target = args.get("action"), args.get("target", "memory")
         try:
             if action == "add":

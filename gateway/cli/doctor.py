@@ -81,9 +81,12 @@ def run_doctor(
         except ValueError:
             data_dir = Path(env.get("CHINWAG_HOME") or "~/.chinwag").expanduser()
     check_home(report, data_dir)
-    check_database(report, data_dir / "state.db")
-    check_mirrors(report, data_dir)
-    check_transcripts(report, data_dir)
+    if config is not None and config.storage.backend == "postgres":
+        check_postgres(report, config.storage.postgres_dsn, timeout)  # no state.db, transcripts or sessions.json
+    else:
+        check_database(report, data_dir / "state.db")
+        check_mirrors(report, data_dir)
+        check_transcripts(report, data_dir)
     if config is not None:
         check_http_port(report, config)
         asyncio.run(check_endpoints(report, config, timeout))
@@ -137,6 +140,51 @@ def check_database(report: Report, path: Path) -> None:
             report.ok(f"database {path}: integrity ok, schema v{version}, {sessions} sessions, {messages} messages")
     except sqlite3.DatabaseError as exc:
         report.fail(f"database {path} is not a readable SQLite database: {exc}")
+    finally:
+        conn.close()
+
+
+def check_postgres(report: Report, dsn: str, timeout: float) -> None:
+    """storage.backend postgres: the server answers, and its schema is one this chinwag runs on (read
+    only: a session that cannot write, so the doctor changes nothing)."""
+    try:
+        import psycopg
+
+        from gateway.storage.postgres.db import redact_dsn
+        from gateway.storage.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+        from gateway.storage.postgres.schema import current_version as pg_version
+    except ImportError as exc:
+        report.fail(f"storage.backend is postgres but {exc.name} is not installed (pip install 'chinwag[postgres]')")
+        return
+    where = redact_dsn(dsn)
+    try:
+        conn = psycopg.connect(
+            dsn, autocommit=True, connect_timeout=max(1, int(timeout)), options="-c default_transaction_read_only=on"
+        )
+    except psycopg.Error as exc:
+        report.fail(f"Postgres {where} cannot be reached: {' '.join(str(exc).split())}")
+        return
+    try:
+        server = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        version = pg_version(conn)
+        if version > PG_SCHEMA_VERSION:
+            report.fail(
+                f"Postgres {where} has schema v{version}, newer than this chinwag (v{PG_SCHEMA_VERSION}); upgrade chinwag"
+            )
+            return
+        if version < PG_SCHEMA_VERSION:
+            report.warn(
+                f"Postgres {where} (server {server}) has schema v{version}; "
+                f"it is migrated to v{PG_SCHEMA_VERSION} on next start"
+            )
+            return
+        sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]  # type: ignore[index]
+        messages = conn.execute(  # the planner's estimate: a count of every message reads the whole table
+            "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = 'messages'"
+        ).fetchone()[0]  # type: ignore[index]
+        report.ok(f"Postgres {where}: server {server}, schema v{version}, {sessions} sessions, ~{messages} messages")
+    except psycopg.Error as exc:
+        report.fail(f"Postgres {where} cannot be read: {' '.join(str(exc).split())}")
     finally:
         conn.close()
 

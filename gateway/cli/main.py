@@ -14,6 +14,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from gateway.cli import memory as cli_memory
 from gateway.cli import run as cli_run
 from gateway.cli import sessions as cli_sessions
 
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     cli_run.register(sub)
     cli_sessions.register(sub)
+    cli_memory.register(sub)
     for child in _subparsers(parser):
         group = child.add_argument_group("global options")
         for flag, metavar, help_text in GLOBAL_OPTIONS:

@@ -678,6 +678,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             report = copy_sessions(
                 source, target, skip_existing=args.skip_existing, progress=lambda done, total: bar.update(done)
             )
+        notes = _carry_notes(home, pg, to_postgres=args.to == "postgres")
     except TitleTaken as exc:
         raise CliError(f"title {exc.title!r} is already used on the target by session {exc.holder or '?'}") from None
     except (ImportRecordError, CopyMismatch) as exc:
@@ -692,7 +693,25 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     print(f"  {names[0]}: {report.source_counts[0]} sessions, {report.source_counts[1]} messages")
     print(f"  {names[1]}: {report.target_counts[0]} sessions, {report.target_counts[1]} messages")
     print("  every copied session verified: same messages and conversation on both sides")
+    for note, result in notes.items():
+        print(
+            f"  {note}: "
+            + {"copied": "copied", "same": "already the same", "empty": "none to copy"}.get(
+                result, "differs on the target: kept (`chinwag memory export|import --force` chooses)"
+            )
+        )
     return 0
+
+
+def _carry_notes(home: Home, pg: Any, to_postgres: bool) -> dict[str, str]:
+    """MEMORY.md/USER.md follow the sessions: the home's files into Postgres's table, or back."""
+    from tools.memory import MemoryRefused, NoteFiles, NoteTable, copy_notes
+
+    files, table = NoteFiles(home.root), NoteTable(pg)
+    try:
+        return copy_notes(files, table) if to_postgres else copy_notes(table, files)
+    except MemoryRefused as exc:
+        raise CliError(f"the sessions were copied, the notes not: {exc}") from None
 
 
 def cmd_delete(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from agent.loop import Agent
 from agent.prompts import build_system_prompt
 from agent.tools import Tool, ToolRegistry
 from gateway.source import SessionSource
-from tools.memory import make_memory_tool, read_snapshot
+from tools.memory import NotePlace, make_memory_tool, read_snapshot
 from tools.session_search import SESSION_SEARCH_TOOL
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,10 @@ class AgentFactory:
         clock: Callable[[], float] | None = None,
         auxiliary: ModelSettings | None = None,
         http_client: httpx2.AsyncClient | None = None,
+        notes: NotePlace | None = None,
     ) -> None:
         self.settings = settings
+        self.notes = notes  # where MEMORY.md/USER.md are read from; None: the files in `home`
         self.http_client = http_client
         self.home = Path(home)
         self.tools = tools if tools is not None else default_tools()
@@ -130,8 +132,8 @@ class AgentFactory:
         if frozen is not None:
             self._frozen.move_to_end(session_id)
             return frozen
-        # Two small files (bounded by the memory tool's budget): read inline, no thread hop.
-        memory, user = read_snapshot(self.home)
+        # Two small files or rows (bounded by the memory tool's budget), once per session: read inline.
+        memory, user = read_snapshot(self.notes or self.home)
         notes = self._interned.setdefault((memory, user), (memory, user))
         if len(self._interned) > 64:  # memory edited many times: forget old versions' sharing
             self._interned = {notes: notes}

@@ -58,7 +58,7 @@ from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
-from tools.memory import limits_from_config
+from tools.memory import limits_from_config, note_place
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +273,7 @@ def build_runner(
         clock=clock,
         auxiliary=ModelSettings.from_config(config.as_dict(), role="auxiliary", env={}),
         http_client=http_client,
+        notes=note_place(config.home, db),
     )
     limits = config.gateway.agent_cache
     ttl = limits.idle_ttl_minutes * 60 if limits.idle_ttl_minutes > 0 else math.inf

@@ -1,7 +1,11 @@
 """The operations HTTP server: health, readiness per adapter, Prometheus metrics, and webhooks.
 
 - `GET /healthz`  — 200 while the process and its event loop are alive.
-- `GET /readyz`   — 200 when every configured adapter is ready, else 503; the JSON body lists each.
+- `GET /readyz`   — 200 when every configured adapter is ready and the database answers, else 503;
+  the JSON body lists each adapter and says why the database is not ready. The database check is a
+  read of the schema version with a 2 s bound (on Postgres through the pool, so a replica whose
+  server is gone or unreachable leaves the load balancer's rotation instead of taking webhooks it
+  cannot store).
 - `GET /metrics`  — Prometheus text format (gateway.service.metrics).
 - `POST /webhooks/<platform>` — the handlers adapters expose via `webhook_handlers()`.
 - `/console/`, `/api/v1/` — the web console and its JSON API (gateway.console), when given a DB.
@@ -11,6 +15,7 @@ Binds to loopback by default (http.host); webhooks reach it through the operator
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Callable, Mapping
@@ -27,8 +32,14 @@ log = logging.getLogger(__name__)
 Readiness = Callable[[], Mapping[str, AdapterHealth]]
 
 
-def readiness_report(health: Mapping[str, AdapterHealth], now: float | None = None) -> tuple[bool, dict[str, Any]]:
-    """(all ready?, JSON body) for a readiness snapshot. No adapter at all is not ready."""
+DB_CHECK_SECONDS = 2.0
+
+
+def readiness_report(
+    health: Mapping[str, AdapterHealth], now: float | None = None, database: dict[str, Any] | None = None
+) -> tuple[bool, dict[str, Any]]:
+    """(all ready?, JSON body) for a readiness snapshot. No adapter at all is not ready; nor is a
+    `database` check (from `check_database`) that failed."""
     now = time.monotonic() if now is None else now
     adapters: dict[str, Any] = {}
     for name, h in sorted(health.items()):
@@ -40,7 +51,25 @@ def readiness_report(health: Mapping[str, AdapterHealth], now: float | None = No
     body: dict[str, Any] = {"ready": ready, "adapters": adapters}
     if not adapters:
         body["detail"] = "no adapter is running"
+    if database is not None:
+        body["database"] = database
+        if not database["ready"]:
+            ready = body["ready"] = False
+            body["detail"] = f"database: {database['detail']}"
     return ready, body
+
+
+async def check_database(db: Any, timeout: float = DB_CHECK_SECONDS) -> dict[str, Any]:
+    """Whether the storage face answers a read of its schema version within `timeout` seconds."""
+    backend = getattr(db, "backend", "sqlite")
+    try:
+        version = await asyncio.wait_for(asyncio.to_thread(db.ping, timeout), timeout + 1.0)
+    except (asyncio.TimeoutError, TimeoutError):
+        return {"ready": False, "backend": backend, "detail": f"no answer within {timeout:g}s"}
+    except Exception as exc:  # what the driver says, on one line (never a DSN password: psycopg omits it)
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return {"ready": False, "backend": backend, "detail": f"unreachable: {reason[:300]}"}
+    return {"ready": True, "backend": backend, "schema_version": version}
 
 
 class OpsServer:
@@ -134,7 +163,8 @@ class OpsServer:
         except Exception as exc:  # report, never 500 with a traceback
             log.exception("readiness check failed")
             return web.json_response({"ready": False, "detail": f"readiness check failed: {exc}"}, status=503)
-        ready, body = readiness_report(health)
+        database = await check_database(self.db) if self.db is not None else None
+        ready, body = readiness_report(health, database=database)
         return web.json_response(body, status=200 if ready else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:

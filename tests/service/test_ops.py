@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -9,8 +10,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from gateway.db import SessionDB
 from gateway.service.http import OpsServer
 from gateway.service.metrics import Metrics
+from gateway.storage.schema import SCHEMA_VERSION
 from platforms.base import AdapterHealth
 from tests.fakes.expect import assert_all_in
 
@@ -76,6 +79,19 @@ async def test_readyz_without_adapters_or_with_a_failing_check(served) -> None:
     server = await served(readiness=broken)
     status, body, _ = await get(server.url + "/readyz")
     assert status == 503 and "readiness check failed: db gone" in body
+
+
+async def test_readyz_says_whether_the_database_answers(served, tmp_path) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    server = await served(readiness=lambda: {"local": AdapterHealth(True, "ready")}, db=db)
+    status, body, _ = await get(server.url + "/readyz")
+    assert status == 200
+    assert json.loads(body)["database"] == {"ready": True, "backend": "sqlite", "schema_version": SCHEMA_VERSION}
+    db.close()  # the database is gone: the replica must leave the rotation
+    status, body, _ = await get(server.url + "/readyz")
+    reply = json.loads(body)
+    assert status == 503 and reply["ready"] is False and reply["database"]["ready"] is False
+    assert reply["detail"] == "database: unreachable: the database writer has stopped"
 
 
 async def test_metrics_endpoint(served) -> None:

@@ -32,10 +32,10 @@ from gateway.storage import inbox, media, outbox, queries, retention, transfer
 from gateway.storage.events import CommitEvent, Events
 from gateway.storage.fts import ident_text
 from gateway.storage.media import AttachmentRow
+from gateway.storage.postgres import notes, rows, search
 from gateway.storage.postgres import queries as pg_queries
-from gateway.storage.postgres import rows, search
 from gateway.storage.postgres.connection import Connection, configure
-from gateway.storage.postgres.schema import migrate
+from gateway.storage.postgres.schema import current_version, migrate
 from gateway.storage.postgres.tokens import words_vector
 from gateway.storage.queries import Session
 from gateway.storage.schema import IN_CONVERSATION, MESSAGE_FIELDS
@@ -56,6 +56,7 @@ def redact_dsn(dsn: str) -> str:
 
 
 class PostgresSessionDB:
+    backend = "postgres"
     ops = rows  # the write ops of this backend (the store composes them into one write)
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
@@ -275,6 +276,25 @@ class PostgresSessionDB:
             last = batch[-1][0]
             if progress:
                 progress(done)
+
+    # -- MEMORY.md / USER.md (files in the home on SQLite; see notes.py) ---------------------------
+    notes_in_database = True
+
+    def read_notes(self, name: str) -> str:
+        """The text of MEMORY.md or USER.md ("" when never written)."""
+        return self._run(lambda c: notes.read(c, name))[0]
+
+    def edit_notes(self, name: str, change: Callable[[str], str | None]) -> int:
+        """Replace a notes file's text by change(text), the row locked from read to commit (two
+        replicas' edits both land); change may raise to refuse. Returns the file's version."""
+        return self.write(lambda conn, events: notes.edit(conn, name, change))
+
+    # -- readiness -------------------------------------------------------------------------------
+    def ping(self, timeout: float = 2.0) -> int:
+        """The schema version, read through the pool within `timeout` seconds; raises when the
+        database cannot be reached (`/readyz`, `chinwag doctor`)."""
+        with self._pool.connection(timeout=timeout) as raw:
+            return int(current_version(Connection(raw)))
 
     # -- routing entries and inbound de-duplication ---------------------------------------------
     def set_key_entry(

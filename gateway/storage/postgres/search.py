@@ -3,12 +3,17 @@ gateway/storage/search.py (read its docstring for the plan: strict, then identif
 then relaxed; strict hits first).
 
 The query side is shared: `parse_query` and `Query.expression` (search) and recall's units write
-FTS5 expressions; tokens.tsquery_of_fts turns each into a tsquery over the `words` column, and an
-identifier expression into LIKE patterns over `idents` (pg_trgm). Ranking is `ts_rank` (normalised by 1 + log(length)) over the
-newest CANDIDATE_CAP matches, negated so that lower is better, as FTS5's bm25 rank is. Each pass
-asks for "matches, newest first, LIMIT n": with the raised statistics target on `words`, the
-planner reads a rare word from the GIN index and walks the primary key backwards for a common
-one, stopping after n rows.
+FTS5 expressions; tokens.tsquery_pair_of_fts turns each into a tsquery over the `words` column
+(with the lexemes-only form the index can answer), and an identifier expression into LIKE patterns
+over `idents` (pg_trgm). Ranking is `ts_rank` (normalised by 1 + log(length)) over the newest
+CANDIDATE_CAP matches, negated so that lower is better, as FTS5's bm25 rank is.
+
+Every word pass asks for "matches, newest first, LIMIT n", which a GIN index cannot answer in
+order. Left to the planner, at 1M messages (bench/postgres.py) that was 240 ms for a Chinese word
+in 1.8 % of messages (the primary key walked backwards over 110k rows), 1.8 s for a URL in 80k of
+them (every match fetched and sorted: the planner took the phrase for 3 rows), 1.8 s per NEAR pair
+of recall. `newest_matches` reads windows of the newest id buckets instead (schema.py v4), so each
+statement's work is bounded by the matches of its window.
 
 No driver import here: recall (gateway/recall/read.py) calls `recall_matches` with the
 connection `db.read` gave it.
@@ -16,10 +21,12 @@ connection `db.read` gave it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gateway.storage.fts import Query, make_snippet, parse_query
-from gateway.storage.postgres.tokens import like_patterns_of_fts, phrase_query, tsquery_of_fts
+from gateway.storage.postgres.schema import BUCKET_IDS
+from gateway.storage.postgres.tokens import like_patterns_of_fts, phrase_query, tsquery_pair_of_fts
 from gateway.storage.schema import visible_sql
 from gateway.storage.search import CANDIDATE_CAP, MIN_SESSIONS_BEFORE_RELAXING, build_filters
 
@@ -29,31 +36,101 @@ if TYPE_CHECKING:
 VISIBLE = visible_sql("m")
 _COLUMNS = "m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.user_id, s.source, s.title AS session_title"
 _CANDIDATE = "id, session_id, role, timestamp, tool_name, user_id, active, compacted, words"
+FIRST_WINDOW = 2  # id buckets (2 x 8,192 messages) the newest matches are looked for in first
+# a GIN scan advances every OR'ed bucket entry past each candidate: 28 of them took 29 ms for a word
+# in 4,141 messages of the window; wider windows are bounded by their ids alone (the index then
+# answers the words, the primary key the range)
+MAX_BUCKET_TERMS = 8
+REACH_IDS = 4 * BUCKET_IDS  # search ranks the matches of the newest 32,768 messages when they hold a page
+
+
+def newest_matches(
+    conn: Connection,
+    query: tuple[str, str],
+    limit: int,
+    before_id: int | None = None,
+    columns: str = "m.id",
+    column_params: Sequence[Any] = (),
+    enough: tuple[int, int] | None = None,
+) -> list[Any]:
+    """`columns` of the newest `limit` messages whose words match `query` = (tsquery, presence)
+    below `before_id`, newest first: what "WHERE words @@ q ORDER BY id DESC LIMIT n" means.
+
+    It is read window by window over the id buckets (schema.py v4), each window one GIN scan for
+    "presence AND one of these buckets" bounded by the window's ids, so neither plan the planner
+    may pick (the index, or the primary key backwards) visits rows outside the window. The first
+    window is FIRST_WINDOW buckets; each next one is sized from the density seen so far to hold what
+    is missing, at most as many buckets as were read so far (so the reach at most doubles). The index answers `presence` (lexemes only: it stores
+    no positions); the phrase distances of the full tsquery are checked on the rows it returns,
+    through ts_match_vq, which the planner cannot hand to the index (a NEAR pair is 22 phrase
+    alternatives: evaluated inside the GIN scan for every entry, 0.5 s at 1M messages).
+    `enough` = (rows, ids): stop once that many rows were found over windows reaching that many ids
+    back, with fewer than `limit` (ranked search: a rare phrase of common words is not chased
+    through every message, rechecking each one holding both words)."""
+    tsquery, presence = query
+    top = before_id - 1 if before_id is not None else conn.execute("SELECT max(id) FROM messages").fetchone()[0]
+    if top is None or top < 1:
+        return []
+    check, check_params = ("", []) if presence == tsquery else (" AND ts_match_vq(m.words, ?::tsquery)", [tsquery])
+    sql = f"""
+        SELECT {columns} FROM messages m
+        WHERE m.words @@ ?::tsquery{check} AND m.id < ? AND m.id >= ? ORDER BY m.id DESC LIMIT ?"""
+    rows: list[Any] = []
+    newest, below, size = top // BUCKET_IDS, top + 1, FIRST_WINDOW
+    while newest >= 0 and len(rows) < limit:
+        oldest = max(0, newest - size + 1)
+        where = presence
+        if 0 < oldest and newest - oldest < MAX_BUCKET_TERMS:
+            buckets = " | ".join(f"'~{b}'" for b in range(newest, oldest - 1, -1))
+            where = f"{presence} & ({buckets})"
+        low = oldest * BUCKET_IDS
+        found = conn.execute(sql, (*column_params, where, *check_params, below, low, limit - len(rows))).fetchall()
+        rows.extend(found)
+        if enough and len(rows) >= enough[0] and top + 1 - low >= enough[1]:
+            break
+        density = len(found) / (newest - oldest + 1)  # matches per bucket in this window
+        read = top // BUCKET_IDS - oldest + 1  # buckets read so far
+        size = min(math.ceil((limit - len(rows)) / density * 1.25), read) if density else read
+        newest, below = oldest - 1, low
+    return rows
 
 
 def word_hits(
     conn: Connection,
-    tsquery: str | None,
+    query: tuple[str, str] | None,
     filters: tuple[str, list] = ("", []),
     limit: int = 20,
     cap: int = CANDIDATE_CAP,
     ranked: bool = True,
 ) -> list[Any]:
-    """Visible messages matching a tsquery: best ts_rank first over the newest `cap` matches, or
+    """Visible messages matching a (tsquery, presence): best ts_rank first over the newest `cap`
+    matches, or over those of the newest REACH_IDS messages when they hold `limit` (a phrase of two
+    common words found in 1,400 of 1M messages, each of the 60,000 holding both words rechecked,
+    took 0.7-1.5 s to gather its 2,000 newest; the newest 32k messages hold a page of them), or
     (not ranked: exact strings, where every match is as good) newest first."""
-    if not tsquery:
+    if not query:
         return []
-    score = (
-        "-ts_rank(m.words, ?::tsquery, 1)" if ranked else "0.0"
-    )  # 1: divided by 1 + log(length), as BM25 favours the shorter match
+    # not ranked, the newest `limit` matches are the answer unless the filters drop some
+    first = (
+        newest_matches(conn, query, cap, enough=(limit, REACH_IDS)) if ranked else newest_matches(conn, query, limit)
+    )
+    ids = [row[0] for row in first]
+    if not ids:
+        return []
+    # 1: divided by 1 + log(length), as BM25 favours the shorter match
+    score = "-ts_rank(m.words, ?::tsquery, 1)" if ranked else "0.0"
     sql = f"""
         SELECT {_COLUMNS}, {score} AS score
-        FROM (SELECT {_CANDIDATE} FROM messages WHERE words @@ ?::tsquery ORDER BY id DESC LIMIT ?) AS m
-        JOIN sessions s ON s.id = m.session_id
-        WHERE {VISIBLE} {filters[0]}
+        FROM messages m JOIN sessions s ON s.id = m.session_id
+        WHERE m.id = ANY(?) AND {VISIBLE} {filters[0]}
         ORDER BY {"score, m.id DESC" if ranked else "m.id DESC"} LIMIT ?"""
-    params = [*([tsquery] if ranked else []), tsquery, cap, *filters[1], limit]
-    return conn.execute(sql, params).fetchall()
+    params = [*([query[0]] if ranked else []), ids, *filters[1], limit]
+    rows = conn.execute(sql, params).fetchall()
+    if len(rows) < limit and limit <= len(ids) < cap:  # the filters dropped some: read up to the cap
+        ids = [row[0] for row in newest_matches(conn, query, cap)]
+        params = [*([query[0]] if ranked else []), ids, *filters[1], limit]
+        rows = conn.execute(sql, params).fetchall()
+    return rows
 
 
 def substring_hits(
@@ -110,14 +187,14 @@ def search_messages(
             if row["id"] not in found:
                 found[row["id"]] = dict(row) | {"match": match}
 
-    take(word_hits(conn, tsquery_of_fts(parsed.expression("all")), filters, want, ranked=not parsed.exact), "all")
+    take(word_hits(conn, tsquery_pair_of_fts(parsed.expression("all")), filters, want, ranked=not parsed.exact), "all")
     if len(found) < want:
         take(substring_hits(conn, parsed, filters, want), "substring")
     sessions = {hit["session_id"] for hit in found.values()}
     terms = parsed.content_terms
     relaxable = len(terms) > 1 or any(t.cjk and len(t.tokens) > 2 for t in terms)
     if relaxable and (len(sessions) < MIN_SESSIONS_BEFORE_RELAXING or len(found) < want):
-        take(word_hits(conn, tsquery_of_fts(parsed.expression("any")), filters, want), "any")
+        take(word_hits(conn, tsquery_pair_of_fts(parsed.expression("any")), filters, want), "any")
 
     page = list(found.values())[offset:want]
     if page:
@@ -136,17 +213,19 @@ def recall_matches(
     visible and of a wanted role, length) of the newest `limit` matches below `before_id`.
     `table` names the SQLite index the expression is for: messages_fts (words) or messages_ident
     (identifier substrings)."""
+    role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
     if table == "messages_ident":
         patterns = like_patterns_of_fts(expr)
         if not patterns:
             return []
         where, params = " AND ".join("m.idents LIKE ?" for _ in patterns), list(patterns)
     else:
-        tsquery = tsquery_of_fts(expr)
-        if not tsquery:
+        query = tsquery_pair_of_fts(expr)
+        if not query:
             return []
-        where, params = "m.words @@ ?::tsquery", [tsquery]
-    role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
+        columns = f"m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)"
+        rows = newest_matches(conn, query, limit, before_id, columns, roles)
+        return [tuple(row) for row in rows]
     before = " AND m.id < ?" if before_id is not None else ""
     sql = f"""
         SELECT m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)

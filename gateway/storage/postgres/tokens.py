@@ -17,7 +17,9 @@ Identifiers (`ident_text`) go to a plain text column searched by LIKE through a 
 A query never reaches Postgres as text it parses: `tsquery_of_fts` reads the FTS5 expressions
 that search and recall build (quoted phrases, `*` prefixes, AND/OR, NEAR) and writes a tsquery
 literal with every lexeme quoted. Anything outside that grammar gives None (no evidence), as an
-expression FTS5 rejects does on SQLite.
+expression FTS5 rejects does on SQLite. `tsquery_pair_of_fts` also gives its presence form (every
+phrase distance made AND, a NEAR pair one AND of its two sides): what the GIN index, which keeps
+no positions, can answer; search checks the distances on the rows it returns.
 """
 
 from __future__ import annotations
@@ -150,8 +152,18 @@ def _lex(expr: str) -> list[tuple[str, str]]:
     return out
 
 
+_PHRASE_OP = re.compile(r"'(?:[^']|'')*'|<(?:-|\d+)>")
+
+
+def presence_of(phrase: str) -> str:
+    """A phrase tsquery with every distance operator made AND: the lexemes a match must hold,
+    which the GIN index can answer without the positions it does not store."""
+    return _PHRASE_OP.sub(lambda m: m.group(0) if m.group(0).startswith("'") else "&", phrase)
+
+
 class _Parser:
-    """or := and ('OR' and)*; and := atom (['AND'] atom)*; atom := phrase | '(' or ')' | NEAR."""
+    """or := and ('OR' and)*; and := atom (['AND'] atom)*; atom := phrase | '(' or ')' | NEAR.
+    Each rule gives (tsquery, presence): the query and the lexemes-only form of it (presence_of)."""
 
     def __init__(self, tokens: list[tuple[str, str]]) -> None:
         self.tokens, self.i = tokens, 0
@@ -166,20 +178,28 @@ class _Parser:
         self.i += 1
         return token
 
-    def parse(self) -> str:
+    def parse(self) -> tuple[str, str]:
         out = self.or_()
         if self.peek() is not None:
             raise _Unsupported(str(self.peek()))
         return out
 
-    def or_(self) -> str:
+    @staticmethod
+    def _join(parts: list[tuple[str, str]], op: str) -> tuple[str, str]:
+        if len(parts) == 1:
+            return parts[0]
+        presences = list(dict.fromkeys(p for _, p in parts))
+        presence = presences[0] if len(presences) == 1 else "(" + f" {op} ".join(presences) + ")"
+        return "(" + f" {op} ".join(q for q, _ in parts) + ")", presence
+
+    def or_(self) -> tuple[str, str]:
         parts = [self.and_()]
         while self.peek() == ("op", "OR"):
             self.take()
             parts.append(self.and_())
-        return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
+        return self._join(parts, "|")
 
-    def and_(self) -> str:
+    def and_(self) -> tuple[str, str]:
         parts = [self.atom()]
         while (token := self.peek()) is not None and token not in (("op", "OR"), (")", ")"), (",", ",")):
             if token == ("op", "AND"):
@@ -187,7 +207,7 @@ class _Parser:
             elif token[0] == "op":
                 raise _Unsupported(token[1])
             parts.append(self.atom())
-        return parts[0] if len(parts) == 1 else "(" + " & ".join(parts) + ")"
+        return self._join(parts, "&")
 
     def phrase(self, kind: str, text: str) -> str:
         query = phrase_query(_WORD.findall(index_text(text)), prefix=kind == "phrase*")
@@ -195,10 +215,11 @@ class _Parser:
             raise _Unsupported(text)
         return query
 
-    def atom(self) -> str:
+    def atom(self) -> tuple[str, str]:
         kind, text = self.take()
         if kind.startswith("phrase"):
-            return self.phrase(kind, text)
+            query = self.phrase(kind, text)
+            return query, presence_of(query)
         if kind == "(":
             inner = self.or_()
             if self.take() != (")", ")"):
@@ -218,15 +239,22 @@ class _Parser:
             if self.take() != (")", ")") or len(sides) != 2:
                 raise _Unsupported("NEAR")  # recall's pairs have two sides; more is not needed
             a, b = sides
-            # NEAR(a b, N): at most N tokens between them, in either order
+            # NEAR(a b, N): at most N tokens between them, in either order; present: both are
             near = [f"{x} <{d}> {y}" for d in range(1, distance + 2) for x, y in ((a, b), (b, a))]
-            return "(" + " | ".join(near) + ")"
+            return "(" + " | ".join(near) + ")", f"({presence_of(a)} & {presence_of(b)})"
         raise _Unsupported(text)
 
 
 def tsquery_of_fts(expr: str) -> str | None:
     """The tsquery literal of an FTS5 expression of the shapes search and recall build; None
     when it is empty or of another shape."""
+    pair = tsquery_pair_of_fts(expr)
+    return pair[0] if pair else None
+
+
+def tsquery_pair_of_fts(expr: str) -> tuple[str, str] | None:
+    """(tsquery, presence) of an FTS5 expression: the query, and the lexemes a match must hold
+    (equal to it when it has no phrase). None when empty or of another shape."""
     if not expr or not expr.strip():
         return None
     try:

@@ -1,0 +1,92 @@
+"""Gaps the replica protocol left, pinned on a real private Postgres with in-process runners
+(gateway.service.app.build_runner, the ChatAdapter, FakeOpenAI): a stale replica's command is
+refused at its commit like a turn, and a held chat's entry committed late with a lower id is
+still run when its wake-up was lost."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from gateway.runtime.leases import SharedLeases
+from gateway.service.app import build_runner, build_store
+from gateway.storage.postgres import replicas
+from gateway.storage.postgres.db import PostgresSessionDB
+from tests.fakes.chat_adapter import ChatAdapter
+from tests.fakes.gateway_harness import make_config
+from tests.fakes.openai_server import FakeOpenAI
+
+QUIET = 60.0  # a heartbeat that never comes in a test: no renewal, no poll unless asked
+
+
+def replica(tmp_path: Path, db: PostgresSessionDB, dsn: str, fake: FakeOpenAI, heartbeat: float = QUIET) -> Any:
+    config = make_config(tmp_path / "home", fake)
+    adapter = ChatAdapter("telegram")
+    store = build_store(config, db, None, time.time)
+    runner = build_runner(config, db, store, [adapter], leases=SharedLeases(db, dsn, heartbeat=heartbeat))
+    return runner, adapter
+
+
+def count(db: PostgresSessionDB, sql: str, *args: Any) -> int:
+    return int(db.read(lambda c: c.execute(sql, args).fetchone()[0]))
+
+
+async def taken_over(db: PostgresSessionDB, dsn: str, key: str) -> replicas.Registry:
+    """Another replica claims `key` (its lease expired unnoticed: this one has not beaten since)."""
+    other = replicas.Registry(dsn)
+    other_id = await other.open()
+    db.write(lambda c, e: c.execute("UPDATE chat_leases SET expires_at = 0 WHERE chat_key = ?", (key,)))
+    assert db.write(replicas.op_claim(key, other_id)) is not None
+    return other
+
+
+async def test_a_stale_replicas_new_is_refused_and_sends_nothing(db, pg_dsn, tmp_path):
+    async with FakeOpenAI() as fake:
+        runner, adapter = replica(tmp_path, db, pg_dsn, fake)
+        await runner.start()
+        other = None
+        try:
+            fake.push("hello back")
+            await adapter.inject("hello")
+            await runner.drain()
+            assert adapter.texts() == ["hello back"]
+            key = runner.store.key_for(adapter.source("100", "100", "dm"))
+            before = runner.store.get(key).session_id
+            other = await taken_over(db, pg_dsn, key)
+            assert runner.leases.holds(key)  # this replica has not heard of it yet
+
+            await adapter.inject("/new")
+            await runner.drain()
+            assert adapter.texts() == ["hello back"]  # nothing sent
+            assert runner.store.get(key).session_id == before  # the key did not move
+            assert count(db, "SELECT count(*) FROM sessions") == 1
+            assert count(db, "SELECT count(*) FROM inbox WHERE done_at IS NULL") == 1  # the holder's to run
+            assert count(db, "SELECT count(*) FROM outbox") == 1
+        finally:
+            await runner.stop()
+            if other is not None:
+                await other.close()
+
+
+async def test_a_stale_replicas_undo_and_title_change_nothing(db, pg_dsn, tmp_path):
+    async with FakeOpenAI() as fake:
+        runner, adapter = replica(tmp_path, db, pg_dsn, fake)
+        await runner.start()
+        other = None
+        try:
+            fake.push("hello back")
+            await adapter.inject("hello")
+            await runner.drain()
+            key = runner.store.key_for(adapter.source("100", "100", "dm"))
+            other = await taken_over(db, pg_dsn, key)
+            await adapter.inject("/undo")
+            await adapter.inject("/title Mongolia trip")
+            await runner.drain()
+            assert adapter.texts() == ["hello back"]
+            assert count(db, "SELECT count(*) FROM messages WHERE active = 1") == 2
+            assert count(db, "SELECT count(*) FROM sessions WHERE title IS NOT NULL") == 0
+        finally:
+            await runner.stop()
+            if other is not None:
+                await other.close()

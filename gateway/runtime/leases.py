@@ -28,9 +28,10 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Protocol
 
+from gateway.storage.fence import Guard  # run in a commit's transaction; raises gateway.errors.LeaseLost
+
 log = logging.getLogger(__name__)
 
-Guard = Callable[[Any], None]  # run in a commit's transaction; raises gateway.errors.LeaseLost
 OnLead = Callable[[bool], Awaitable[None]]
 
 

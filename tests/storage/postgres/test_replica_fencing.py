@@ -80,9 +80,9 @@ async def test_a_stale_replicas_undo_and_title_change_nothing(db, pg_dsn, tmp_pa
             await runner.drain()
             key = runner.store.key_for(adapter.source("100", "100", "dm"))
             other = await taken_over(db, pg_dsn, key)
-            await adapter.inject("/undo")
-            await adapter.inject("/title Mongolia trip")
-            await runner.drain()
+            for command in ("/undo", "/title Mongolia trip"):
+                await adapter.inject(command)
+                await runner.drain()
             assert adapter.texts() == ["hello back"]
             assert count(db, "SELECT count(*) FROM messages WHERE active = 1") == 2
             assert count(db, "SELECT count(*) FROM sessions WHERE title IS NOT NULL") == 0

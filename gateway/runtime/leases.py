@@ -231,14 +231,15 @@ class SharedLeases:
             started = time.monotonic()
             try:
                 if self.replica_id:
-                    await self._poll()
+                    await self.poll()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("polling the inbox failed (%s); trying again", exc)
             await asyncio.sleep(max(0.0, self.heartbeat - (time.monotonic() - started)))
 
-    async def _poll(self) -> None:
+    async def poll(self) -> None:
+        """One poll (the loop runs one every heartbeat)."""
         replica = self.replica_id
         work = await self.db.aread(self.db.read, lambda c: self._sql.chats_to_run(c, replica))
         polled, self._polled = self._polled, {}
@@ -254,6 +255,11 @@ class SharedLeases:
                 self.takeovers += 1
                 log.info("replica %s took over chat %s", self.replica_id, key)
                 self._spawn(self._take_up(key, True))
+
+    async def settled(self) -> None:
+        """Wait for the take-ups started so far (a test's poll, then what it read)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _try_leads(self) -> None:
         for name, on_change in self._leads.items():

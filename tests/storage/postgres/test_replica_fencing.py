@@ -5,13 +5,19 @@ still run when its wake-up was lost."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
+from gateway.runtime.delivery import encode_message
 from gateway.runtime.leases import SharedLeases
 from gateway.service.app import build_runner, build_store
+from gateway.storage import inbox
 from gateway.storage.postgres import replicas
+from gateway.storage.postgres.connection import Connection
 from gateway.storage.postgres.db import PostgresSessionDB
 from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.gateway_harness import make_config
@@ -90,3 +96,38 @@ async def test_a_stale_replicas_undo_and_title_change_nothing(db, pg_dsn, tmp_pa
             await runner.stop()
             if other is not None:
                 await other.close()
+
+
+async def test_an_entry_committed_late_with_a_lower_id_is_run_though_its_wake_up_was_lost(db, pg_dsn, tmp_path):
+    """Two replicas admit to one chat at once: B's entry takes its id first but commits after A's,
+    and B's NOTIFY is lost. The holder's poll must still find it (it used to look only for an id
+    above the newest it had seen, and the entry waited for the chat's next message)."""
+    async with FakeOpenAI() as fake:
+        runner, adapter = replica(tmp_path, db, pg_dsn, fake)
+        await runner.start()
+        try:
+            await adapter.inject("hello")
+            await runner.drain()
+            key = runner.store.key_for(adapter.source("100", "100", "dm"))
+            assert runner.leases.holds(key)
+
+            with psycopg.connect(pg_dsn) as raw:  # B's admission: its id now, its commit later
+                late = adapter.message("admitted on B")
+                late_id = inbox.add(Connection(raw), "telegram", late.message_id, key, encode_message(late), 1.0)
+                fake.gate = asyncio.Event()
+                await adapter.inject("admitted on A")  # a higher id, committed first, running here
+                await fake.wait_requests(2)
+                await runner.leases.poll()  # a poll while A's entry is open sees only it
+                await runner.leases.settled()
+                raw.commit()  # B's entry is committed; its wake-up never arrives
+            assert late_id is not None
+            fake.gate.set()
+            await runner.drain()
+            assert adapter.texts() == ["echo: hello", "echo: admitted on A"]
+
+            await runner.leases.poll()  # the next poll: B's entry is open, with an id below A's
+            await runner.leases.settled()
+            await runner.drain()
+            assert adapter.texts() == ["echo: hello", "echo: admitted on A", "echo: admitted on B"]
+        finally:
+            await runner.stop()

@@ -126,7 +126,7 @@ class SharedLeases:
         self.replica_id = ""
         self._held: dict[str, int] = {}  # chat key -> fence
         self._claimed: dict[str, float] = {}  # chat key -> when (monotonic) it was claimed
-        self._polled: dict[str, int] = {}  # held chat key -> newest open entry the last poll saw
+        self._polled: dict[str, frozenset[int]] = {}  # held chat key -> open entries the last poll saw
         self._leads: dict[str, OnLead] = {}
         self._leading: set[str] = set()
         self._host: LeaseHost | None = None
@@ -243,13 +243,14 @@ class SharedLeases:
         replica = self.replica_id
         work = await self.db.aread(self.db.read, lambda c: self._sql.chats_to_run(c, replica))
         polled, self._polled = self._polled, {}
-        for key, newest in work:
+        for key, open_ids in work:
             if key in self._held:
-                # a chat held here is read again only for an entry no wake-up brought (a lost
-                # notification): reading every busy chat every poll cost more than its turns
-                if newest is not None:
-                    self._polled[key] = newest
-                    if newest > polled.get(key, 0):
+                # a chat held here is read again only for an entry no earlier poll saw (its
+                # wake-up may be lost): reading every busy chat every poll cost more than its
+                # turns. By the set, not the newest id: a late commit can have a lower id.
+                if open_ids:
+                    self._polled[key] = open_ids
+                    if not open_ids <= polled.get(key, frozenset()):
                         self._spawn(self._take_up(key, False))
             elif await self.claim(key):
                 self.takeovers += 1
@@ -270,7 +271,11 @@ class SharedLeases:
 
     async def _take_up(self, key: str, fresh: bool) -> None:
         assert self._host is not None
-        await self._host.take_up(key, fresh)
+        try:
+            await self._host.take_up(key, fresh)
+        except BaseException:
+            self._polled.pop(key, None)  # not read: the next poll tries its entries again
+            raise
 
     def _drop(self, key: str) -> None:
         self._held.pop(key, None)

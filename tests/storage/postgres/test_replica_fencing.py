@@ -131,3 +131,27 @@ async def test_an_entry_committed_late_with_a_lower_id_is_run_though_its_wake_up
             assert adapter.texts() == ["echo: hello", "echo: admitted on A", "echo: admitted on B"]
         finally:
             await runner.stop()
+
+
+class NoChats:
+    """A LeaseHost that runs nothing."""
+
+    async def take_up(self, key: str, fresh: bool) -> None:
+        return None
+
+    def lease_lost(self, key: str) -> None:
+        return None
+
+
+async def test_a_lease_is_known_held_for_drafts_only_while_its_expiry_is_ahead(db, pg_dsn):
+    """What a streamed draft asks before each edit: the claim's expiry by this process's own clock,
+    with a margin, and no round trip. No renewal comes here (the heartbeat is a minute)."""
+    leases = SharedLeases(db, pg_dsn, heartbeat=QUIET, lease_seconds=2.0)
+    await leases.start(NoChats())
+    try:
+        assert await leases.claim("chat-k")
+        assert leases.known_held("chat-k") and not leases.known_held("chat-other")
+        await asyncio.sleep(1.1)  # under SHOW_MARGIN of the lease left
+        assert leases.holds("chat-k") and not leases.known_held("chat-k")
+    finally:
+        await leases.stop()

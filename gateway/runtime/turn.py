@@ -395,7 +395,7 @@ class TurnRunner:
                 origin=msg.source.to_dict(),
                 model=settings.name,
             )
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, LeaseLost):  # (LeaseLost: another replica holds the chat)
             raise
         except ValueError as exc:
             return "" if auto else f"Nothing to compress: {exc}."

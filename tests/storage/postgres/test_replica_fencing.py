@@ -75,7 +75,7 @@ async def test_a_stale_replicas_new_is_refused_and_sends_nothing(db, pg_dsn, tmp
                 await other.close()
 
 
-async def test_a_stale_replicas_undo_and_title_change_nothing(db, pg_dsn, tmp_path):
+async def test_a_stale_replicas_undo_retry_compress_and_title_change_nothing(db, pg_dsn, tmp_path):
     async with FakeOpenAI() as fake:
         runner, adapter = replica(tmp_path, db, pg_dsn, fake)
         await runner.start()
@@ -86,12 +86,14 @@ async def test_a_stale_replicas_undo_and_title_change_nothing(db, pg_dsn, tmp_pa
             await runner.drain()
             key = runner.store.key_for(adapter.source("100", "100", "dm"))
             other = await taken_over(db, pg_dsn, key)
-            for command in ("/undo", "/title Mongolia trip"):
+            for command in ("/undo", "/retry", "/compress", "/title Mongolia trip"):
                 await adapter.inject(command)
                 await runner.drain()
             assert adapter.texts() == ["hello back"]
             assert count(db, "SELECT count(*) FROM messages WHERE active = 1") == 2
             assert count(db, "SELECT count(*) FROM sessions WHERE title IS NOT NULL") == 0
+            assert count(db, "SELECT count(*) FROM sessions") == 1  # not compressed into a child
+            assert count(db, "SELECT count(*) FROM messages") == 2  # nor retried
         finally:
             await runner.stop()
             if other is not None:

@@ -325,7 +325,12 @@ class TurnRunner:
         if committed:
             row_id, text = committed["row"]["id"], committed["text"]
         else:
-            row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered", guard)
+            try:
+                row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered", guard)
+            except LeaseLost:
+                if stream is not None:  # as in `run`: another replica answers
+                    await _settle(stream.abandon())
+                raise
         if stream is not None and key is not None and self.outbox.leases.shared:
             if not await self.outbox.leases.confirm(key):  # the new holder sends the committed reply
                 await _settle(stream.abandon())

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
-from gateway.storage import inbox, media, outbox, queries, retention, rows, search, transfer
+from gateway.storage import fence, inbox, media, outbox, queries, retention, rows, search, transfer
 from gateway.storage.connect import check_synchronous, set_new_page_size
 from gateway.storage.connect import connect as _connect
 from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
@@ -176,11 +176,12 @@ class SessionDB:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     def write(self, op: WriteOp[T]) -> T:
-        """Run op(conn, events) in the writer's transaction; return once committed."""
-        return self._writer.submit(op).result()
+        """Run op(conn, events) in the writer's transaction; return once committed. Inside a chat's
+        job the chat's fence is checked first, in the same transaction (gateway.storage.fence)."""
+        return self._writer.submit(fence.bind(op)).result()
 
     async def awrite(self, op: WriteOp[T]) -> T:
-        return await self._writer.submit_async(op)
+        return await self._writer.submit_async(fence.bind(op))
 
     def add_commit_listener(self, listener: CommitListener) -> None:
         def public(events: list[CommitEvent]) -> None:  # the indexer's own events stay with it
@@ -358,7 +359,10 @@ class SessionDB:
         return await self.awrite(lambda conn, events: inbox.finish(conn, ids, outcome)) if ids else 0
 
     async def aoutbox_record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
-        await self.awrite(lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done))
+        with fence.unfenced():  # the parts were sent: refusing their record only sends them twice
+            await self.awrite(
+                lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done)
+            )
 
     def message_session(self, message_id: int) -> str | None:
         row = self._reader().execute("SELECT session_id FROM messages WHERE id = ?", (int(message_id),)).fetchone()

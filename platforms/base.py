@@ -84,13 +84,22 @@ class ReplyStream(abc.ABC):
     """One reply being written while the model writes it (see the module docstring).
 
     `first_shown` is set once the person can see something (the runtime stops the typing hint then).
-    Calls after `finish`/`fail` are ignored. None of the methods raise for a platform refusal of an
+    Calls after `finish`/`fail`/`abandon` are ignored. None of the methods raise for a platform refusal of an
     intermediate update; `finish` raises only when the final text could not be delivered at all.
+
+    `may_show` is asked just before each intermediate platform call; once it says False the live
+    updates stop for good (the final text still comes with `finish`). The gateway's replicas set it
+    to "this replica still holds the chat" (gateway.runtime.leases); alone, it is always True.
     """
 
     def __init__(self) -> None:
         self.first_shown = asyncio.Event()
         self.message_ids: list[str] = []
+        self.may_show: Callable[[], bool] = _always
+
+    async def abandon(self) -> None:
+        """Stop: nothing more is shown, no final text (another process answers the message).
+        What was shown stays as it is."""
 
     async def update(self, text: str) -> None:
         """The whole reply text so far (not a delta)."""
@@ -105,6 +114,10 @@ class ReplyStream(abc.ABC):
     @abc.abstractmethod
     async def fail(self, note: str | None = None) -> list[str]:
         """The turn ended without a final text: keep what was shown, add `note` if given."""
+
+
+def _always() -> bool:
+    return True
 
 
 class Clock(Protocol):

@@ -9,7 +9,8 @@ flicker; and not before `min_first` (0.4 s), so an answer the model writes in on
 once, formatted, with no edit at all (streaming costs such a turn nothing). Past the platform's length limit the reply continues in a new message; finished parts
 are no longer touched. Intermediate text is sent plain; `finish` applies the platform's
 formatting in the final edit. A 429 holds the chat's pacer for its `retry_after` and the update
-is merged into the next one; nothing is dropped from the final text.
+is merged into the next one; nothing is dropped from the final text. `may_show` is asked right
+before each live call (a replica that no longer knows it holds the chat stops editing).
 
 The rate rule is the adapter's `EditPacer` (platforms.base), on the adapter's injectable clock, so
 tests run the whole flow on virtual time without sleeping.
@@ -92,6 +93,9 @@ class EditedReply(ReplyStream):
     async def finish(self, text: str) -> list[str]:
         return await self._close(text)
 
+    async def abandon(self) -> None:
+        await self._close(None)
+
     async def fail(self, note: str | None = None) -> list[str]:
         if not self._shown and not note:
             await self._close(None)
@@ -155,6 +159,9 @@ class EditedReply(ReplyStream):
             await self.pacer.wait(self.key)
             if self._final is not None:
                 return  # finish arrived while we waited: the final write covers it
+            if not self.may_show():  # asked as late as possible: the call goes out next
+                self._live = False
+                return
             self._dirty.clear()
             try:
                 await self._render(self._display(), final=False)

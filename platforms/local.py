@@ -293,7 +293,7 @@ class TerminalReply(ReplyStream):
             self.first_shown.set()
 
     async def update(self, text: str) -> None:
-        if not self.done:
+        if not self.done and self.may_show():
             self._show(text)
 
     async def status(self, line: str | None) -> None:

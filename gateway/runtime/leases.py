@@ -16,6 +16,22 @@ turns carries a `guard` that refuses the commit once the lease has gone to anoth
   off), every lease and leadership is given up and the replica registers again under a new id;
   its old guards can never match again.
 
+Every write of a chat's job checks the guard, not only the turn's records: the runner sets it for
+the job (gateway.storage.fence), so a stale replica's /new, /resume, /undo, /retry, /title,
+/compress or reset move is refused like its turn. The poll re-reads a held chat when it has an
+open entry no earlier poll saw (a set of ids: two replicas' concurrent admits commit out of id
+order, so "an id above the newest seen" missed a late one whose NOTIFY was lost).
+
+Streaming: a draft edit goes out only while `known_held` (no round trip): this replica holds the
+chat by its own monotonic reckoning for SHOW_MARGIN more seconds, counted from when it sent the
+claim or renewal (the lease's expiry) and its last beat (the registry's idle_session_timeout).
+A replica frozen or cut off past that stops editing; on LeaseLost its draft is abandoned as
+shown; the final text is shown only after the fenced commit and a `confirm`, else the new holder
+sends the committed reply. What memory cannot know: the registry session ended abruptly (the
+server restarted, the backend was terminated) lets a takeover start at once, and a draft edit
+may then still go out within the margin; it is a draft (never the final text), as a crash mid-
+stream leaves one. The duplicate window of a send and its record is unchanged.
+
 The runner is the `LeaseHost`: `take_up(key, fresh)` reads the chat's unfinished entries into its
 lane (after sending the chat's unsent replies when `fresh`: the lease was just claimed), and
 `lease_lost(key)` drops the chat's queue.
@@ -28,9 +44,15 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Protocol
 
+from gateway.storage.fence import Guard  # run in a commit's transaction; raises gateway.errors.LeaseLost
+
 log = logging.getLogger(__name__)
 
-Guard = Callable[[Any], None]  # run in a commit's transaction; raises gateway.errors.LeaseLost
+# Seconds of lease a streamed reply's draft edit needs left, by this process's own reckoning, to go
+# out: the edit's trip to the platform, and a beat running late on a loaded machine (a live
+# replica renews every heartbeat, so it normally has 2.5-4 s left).
+SHOW_MARGIN = 1.0
+
 OnLead = Callable[[bool], Awaitable[None]]
 
 
@@ -46,6 +68,11 @@ class ChatLeases(Protocol):
     shared: bool
 
     def holds(self, key: str) -> bool: ...
+
+    def known_held(self, key: str) -> bool:
+        """Is the chat's lease held here for a while yet, by what this process knows (no round
+        trip)? Asked before each draft edit of a streamed reply."""
+        ...
 
     def guard(self, key: str) -> Guard | None:
         """The check for commits of `key`'s turns, bound to the lease held now; None: no check."""
@@ -82,6 +109,9 @@ class SoloLeases:
         self._leads: list[tuple[str, OnLead]] = []
 
     def holds(self, key: str) -> bool:
+        return True
+
+    def known_held(self, key: str) -> bool:
         return True
 
     def guard(self, key: str) -> Guard | None:
@@ -125,7 +155,10 @@ class SharedLeases:
         self.replica_id = ""
         self._held: dict[str, int] = {}  # chat key -> fence
         self._claimed: dict[str, float] = {}  # chat key -> when (monotonic) it was claimed
-        self._polled: dict[str, int] = {}  # held chat key -> newest open entry the last poll saw
+        self._until: dict[str, float] = {}  # chat key -> (monotonic) before which no claim can take it
+        self._alive_until = 0.0  # (monotonic) before which the server cannot have ended the registry
+        self.idle_seconds = self.registry.idle_timeout_ms / 1000
+        self._polled: dict[str, frozenset[int]] = {}  # held chat key -> open entries the last poll saw
         self._leads: dict[str, OnLead] = {}
         self._leading: set[str] = set()
         self._host: LeaseHost | None = None
@@ -138,6 +171,13 @@ class SharedLeases:
     def holds(self, key: str) -> bool:
         return key in self._held
 
+    def known_held(self, key: str) -> bool:
+        # The database's expiry is its clock at the statement + lease_seconds, and its idle
+        # timeout counts from the end of the last statement: both are later than `started` +
+        # the same seconds on this monotonic clock. A margin covers the edit's trip.
+        until = min(self._until.get(key, 0.0), self._alive_until)
+        return key in self._held and time.monotonic() + SHOW_MARGIN < until
+
     def guard(self, key: str) -> Guard | None:
         fence, replica, check = self._held.get(key), self.replica_id, self._sql.check_fence
         return lambda conn: check(conn, key, replica, fence)
@@ -146,6 +186,7 @@ class SharedLeases:
         if not self.replica_id:
             return False
         replica = self.replica_id
+        started = time.monotonic()
         try:
             fence = await self.db.awrite(self._sql.op_claim(key, replica, self.lease_seconds))
         except Exception as exc:  # a lock timeout behind a frozen commit, a lost connection: not now
@@ -155,6 +196,7 @@ class SharedLeases:
             return False
         self._held[key] = fence
         self._claimed[key] = time.monotonic()
+        self._until[key] = started + self.lease_seconds
         return True
 
     async def confirm(self, key: str) -> bool:
@@ -172,7 +214,9 @@ class SharedLeases:
     # -- life cycle -----------------------------------------------------------------------------
     async def start(self, host: LeaseHost) -> None:
         self._host = host
+        started = time.monotonic()
         self.replica_id = await self.registry.open()
+        self._alive_until = started + self.idle_seconds
         log.info("replica %s registered", self.replica_id)
         self._beat = asyncio.create_task(self._run(), name="replica beat")
 
@@ -219,8 +263,11 @@ class SharedLeases:
                 await self._register_again()
 
     def _renewed(self, still: dict[str, int], started: float) -> None:
+        self._alive_until = started + self.idle_seconds
         for key, fence in list(self._held.items()):
-            if still.get(key) != fence and self._claimed.get(key, 0.0) < started:
+            if still.get(key) == fence:
+                self._until[key] = max(self._until.get(key, 0.0), started + self.lease_seconds)
+            elif self._claimed.get(key, 0.0) < started:
                 log.info("chat %s was taken over by another replica", key)
                 self._drop(key)
 
@@ -230,29 +277,36 @@ class SharedLeases:
             started = time.monotonic()
             try:
                 if self.replica_id:
-                    await self._poll()
+                    await self.poll()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("polling the inbox failed (%s); trying again", exc)
             await asyncio.sleep(max(0.0, self.heartbeat - (time.monotonic() - started)))
 
-    async def _poll(self) -> None:
+    async def poll(self) -> None:
+        """One poll (the loop runs one every heartbeat)."""
         replica = self.replica_id
         work = await self.db.aread(self.db.read, lambda c: self._sql.chats_to_run(c, replica))
         polled, self._polled = self._polled, {}
-        for key, newest in work:
+        for key, open_ids in work:
             if key in self._held:
-                # a chat held here is read again only for an entry no wake-up brought (a lost
-                # notification): reading every busy chat every poll cost more than its turns
-                if newest is not None:
-                    self._polled[key] = newest
-                    if newest > polled.get(key, 0):
+                # a chat held here is read again only for an entry no earlier poll saw (its
+                # wake-up may be lost): reading every busy chat every poll cost more than its
+                # turns. By the set, not the newest id: a late commit can have a lower id.
+                if open_ids:
+                    self._polled[key] = open_ids
+                    if not open_ids <= polled.get(key, frozenset()):
                         self._spawn(self._take_up(key, False))
             elif await self.claim(key):
                 self.takeovers += 1
                 log.info("replica %s took over chat %s", self.replica_id, key)
                 self._spawn(self._take_up(key, True))
+
+    async def settled(self) -> None:
+        """Wait for the take-ups started so far (a test's poll, then what it read)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _try_leads(self) -> None:
         for name, on_change in self._leads.items():
@@ -263,11 +317,16 @@ class SharedLeases:
 
     async def _take_up(self, key: str, fresh: bool) -> None:
         assert self._host is not None
-        await self._host.take_up(key, fresh)
+        try:
+            await self._host.take_up(key, fresh)
+        except BaseException:
+            self._polled.pop(key, None)  # not read: the next poll tries its entries again
+            raise
 
     def _drop(self, key: str) -> None:
         self._held.pop(key, None)
         self._claimed.pop(key, None)
+        self._until.pop(key, None)
         if self._host is not None:
             self._host.lease_lost(key)
 
@@ -289,7 +348,9 @@ class SharedLeases:
     async def _register_again(self) -> None:
         while True:
             try:
+                started = time.monotonic()
                 self.replica_id = await self.registry.open()
+                self._alive_until = started + self.idle_seconds
                 log.info("registered again as replica %s", self.replica_id)
                 return
             except asyncio.CancelledError:

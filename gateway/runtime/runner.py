@@ -44,6 +44,7 @@ from gateway.runtime.turn import TurnRunner
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform, SessionSource
+from gateway.storage import fence
 from gateway.text import valid_text
 from platforms.base import AdapterHealth, InboundMessage
 
@@ -465,15 +466,10 @@ class GatewayRunner:
     async def execute(self, lane: ChatLane, job: Job) -> None:
         started = time.monotonic()
         try:
-            async with self.store.lock(lane.key):
-                command = parse_command(job.msg.text) if job.kind == "command" else None
-                if command is not None:
-                    await self._run_command(lane, job.msg, command)
-                elif job.msg.inbox_id in self._interrupted:
-                    await self._take_up_interrupted(lane, job.msg)
-                else:
-                    entry = await self.lookup(job.msg)
-                    await self.turns.run(lane, job.msg, entry, job.msg.text)
+            # Every write of the job (a command's session move, a turn's messages, a reset on
+            # lookup) commits only while this replica still holds the chat (gateway.storage.fence).
+            with fence.fenced(self.leases.guard(lane.key)):
+                await self._execute(lane, job)
         except asyncio.CancelledError:
             if not self._stopping:  # /stop or an interrupting message: this one is finished with
                 try:
@@ -491,6 +487,17 @@ class GatewayRunner:
         finally:
             if job.kind == "turn":  # (commands are timed in _run_command, those answered at once too)
                 self.observe("turn_seconds", time.monotonic() - started)
+
+    async def _execute(self, lane: ChatLane, job: Job) -> None:
+        async with self.store.lock(lane.key):
+            command = parse_command(job.msg.text) if job.kind == "command" else None
+            if command is not None:
+                await self._run_command(lane, job.msg, command)
+            elif job.msg.inbox_id in self._interrupted:
+                await self._take_up_interrupted(lane, job.msg)
+            else:
+                entry = await self.lookup(job.msg)
+                await self.turns.run(lane, job.msg, entry, job.msg.text)
 
     async def _take_up_interrupted(self, lane: ChatLane, msg: InboundMessage) -> None:
         """A turn a crash cut short after it stored the person's message. `rerun`: hide what it
@@ -617,7 +624,7 @@ class GatewayRunner:
         started = time.monotonic()
         try:
             reply = await run_command(ctx)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, LeaseLost):  # another replica holds the chat: it answers
             raise
         except Exception:
             log.exception("command /%s failed", command.name)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from typing import Any, Awaitable, Callable, Protocol
@@ -33,6 +34,7 @@ from agent.llm import NOT_CONFIGURED_TEXT, ModelSettings, describe_error
 from agent.loop import EMPTY_REPLY_TEXT, db_fields
 from agent.tools import ToolContext
 from gateway.db import SessionDB
+from gateway.errors import LeaseLost
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import SessionAgent
 from gateway.runtime.conversations import ConversationCache
@@ -247,6 +249,11 @@ class TurnRunner:
             warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
 
         stream = self.begin_reply(msg) if self.begin_reply is not None else None
+        leases = self.outbox.leases if self.outbox is not None else None
+        if stream is not None and leases is not None and leases.shared:
+            # Replicas: a draft edit goes out only while this replica knows it holds the chat
+            # (its lease's expiry, in memory); the final text only after the fenced commit.
+            stream.may_show = functools.partial(leases.known_held, lane.key)
         feed = ReplyFeed(stream, tool_status=self.tool_status) if stream is not None else None
         typing = _Typing(self.send_typing, msg.source, stream.first_shown if stream is not None else None)
         try:
@@ -269,6 +276,10 @@ class TurnRunner:
             )
             content = received.model_content() if received is not None else text
             result = await session_agent.agent.run_turn(history, content, ctx, persist, steer, feed)
+        except LeaseLost:
+            if stream is not None:  # another replica answers: this one's draft is left as it is
+                await _settle(stream.abandon())
+            raise
         except BaseException:
             if stream is not None:  # stopped, interrupted or crashed: what was shown stays
                 await _settle(stream.fail())
@@ -314,7 +325,17 @@ class TurnRunner:
         if committed:
             row_id, text = committed["row"]["id"], committed["text"]
         else:
-            row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered", guard)
+            try:
+                row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered", guard)
+            except LeaseLost:
+                if stream is not None:  # as in `run`: another replica answers
+                    await _settle(stream.abandon())
+                raise
+        if stream is not None and key is not None and self.outbox.leases.shared:
+            if not await self.outbox.leases.confirm(key):  # the new holder sends the committed reply
+                await _settle(stream.abandon())
+                log.info("outbox row %s not shown here: chat %s is held by another replica now", row_id, key)
+                return
         if stream is not None:
             ids = await self._finish(stream, msg, text, failed)
             if ids is not None:
@@ -379,7 +400,7 @@ class TurnRunner:
                 origin=msg.source.to_dict(),
                 model=settings.name,
             )
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, LeaseLost):  # (LeaseLost: another replica holds the chat)
             raise
         except ValueError as exc:
             return "" if auto else f"Nothing to compress: {exc}."

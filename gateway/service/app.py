@@ -281,10 +281,9 @@ def build_runner(
     # A session with a turn running is "busy": the store does not reset it under the turn.
     store.is_busy = cache.is_running
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
-    # Replicas: a reply leaves only from the outbox after its fenced commit, so nothing is shown
-    # while the model writes (a streamed draft would be sent before the commit that may be refused).
-    shared = leases is not None and leases.shared
-    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) and not shared for a in adapters}
+    # Replicas stream too: drafts only while the lease is known held, the final text after the
+    # fenced commit (gateway.runtime.leases).
+    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
     outbound = Outbound(adapters, metrics, streaming=streaming)
     outbox = Outbox(db, outbound.adapters, metrics, leases)
     turns = TurnRunner(

@@ -98,3 +98,23 @@ async def test_a_cancelled_finish_is_cancelled_even_while_an_edit_is_in_flight()
     gate.set()
     await asyncio.sleep(0.01)
     assert all(not final for *_, final in platform.calls)  # nothing final was written after the cancel
+
+
+async def test_live_updates_stop_for_good_once_may_show_says_no_and_abandon_sends_nothing():
+    clock = VirtualClock()
+    platform = Platform(clock)
+    stream = reply(platform, EditPacer(1, 1.0, clock))
+    allowed = [True]
+    stream.may_show = lambda: allowed[0]
+    await stream.update("A first sentence. ")
+    await asyncio.sleep(0.01)
+    assert [kind for _at, kind, *_ in platform.calls] == ["send"]
+    allowed[0] = False  # the lease is no longer known to be held here
+    await stream.update("A first sentence. And more of it.")
+    await asyncio.sleep(0.01)
+    allowed[0] = True  # too late: a stopped reply does not start editing again
+    await stream.update("A first sentence. And more of it, still.")
+    await asyncio.sleep(0.01)
+    await stream.abandon()
+    await stream.finish("ignored after abandon")
+    assert [(kind, text) for _at, kind, text, _final in platform.calls] == [("send", "A first sentence.")]

@@ -28,7 +28,7 @@ import psycopg_pool
 from psycopg import errors
 
 from gateway.errors import UnknownSession
-from gateway.storage import inbox, media, outbox, queries, retention, transfer
+from gateway.storage import fence, inbox, media, outbox, queries, retention, transfer
 from gateway.storage.events import CommitEvent, Events
 from gateway.storage.fts import ident_text
 from gateway.storage.media import AttachmentRow
@@ -125,7 +125,9 @@ class PostgresSessionDB:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
     def write(self, op: Callable[[Connection, Events], T]) -> T:
-        """Run op(conn, events) in one transaction; return once committed."""
+        """Run op(conn, events) in one transaction; return once committed. Inside a chat's job the
+        chat's fence is checked first, in the same transaction (gateway.storage.fence)."""
+        op = fence.bind(op)
         for attempt in range(RETRIES):
             events: Events = []
             try:
@@ -343,9 +345,10 @@ class PostgresSessionDB:
         return await self.awrite(lambda conn, events: inbox.finish(conn, ids, outcome)) if ids else 0  # type: ignore[arg-type]
 
     async def aoutbox_record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
-        await self.awrite(
-            lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done)  # type: ignore[arg-type]
-        )
+        with fence.unfenced():  # the parts were sent: refusing their record only sends them twice
+            await self.awrite(
+                lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done)  # type: ignore[arg-type]
+            )
 
     def message_session(self, message_id: int) -> str | None:
         row = self._run(

@@ -118,15 +118,20 @@ def op_release_all(replica_id: str) -> Op:
 
 def check_fence(conn: Connection, chat_key: str, replica_id: str, fence: int | None) -> None:
     """In a commit's transaction: raise LeaseLost unless this replica still holds the chat at
-    `fence`. The share lock makes a takeover wait for this commit."""
+    `fence`. The share lock makes a takeover wait for this commit. Checked once per transaction
+    (a turn's append is fenced both by its own record and by its job's scope, gateway.storage.fence)."""
     if fence is None:
         raise LeaseLost(chat_key)
+    checked = (chat_key, replica_id, int(fence))
+    if getattr(conn, "fence_checked", None) == checked:
+        return
     row = conn.execute(
         "SELECT 1 FROM chat_leases WHERE chat_key = ? AND replica_id = ? AND fence = ? FOR SHARE",
         (chat_key, replica_id, int(fence)),
     ).fetchone()
     if row is None:
         raise LeaseLost(chat_key)
+    conn.fence_checked = checked  # type: ignore[attr-defined]  # the lock is held to the commit
 
 
 def holds(conn: Connection, chat_key: str, replica_id: str, fence: int) -> bool:
@@ -138,14 +143,16 @@ def holds(conn: Connection, chat_key: str, replica_id: str, fence: int) -> bool:
     return row is not None
 
 
-def chats_to_run(conn: Connection, replica_id: str) -> list[tuple[str, int | None]]:
+def chats_to_run(conn: Connection, replica_id: str) -> list[tuple[str, frozenset[int]]]:
     """Chats with work left (an unfinished inbox entry, or an unsent reply to one) that this
     replica holds or may claim (no lease, an expired one, a dead holder's), oldest work first,
-    each with its newest unfinished entry id (None: only replies are left). The unsent replies
-    count: a holder that committed a reply and died (or lost its registry) before sending it
-    leaves nothing unfinished in the inbox."""
+    each with the ids of its unfinished entries (empty: only replies are left). The unsent
+    replies count: a holder that committed a reply and died (or lost its registry) before sending
+    it leaves nothing unfinished in the inbox. The ids, not the newest one: entries admitted at
+    once on two replicas commit in another order than their ids, so a late one can be below an
+    id already seen."""
     rows = conn.execute(
-        "SELECT w.chat_key, max(w.open_id) FROM ("
+        "SELECT w.chat_key, array_remove(array_agg(w.open_id), NULL) FROM ("
         " SELECT chat_key, id, id AS open_id FROM inbox WHERE done_at IS NULL"
         " UNION ALL"
         " SELECT i.chat_key, i.id, NULL FROM outbox o JOIN inbox i ON i.id = o.inbox_id WHERE o.sent_at IS NULL"
@@ -155,7 +162,7 @@ def chats_to_run(conn: Connection, replica_id: str) -> list[tuple[str, int | Non
         "GROUP BY w.chat_key ORDER BY min(w.id)",
         (replica_id,),
     ).fetchall()
-    return [(r[0], None if r[1] is None else int(r[1])) for r in rows]
+    return [(r[0], frozenset(int(i) for i in r[1])) for r in rows]
 
 
 def op_notify(chat_key: str) -> Op:

@@ -26,7 +26,7 @@ import psycopg
 
 from tests.fakes.daemon import Daemon
 from tests.fakes.loopback import wait_until
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
 
 SECRET = "replica-test-secret"
@@ -285,5 +285,54 @@ async def test_telegram_polling_runs_on_one_replica_and_moves_when_it_dies(tmp_p
             await asyncio.sleep(0.5)
             assert answers(tg)["echo: first"] == 1 and answers(tg)["echo: second"] == 1
             assert await survivor.terminate() == 0
+    finally:
+        await tg.stop()
+
+
+async def test_replicas_stream_and_one_frozen_past_its_lease_edits_no_more(tmp_path: Path, pg_dsn: str) -> None:
+    """Streaming on replicas: the holder shows a draft while the model writes; frozen (SIGSTOP)
+    with the answer half written, its chat is taken over and answered by the other replica; when it
+    wakes with the rest of its answer, it edits its draft no more and sends nothing."""
+    tg = await FakeTelegram().start()
+    try:
+        async with FakeOpenAI() as llm, aiohttp.ClientSession() as http:
+            frozen, other = replica(tmp_path, 0, llm, tg, pg_dsn), replica(tmp_path, 1, llm, tg, pg_dsn)
+            await frozen.start()
+            await other.start()
+            chat, statuses, rng = 4100, [], random.Random(5)
+            update, answer = update_for(tg, chat, 0)
+            await deliver(http, [frozen], update, rng, statuses)  # the chat's lease goes to `frozen`
+            await wait_until(lambda: answers(tg)[answer] == 1, 20)
+
+            draft = "The first sentence of a long answer. "
+            full = draft + "And the rest of it, which only the replica that holds the chat shows."
+            resume = asyncio.Event()
+            llm.push(Reply(text=full, pause_after=len(draft), resume=resume), full)  # frozen's call, the rerun
+            update, _ = update_for(tg, chat, 1)
+            await deliver(http, [frozen], update, rng, statuses)
+
+            def drafts() -> list[dict]:
+                return [m for m in tg.sent(chat) if m["text"].startswith(draft.strip()) and m["text"] != full]
+
+            await wait_until(drafts, 20)
+            (shown,) = drafts()  # the live draft
+            shown_text = shown["text"]
+            frozen.signal(signal.SIGSTOP)
+            await wait_until(lambda: [m for m in tg.sent(chat) if m["text"] == full], 30)  # the rerun's answer
+            calls = len(tg.calls)
+            resume.set()  # the frozen replica's model call goes on: it finds the rest when it wakes
+            frozen.signal(signal.SIGCONT)
+            await wait_until(lambda: "this turn is dropped" in logs(frozen), 20)
+            await asyncio.sleep(1.0)  # a late edit or send would show now
+
+            late = [c for c in tg.calls[calls:] if c.method.lower() in ("editmessagetext", "sendmessage")]
+            assert late == []
+            assert tg.messages[(chat, shown["message_id"])]["text"] == shown_text  # left as it was
+            assert [m["text"] for m in tg.sent(chat)].count(full) == 1
+            with psycopg.connect(pg_dsn) as conn:
+                rows = conn.execute("SELECT count(*) FROM outbox WHERE text = %s", (full,)).fetchone()[0]
+            assert rows == 1
+            for daemon in (frozen, other):
+                assert await daemon.terminate() == 0
     finally:
         await tg.stop()

@@ -1,0 +1,159 @@
+"""Gaps the replica protocol left, pinned on a real private Postgres with in-process runners
+(gateway.service.app.build_runner, the ChatAdapter, FakeOpenAI): a stale replica's command is
+refused at its commit like a turn, and a held chat's entry committed late with a lower id is
+still run when its wake-up was lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from gateway.runtime.delivery import encode_message
+from gateway.runtime.leases import SharedLeases
+from gateway.service.app import build_runner, build_store
+from gateway.storage import inbox
+from gateway.storage.postgres import replicas
+from gateway.storage.postgres.connection import Connection
+from gateway.storage.postgres.db import PostgresSessionDB
+from tests.fakes.chat_adapter import ChatAdapter
+from tests.fakes.gateway_harness import make_config
+from tests.fakes.openai_server import FakeOpenAI
+
+QUIET = 60.0  # a heartbeat that never comes in a test: no renewal, no poll unless asked
+
+
+def replica(tmp_path: Path, db: PostgresSessionDB, dsn: str, fake: FakeOpenAI, heartbeat: float = QUIET) -> Any:
+    config = make_config(tmp_path / "home", fake)
+    adapter = ChatAdapter("telegram")
+    store = build_store(config, db, None, time.time)
+    runner = build_runner(config, db, store, [adapter], leases=SharedLeases(db, dsn, heartbeat=heartbeat))
+    return runner, adapter
+
+
+def count(db: PostgresSessionDB, sql: str, *args: Any) -> int:
+    return int(db.read(lambda c: c.execute(sql, args).fetchone()[0]))
+
+
+async def taken_over(db: PostgresSessionDB, dsn: str, key: str) -> replicas.Registry:
+    """Another replica claims `key` (its lease expired unnoticed: this one has not beaten since)."""
+    other = replicas.Registry(dsn)
+    other_id = await other.open()
+    db.write(lambda c, e: c.execute("UPDATE chat_leases SET expires_at = 0 WHERE chat_key = ?", (key,)))
+    assert db.write(replicas.op_claim(key, other_id)) is not None
+    return other
+
+
+async def test_a_stale_replicas_new_is_refused_and_sends_nothing(db, pg_dsn, tmp_path):
+    async with FakeOpenAI() as fake:
+        runner, adapter = replica(tmp_path, db, pg_dsn, fake)
+        await runner.start()
+        other = None
+        try:
+            fake.push("hello back")
+            await adapter.inject("hello")
+            await runner.drain()
+            assert adapter.texts() == ["hello back"]
+            key = runner.store.key_for(adapter.source("100", "100", "dm"))
+            before = runner.store.get(key).session_id
+            other = await taken_over(db, pg_dsn, key)
+            assert runner.leases.holds(key)  # this replica has not heard of it yet
+
+            await adapter.inject("/new")
+            await runner.drain()
+            assert adapter.texts() == ["hello back"]  # nothing sent
+            assert runner.store.get(key).session_id == before  # the key did not move
+            assert count(db, "SELECT count(*) FROM sessions") == 1
+            assert count(db, "SELECT count(*) FROM inbox WHERE done_at IS NULL") == 1  # the holder's to run
+            assert count(db, "SELECT count(*) FROM outbox") == 1
+        finally:
+            await runner.stop()
+            if other is not None:
+                await other.close()
+
+
+async def test_a_stale_replicas_undo_retry_compress_and_title_change_nothing(db, pg_dsn, tmp_path):
+    async with FakeOpenAI() as fake:
+        runner, adapter = replica(tmp_path, db, pg_dsn, fake)
+        await runner.start()
+        other = None
+        try:
+            fake.push("hello back")
+            await adapter.inject("hello")
+            await runner.drain()
+            key = runner.store.key_for(adapter.source("100", "100", "dm"))
+            other = await taken_over(db, pg_dsn, key)
+            for command in ("/undo", "/retry", "/compress", "/title Mongolia trip"):
+                await adapter.inject(command)
+                await runner.drain()
+            assert adapter.texts() == ["hello back"]
+            assert count(db, "SELECT count(*) FROM messages WHERE active = 1") == 2
+            assert count(db, "SELECT count(*) FROM sessions WHERE title IS NOT NULL") == 0
+            assert count(db, "SELECT count(*) FROM sessions") == 1  # not compressed into a child
+            assert count(db, "SELECT count(*) FROM messages") == 2  # nor retried
+        finally:
+            await runner.stop()
+            if other is not None:
+                await other.close()
+
+
+async def test_an_entry_committed_late_with_a_lower_id_is_run_though_its_wake_up_was_lost(db, pg_dsn, tmp_path):
+    """Two replicas admit to one chat at once: B's entry takes its id first but commits after A's,
+    and B's NOTIFY is lost. The holder's poll must still find it (it used to look only for an id
+    above the newest it had seen, and the entry waited for the chat's next message)."""
+    async with FakeOpenAI() as fake:
+        runner, adapter = replica(tmp_path, db, pg_dsn, fake)
+        await runner.start()
+        try:
+            await adapter.inject("hello")
+            await runner.drain()
+            key = runner.store.key_for(adapter.source("100", "100", "dm"))
+            assert runner.leases.holds(key)
+
+            with psycopg.connect(pg_dsn) as raw:  # B's admission: its id now, its commit later
+                late = adapter.message("admitted on B")
+                late_id = inbox.add(Connection(raw), "telegram", late.message_id, key, encode_message(late), 1.0)
+                fake.gate = asyncio.Event()
+                await adapter.inject("admitted on A")  # a higher id, committed first, running here
+                await fake.wait_requests(2)
+                await runner.leases.poll()  # a poll while A's entry is open sees only it
+                await runner.leases.settled()
+                raw.commit()  # B's entry is committed; its wake-up never arrives
+            assert late_id is not None
+            fake.gate.set()
+            await runner.drain()
+            assert adapter.texts() == ["echo: hello", "echo: admitted on A"]
+
+            await runner.leases.poll()  # the next poll: B's entry is open, with an id below A's
+            await runner.leases.settled()
+            await runner.drain()
+            assert adapter.texts() == ["echo: hello", "echo: admitted on A", "echo: admitted on B"]
+        finally:
+            await runner.stop()
+
+
+class NoChats:
+    """A LeaseHost that runs nothing."""
+
+    async def take_up(self, key: str, fresh: bool) -> None:
+        return None
+
+    def lease_lost(self, key: str) -> None:
+        return None
+
+
+async def test_a_lease_is_known_held_for_drafts_only_while_its_expiry_is_ahead(db, pg_dsn):
+    """What a streamed draft asks before each edit: the claim's expiry by this process's own clock,
+    with a margin, and no round trip. No renewal comes here (the heartbeat is a minute)."""
+    leases = SharedLeases(db, pg_dsn, heartbeat=QUIET, lease_seconds=2.0)
+    await leases.start(NoChats())
+    try:
+        assert await leases.claim("chat-k")
+        assert leases.known_held("chat-k") and not leases.known_held("chat-other")
+        await asyncio.sleep(1.1)  # under SHOW_MARGIN of the lease left
+        assert leases.holds("chat-k") and not leases.known_held("chat-k")
+    finally:
+        await leases.stop()

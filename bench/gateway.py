@@ -8,10 +8,11 @@ Everything is the production path, wired by the one composition root (gateway.se
 policy "none", so no notices mid-count), GatewayRunner with its lanes, persisted de-duplication, the
 agent cache (at its bound: far fewer slots than chats), the real agent loop and the real `openai`
 client — except the platform (an in-memory adapter) and what answers the model calls, which is
-swapped through the client's own `http_client` (bench/model.py). Replies here are not streamed (the
-in-memory adapter has no ReplyStream); streamed replies are measured by bench/streaming.py: the time
-from the model's first token to the first visible text on each platform fake, and throughput with
-streaming on vs off in the same run.
+swapped through the client's own `http_client` (bench/model.py). The turns ask the model to stream and
+the model answers with an event stream, as in production; the in-memory adapter has no editable reply,
+so the base adapter's SendOnFinish sends each reply whole at the end. What streaming shows on each
+platform is measured by bench/streaming.py: the time from the model's first token to the first visible
+text on each platform fake, and throughput with streaming on vs off in the same run.
 
 - `instant`: an httpx2 transport answers each request in-process at once, so the whole latency is
   what the gateway (and the SDK building and parsing the request) adds.

@@ -8,10 +8,11 @@ Everything is the production path, wired by the one composition root (gateway.se
 policy "none", so no notices mid-count), GatewayRunner with its lanes, persisted de-duplication, the
 agent cache (at its bound: far fewer slots than chats), the real agent loop and the real `openai`
 client — except the platform (an in-memory adapter) and what answers the model calls, which is
-swapped through the client's own `http_client` (bench/model.py). Replies here are not streamed (the
-in-memory adapter has no ReplyStream); streamed replies are measured by bench/streaming.py: the time
-from the model's first token to the first visible text on each platform fake, and throughput with
-streaming on vs off in the same run.
+swapped through the client's own `http_client` (bench/model.py). The turns ask the model to stream and
+the model answers with an event stream, as in production; the in-memory adapter has no editable reply,
+so the base adapter's SendOnFinish sends each reply whole at the end. What streaming shows on each
+platform is measured by bench/streaming.py: the time from the model's first token to the first visible
+text on each platform fake, and throughput with streaming on vs off in the same run.
 
 - `instant`: an httpx2 transport answers each request in-process at once, so the whole latency is
   what the gateway (and the SDK building and parsing the request) adds.
@@ -36,11 +37,20 @@ recorded). "off" is the bench's baseline only, `without_delivery` below, never a
 that admits without committing anything and a TurnRunner without an outbox (it sends the reply
 directly, the path TurnRunner keeps for `outbox=None`). That is the gateway as it was before the
 inbox, minus its old seen-mark, which rode in the user message's transaction. The comparison is
-printed as ratios beside the absolute figures. Measured on 2 shared CPUs (load average 1.2), 1,000
-chats x 3 messages (`--mode instant --messages 3 --rate 150`): closed loop 443 msg/s on, 495 off
-(0.90x); at 150 msg/s offered, added p99 31.9 ms on, 26.4 off; intake p99 9.0 ms on, 2.2 off. At
-1,000 msg/s offered neither keeps up on that machine (the main thread spends ~3 ms of CPU per
-message, mostly building agents: the cache holds 64 of the 1,000 chats).
+printed as ratios beside the absolute figures.
+
+Measured with the defaults (`--mode instant --delivery both`, 1,000 chats x 20 messages per phase) on
+2 CPUs shared with other jobs (load average 5-6): closed loop 426 msg/s on, 433 off (0.98x); main
+thread 1.3 ms CPU per message. Before agent.llm handed its body to the SDK as `extra_body` (the "off"
+half of the same bench in the same session, load ~4): 87 msg/s, 5.2 ms per message. Where those went,
+by cProfile (`python -m cProfile -o out.prof -m bench.gateway --chats 200 --messages 10 --mode instant
+--delivery on --known 1000`), as shares of the turns' time: ~65% the openai SDK's request transform
+(walking every history message and tool schema against its TypedDicts, an identity for our JSON),
+~20% the rest of the SDK and httpx2 (request, header and URL building, the mock transport, response
+parsing); the gateway's own parts are small: storage ~1.5%, the turn's persistence and the inbox ~2%,
+building agents 0.4% (40,000 built: the cache holds 64 of the 1,000 chats; the system prompt and
+tool schemas in that < 0.3%), so nothing there is cached further. At 1,000 msg/s offered neither
+keeps up on that machine, so the open loop's latencies are queueing.
 
 The open loop starts each intake as its own task, as a webhook server runs one handler per request:
 awaiting each intake in turn (which now includes the inbox commit) would cap the offered rate at

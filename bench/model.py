@@ -9,7 +9,11 @@
   the time the gateway adds is the latency minus that. The chat is read from the request body
   (the bench's messages say "from chat <n>"), so nothing in the agent is overridden.
 
-The answer is "ok: " + the first 40 characters of the last user message, as a chat completion.
+The answer is "ok: " + the first 40 characters of the last user message, as a chat completion, or,
+when the request asks to stream (the gateway's turns do), as an event stream the way the API sends
+it: a chunk with the text, one with the finish reason, one with the usage, then `[DONE]`. (Until this
+was added the instant model answered one JSON body to streamed requests too, which agent.llm reads
+as a server that ignores `stream` does: a path no real endpoint of the gateway's takes per turn.)
 """
 
 from __future__ import annotations
@@ -41,8 +45,27 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def streamed(body: dict[str, Any]) -> bytes:
+    """The same answer as a chat.completion.chunk event stream."""
+    whole = answer(body)
+    head = {"id": whole["id"], "object": "chat.completion.chunk", "created": 0, "model": whole["model"]}
+    text = whole["choices"][0]["message"]["content"]
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**head, "choices": [], "usage": whole["usage"]},
+    ]
+    return b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
+
+
+EVENT_STREAM = {"content-type": "text/event-stream"}
+
+
 def _instant(request: httpx2.Request) -> httpx2.Response:
-    return httpx2.Response(200, json=answer(json.loads(request.content)))
+    body = json.loads(request.content)
+    if body.get("stream"):
+        return httpx2.Response(200, headers=EVENT_STREAM, content=streamed(body))
+    return httpx2.Response(200, json=answer(body))
 
 
 class TimedTransport(httpx2.AsyncBaseTransport):
@@ -77,7 +100,10 @@ async def serve_model() -> tuple[web.AppRunner, str]:
     """The answering model over HTTP on 127.0.0.1 (any free port); returns (runner, base_url)."""
 
     async def chat(request: web.Request) -> web.Response:
-        return web.json_response(answer(await request.json()))
+        body = await request.json()
+        if body.get("stream"):
+            return web.Response(body=streamed(body), headers=EVENT_STREAM)
+        return web.json_response(answer(body))
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)

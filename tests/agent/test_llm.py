@@ -154,6 +154,63 @@ async def test_streaming_assembles_text_tool_calls_and_usage():
     assert second.finish_reason == "tool_calls" and second.text == ""
 
 
+# A conversation with every shape the agent sends: content parts, tool calls, tool results, reasoning.
+RICH_HISTORY = [
+    {"role": "system", "content": "You are chinwag."},
+    {
+        "role": "user",
+        "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:x"}}],
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "memory", "arguments": '{"a": 1}'}}],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "saved"},
+    {"role": "assistant", "content": "done", "reasoning": "because"},
+    {"role": "user", "content": "thanks"},
+]
+RICH_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "memory",
+            "description": "d",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_request_body_is_what_the_sdk_itself_would_send(streamed):
+    """complete() hands its body to the SDK as extra_body (skipping the SDK's transform): the wire
+    body must equal the one the SDK builds from the same arguments."""
+    async with FakeOpenAI() as fake:
+        s = settings_for(fake, max_tokens=50)
+        client = make_client(s)
+
+        async def on_delta(piece: str) -> None:
+            pass
+
+        await complete(
+            client, s, RICH_HISTORY, tools=RICH_TOOLS, temperature=0.3, on_delta=on_delta if streamed else None
+        )
+        direct = {"model": "fake-model", "messages": RICH_HISTORY, "tools": RICH_TOOLS, "temperature": 0.3}
+        direct["max_tokens"] = 50
+        if streamed:
+            async with client.chat.completions.with_streaming_response.create(
+                **direct, stream=True, stream_options={"include_usage": True}
+            ) as response:
+                await response.read()
+        else:
+            await client.chat.completions.create(**direct)
+        await client.close()
+    ours, sdk = fake.requests
+    assert ours == sdk
+    assert ours["messages"] == RICH_HISTORY and ours["tools"] == RICH_TOOLS
+
+
 @pytest.mark.parametrize(
     "status,kind,words",
     [

@@ -21,7 +21,6 @@ connection `db.read` gave it.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gateway.storage.fts import Query, make_snippet, parse_query
@@ -44,6 +43,29 @@ MAX_BUCKET_TERMS = 8
 REACH_IDS = 4 * BUCKET_IDS  # search ranks the matches of the newest 32,768 messages when they hold a page
 
 
+def windows(top: int) -> list[tuple[int, int]]:
+    """The bucket windows (newest bucket, oldest bucket) from id `top` down, newest first: the
+    first FIRST_WINDOW buckets, each next one as wide as all before it, so the reach doubles per
+    window and a word that is nowhere is looked for in log2(buckets) of them."""
+    newest = top // BUCKET_IDS
+    out = [(newest, max(0, newest - FIRST_WINDOW + 1))]
+    while out[-1][1] > 0:
+        read = newest - out[-1][1] + 1
+        out.append((out[-1][1] - 1, max(0, out[-1][1] - read)))
+    return out
+
+
+def _window_sql(columns: str, check: str, newest: int, oldest: int) -> tuple[str, str]:
+    """One window's SELECT (its tsquery, window-ids and limit as parameters), and the bucket terms
+    its presence is ANDed with ("" for a wide window, bounded by its ids alone)."""
+    buckets = ""
+    if 0 < oldest and newest - oldest < MAX_BUCKET_TERMS:
+        buckets = " & (" + " | ".join(f"'~{b}'" for b in range(newest, oldest - 1, -1)) + ")"
+    sql = f"""(SELECT {columns} FROM messages m
+        WHERE m.words @@ ?::tsquery{check} AND m.id < ? AND m.id >= ? ORDER BY m.id DESC LIMIT ?)"""
+    return sql, buckets
+
+
 def newest_matches(
     conn: Connection,
     query: tuple[str, str],
@@ -53,46 +75,60 @@ def newest_matches(
     column_params: Sequence[Any] = (),
     enough: tuple[int, int] | None = None,
 ) -> list[Any]:
-    """`columns` of the newest `limit` messages whose words match `query` = (tsquery, presence)
-    below `before_id`, newest first: what "WHERE words @@ q ORDER BY id DESC LIMIT n" means.
+    """`columns` (the first one m.id) of the newest `limit` messages whose words match `query` =
+    (tsquery, presence) below `before_id`, newest first: what "WHERE words @@ q ORDER BY id DESC
+    LIMIT n" means.
 
-    It is read window by window over the id buckets (schema.py v4), each window one GIN scan for
-    "presence AND one of these buckets" bounded by the window's ids, so neither plan the planner
-    may pick (the index, or the primary key backwards) visits rows outside the window. The first
-    window is FIRST_WINDOW buckets; each next one is sized from the density seen so far to hold what
-    is missing, at most as many buckets as were read so far (so the reach at most doubles). The index answers `presence` (lexemes only: it stores
+    It is read window by window over the id buckets (schema.py v5, `windows`), each window one GIN
+    scan for "presence AND one of these buckets" bounded by the window's ids, so neither plan the
+    planner may pick (the index, or the primary key backwards) visits rows outside the window. All
+    windows are one statement, `(window 1) UNION ALL (window 2) ... LIMIT n`: Postgres runs the
+    branches of an Append in order and stops at the limit, so a window is read only when the ones
+    before it held too few, without a round trip per window (a rare word took 8 statements, a
+    third of its search, at 1M messages). The index answers `presence` (lexemes only: it stores
     no positions); the phrase distances of the full tsquery are checked on the rows it returns,
     through ts_match_vq, which the planner cannot hand to the index (a NEAR pair is 22 phrase
     alternatives: evaluated inside the GIN scan for every entry, 0.5 s at 1M messages).
-    `enough` = (rows, ids): stop once that many rows were found over windows reaching that many ids
-    back, with fewer than `limit` (ranked search: a rare phrase of common words is not chased
-    through every message, rechecking each one holding both words)."""
+    `enough` = (rows, ids): when the windows reaching that many ids back hold that many rows, their
+    rows (up to `limit`) are the answer, else the newest `rows` matches however far back (ranked
+    search: a rare phrase of common words is not chased through every message, rechecking each one
+    holding both words); those first windows are a statement of their own."""
     tsquery, presence = query
     top = before_id - 1 if before_id is not None else conn.execute("SELECT max(id) FROM messages").fetchone()[0]
-    if top is None or top < 1:
+    if top is None or top < 1 or limit <= 0:
         return []
     check, check_params = ("", []) if presence == tsquery else (" AND ts_match_vq(m.words, ?::tsquery)", [tsquery])
-    sql = f"""
-        SELECT {columns} FROM messages m
-        WHERE m.words @@ ?::tsquery{check} AND m.id < ? AND m.id >= ? ORDER BY m.id DESC LIMIT ?"""
-    rows: list[Any] = []
-    newest, below, size = top // BUCKET_IDS, top + 1, FIRST_WINDOW
-    while newest >= 0 and len(rows) < limit:
-        oldest = max(0, newest - size + 1)
-        where = presence
-        if 0 < oldest and newest - oldest < MAX_BUCKET_TERMS:
-            buckets = " | ".join(f"'~{b}'" for b in range(newest, oldest - 1, -1))
-            where = f"{presence} & ({buckets})"
-        low = oldest * BUCKET_IDS
-        found = conn.execute(sql, (*column_params, where, *check_params, below, low, limit - len(rows))).fetchall()
-        rows.extend(found)
-        if enough and len(rows) >= enough[0] and top + 1 - low >= enough[1]:
-            break
-        density = len(found) / (newest - oldest + 1)  # matches per bucket in this window
-        read = top // BUCKET_IDS - oldest + 1  # buckets read so far
-        size = min(math.ceil((limit - len(rows)) / density * 1.25), read) if density else read
-        newest, below = oldest - 1, low
-    return rows
+    spans = windows(top)
+
+    def read(spans: list[tuple[int, int]], below: int, want: int) -> list[Any]:
+        parts, params, first_below = [], [], below
+        for newest, oldest in spans:
+            sql, buckets = _window_sql(columns, check, newest, oldest)
+            parts.append(sql)
+            low = oldest * BUCKET_IDS
+            params += [*column_params, f"({presence}){buckets}", *check_params, below, low, want]
+            below = low
+        sql = "SELECT * FROM (" + " UNION ALL ".join(parts) + ") AS w LIMIT ?"
+        found = conn.execute(sql, [*params, want]).fetchall()
+        if len(spans) > 1 and any(a[0] <= b[0] for a, b in zip(found, found[1:])):
+            # an Append not run in order (no plan here does; a parallel one could): window by window
+            found = []
+            for newest, oldest in spans:
+                found += read([(newest, oldest)], min(first_below, (newest + 1) * BUCKET_IDS), want - len(found))
+                if len(found) >= want:
+                    break
+        return found
+
+    if not enough:
+        return read(spans, top + 1, limit)
+    # the windows reaching enough[1] ids back; too few in them: the newest enough[0], however far back
+    reach = next(
+        (i + 1 for i, (_, oldest) in enumerate(spans) if top + 1 - oldest * BUCKET_IDS >= enough[1]), len(spans)
+    )
+    rows = read(spans[:reach], top + 1, limit)
+    if len(rows) >= min(enough[0], limit) or reach == len(spans):
+        return rows
+    return rows + read(spans[reach:], spans[reach - 1][1] * BUCKET_IDS, min(enough[0], limit) - len(rows))
 
 
 def word_hits(

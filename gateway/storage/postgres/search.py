@@ -111,7 +111,7 @@ def newest_matches(
         sql = "SELECT * FROM (" + " UNION ALL ".join(parts) + ") AS w LIMIT ?"
         found = conn.execute(sql, [*params, want]).fetchall()
         if len(spans) > 1 and any(a[0] <= b[0] for a, b in zip(found, found[1:])):
-            # an Append not run in order (no plan here does; a parallel one could): window by window
+            # an Append not run in order (connection.configure turns parallel plans off): window by window
             found = []
             for newest, oldest in spans:
                 found += read([(newest, oldest)], min(first_below, (newest + 1) * BUCKET_IDS), want - len(found))

@@ -12,7 +12,7 @@ Every word pass asks for "matches, newest first, LIMIT n", which a GIN index can
 order. Left to the planner, at 1M messages (bench/postgres.py) that was 240 ms for a Chinese word
 in 1.8 % of messages (the primary key walked backwards over 110k rows), 1.8 s for a URL in 80k of
 them (every match fetched and sorted: the planner took the phrase for 3 rows), 1.8 s per NEAR pair
-of recall. `newest_matches` reads windows of the newest id buckets instead (schema.py v4), so each
+of recall. `newest_matches` reads windows of the newest id buckets instead (schema.py v5), so each
 statement's work is bounded by the matches of its window.
 
 No driver import here: recall (gateway/recall/read.py) calls `recall_matches` with the

@@ -2,12 +2,19 @@
 
     PYTHONPATH=. python bench/postgres.py                 # 100k and 1M messages
     PYTHONPATH=. python bench/postgres.py --sizes 100000  # one size
+    PYTHONPATH=. python bench/postgres.py --dsn "host=127.0.0.1 port=5432 dbname=bench"  # a loaded one
+    PYTHONPATH=. python bench/postgres.py --dsn "..." --against /tmp/old/gateway/storage/postgres/search.py
 
 Starts a private PostgreSQL (tests/storage/postgres/server.py, fsync on, as SQLite runs with
 synchronous FULL), loads bench/corpus.py's corpus (bench/store.py's, with its planted facts) into
 a SessionDB file and a PostgresSessionDB, then prints per query shape p50/p99 of
 `search_messages` and of recall's `find_sessions` on both, bytes per message on disk, and load
-times. Figures, not assertions: this machine's two cores are shared.
+times. Figures, not assertions: this machine's two cores are shared. `--dsn` times Postgres alone
+on a database this script loaded before (1M messages take ~8 minutes to load; keep one between
+iterations of the search code). `--against` times another version of
+gateway/storage/postgres/search.py (`git show main:gateway/storage/postgres/search.py > old.py`)
+interleaved with this one, query by query on one connection: a before/after in the same run, which
+on a loaded machine separate runs are not.
 """
 
 from __future__ import annotations
@@ -133,11 +140,69 @@ def bench_size(n: int, rounds: int, server: PrivatePostgres, tmp: str) -> dict[s
     return results
 
 
+def time_postgres(dsn: str, rounds: int) -> None:
+    """Every shape and recall on an already loaded database, Postgres alone."""
+    pg = PostgresSessionDB(dsn)
+    print(
+        f"search_messages latency ms on {pg.read(lambda c: c.execute('SELECT count(*) FROM messages').fetchone()[0]):,} messages"
+    )
+    for shape, queries in SHAPES.items():
+        p50, p99, empty = latencies(lambda q: pg.search_messages(q, limit=20), queries, rounds)
+        target = TARGET_MS.get(shape, DEFAULT_TARGET_MS)
+        print(f"  {shape:22} p50 {p50:8.2f} p99 {p99:8.2f}  empty {empty}  target {target:.0f}", flush=True)
+    p50, p99, _ = latencies(lambda q: find_sessions(pg, q, see_all=True), RECALL, max(20, rounds // 5))
+    print(f"  {'recall find_sessions':22} p50 {p50:8.2f} p99 {p99:8.2f}")
+    pg.close()
+
+
+def compare(dsn: str, against: str, rounds: int) -> None:
+    """p50/p99 of search_messages of the search module at `against` and of this one, interleaved."""
+    import importlib.util
+
+    from gateway.storage.postgres import search as current
+    from gateway.storage.postgres.connection import Connection, configure
+
+    spec = importlib.util.spec_from_file_location("search_before", against)
+    assert spec and spec.loader
+    before = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(before)
+    raw = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)  # as the pool: no generic plans
+    configure(raw)
+    conn = Connection(raw)
+    print(f"  {'shape':22} {'before p50':>10} {'p99':>8} {'after p50':>10} {'p99':>8}  ms, {rounds} runs each")
+    for shape, queries in SHAPES.items():
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        for q in queries:  # warm the cache
+            before.search_messages(conn, q, limit=20)
+            current.search_messages(conn, q, limit=20)
+        for r in range(rounds):
+            q = queries[r % len(queries)]
+            pair = (("before", before), ("after", current))
+            for name, module in pair if r % 2 else pair[::-1]:
+                t = time.perf_counter()
+                module.search_messages(conn, q, limit=20)
+                times[name].append((time.perf_counter() - t) * 1000)
+        cells = []
+        for name in ("before", "after"):
+            samples = sorted(times[name])
+            cells += [samples[len(samples) // 2], samples[min(len(samples) - 1, int(len(samples) * 0.99))]]
+        print(f"  {shape:22} {cells[0]:10.2f} {cells[1]:8.2f} {cells[2]:10.2f} {cells[3]:8.2f}", flush=True)
+    raw.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000], metavar="N")
     parser.add_argument("--rounds", type=int, default=200, help="queries timed per shape and backend")
+    parser.add_argument("--dsn", help="time this loaded database (Postgres only) instead of loading")
+    parser.add_argument("--against", help="with --dsn: another search.py to time interleaved with this one")
     args = parser.parse_args()
+    if args.dsn and args.against:
+        compare(args.dsn, args.against, args.rounds)
+        return
+    if args.dsn:
+        time_postgres(args.dsn, args.rounds)
+        return
     table: dict[int, dict[str, tuple[float, ...]]] = {}
     with tempfile.TemporaryDirectory() as tmp, PrivatePostgres(durable=True) as server:
         for n in args.sizes:

@@ -121,7 +121,10 @@ IDLE_IN_TRANSACTION_MS = 3000
 
 
 def configure(raw: psycopg.Connection[Any]) -> None:
-    """Set up a new pool connection: rows as `Row`, numeric as float, idle transactions ended."""
+    """Set up a new pool connection: rows as `Row`, numeric as float, idle transactions ended, no
+    parallel plans (search's windows, search.py newest_matches, are UNION ALL branches that must run
+    in order under one LIMIT, which a Parallel Append does not; every read here is a page)."""
     raw.row_factory = _row_factory
     raw.adapters.register_loader("numeric", FloatLoader)
     raw.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
+    raw.execute("SET max_parallel_workers_per_gather = 0")

@@ -12,7 +12,7 @@ Every word pass asks for "matches, newest first, LIMIT n", which a GIN index can
 order. Left to the planner, at 1M messages (bench/postgres.py) that was 240 ms for a Chinese word
 in 1.8 % of messages (the primary key walked backwards over 110k rows), 1.8 s for a URL in 80k of
 them (every match fetched and sorted: the planner took the phrase for 3 rows), 1.8 s per NEAR pair
-of recall. `newest_matches` reads windows of the newest id buckets instead (schema.py v4), so each
+of recall. `newest_matches` reads windows of the newest id buckets instead (schema.py v5), so each
 statement's work is bounded by the matches of its window.
 
 No driver import here: recall (gateway/recall/read.py) calls `recall_matches` with the
@@ -21,7 +21,6 @@ connection `db.read` gave it.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gateway.storage.fts import Query, make_snippet, parse_query
@@ -44,6 +43,29 @@ MAX_BUCKET_TERMS = 8
 REACH_IDS = 4 * BUCKET_IDS  # search ranks the matches of the newest 32,768 messages when they hold a page
 
 
+def windows(top: int) -> list[tuple[int, int]]:
+    """The bucket windows (newest bucket, oldest bucket) from id `top` down, newest first: the
+    first FIRST_WINDOW buckets, each next one as wide as all before it, so the reach doubles per
+    window and a word that is nowhere is looked for in log2(buckets) of them."""
+    newest = top // BUCKET_IDS
+    out = [(newest, max(0, newest - FIRST_WINDOW + 1))]
+    while out[-1][1] > 0:
+        read = newest - out[-1][1] + 1
+        out.append((out[-1][1] - 1, max(0, out[-1][1] - read)))
+    return out
+
+
+def _window_sql(columns: str, check: str, newest: int, oldest: int) -> tuple[str, str]:
+    """One window's SELECT (its tsquery, window-ids and limit as parameters), and the bucket terms
+    its presence is ANDed with ("" for a wide window, bounded by its ids alone)."""
+    buckets = ""
+    if 0 < oldest and newest - oldest < MAX_BUCKET_TERMS:
+        buckets = " & (" + " | ".join(f"'~{b}'" for b in range(newest, oldest - 1, -1)) + ")"
+    sql = f"""(SELECT {columns} FROM messages m
+        WHERE m.words @@ ?::tsquery{check} AND m.id < ? AND m.id >= ? ORDER BY m.id DESC LIMIT ?)"""
+    return sql, buckets
+
+
 def newest_matches(
     conn: Connection,
     query: tuple[str, str],
@@ -53,46 +75,60 @@ def newest_matches(
     column_params: Sequence[Any] = (),
     enough: tuple[int, int] | None = None,
 ) -> list[Any]:
-    """`columns` of the newest `limit` messages whose words match `query` = (tsquery, presence)
-    below `before_id`, newest first: what "WHERE words @@ q ORDER BY id DESC LIMIT n" means.
+    """`columns` (the first one m.id) of the newest `limit` messages whose words match `query` =
+    (tsquery, presence) below `before_id`, newest first: what "WHERE words @@ q ORDER BY id DESC
+    LIMIT n" means.
 
-    It is read window by window over the id buckets (schema.py v4), each window one GIN scan for
-    "presence AND one of these buckets" bounded by the window's ids, so neither plan the planner
-    may pick (the index, or the primary key backwards) visits rows outside the window. The first
-    window is FIRST_WINDOW buckets; each next one is sized from the density seen so far to hold what
-    is missing, at most as many buckets as were read so far (so the reach at most doubles). The index answers `presence` (lexemes only: it stores
+    It is read window by window over the id buckets (schema.py v5, `windows`), each window one GIN
+    scan for "presence AND one of these buckets" bounded by the window's ids, so neither plan the
+    planner may pick (the index, or the primary key backwards) visits rows outside the window. All
+    windows are one statement, `(window 1) UNION ALL (window 2) ... LIMIT n`: Postgres runs the
+    branches of an Append in order and stops at the limit, so a window is read only when the ones
+    before it held too few, without a round trip per window (a rare word took 8 statements, a
+    third of its search, at 1M messages). The index answers `presence` (lexemes only: it stores
     no positions); the phrase distances of the full tsquery are checked on the rows it returns,
     through ts_match_vq, which the planner cannot hand to the index (a NEAR pair is 22 phrase
     alternatives: evaluated inside the GIN scan for every entry, 0.5 s at 1M messages).
-    `enough` = (rows, ids): stop once that many rows were found over windows reaching that many ids
-    back, with fewer than `limit` (ranked search: a rare phrase of common words is not chased
-    through every message, rechecking each one holding both words)."""
+    `enough` = (rows, ids): when the windows reaching that many ids back hold that many rows, their
+    rows (up to `limit`) are the answer, else the newest `rows` matches however far back (ranked
+    search: a rare phrase of common words is not chased through every message, rechecking each one
+    holding both words); those first windows are a statement of their own."""
     tsquery, presence = query
     top = before_id - 1 if before_id is not None else conn.execute("SELECT max(id) FROM messages").fetchone()[0]
-    if top is None or top < 1:
+    if top is None or top < 1 or limit <= 0:
         return []
     check, check_params = ("", []) if presence == tsquery else (" AND ts_match_vq(m.words, ?::tsquery)", [tsquery])
-    sql = f"""
-        SELECT {columns} FROM messages m
-        WHERE m.words @@ ?::tsquery{check} AND m.id < ? AND m.id >= ? ORDER BY m.id DESC LIMIT ?"""
-    rows: list[Any] = []
-    newest, below, size = top // BUCKET_IDS, top + 1, FIRST_WINDOW
-    while newest >= 0 and len(rows) < limit:
-        oldest = max(0, newest - size + 1)
-        where = presence
-        if 0 < oldest and newest - oldest < MAX_BUCKET_TERMS:
-            buckets = " | ".join(f"'~{b}'" for b in range(newest, oldest - 1, -1))
-            where = f"{presence} & ({buckets})"
-        low = oldest * BUCKET_IDS
-        found = conn.execute(sql, (*column_params, where, *check_params, below, low, limit - len(rows))).fetchall()
-        rows.extend(found)
-        if enough and len(rows) >= enough[0] and top + 1 - low >= enough[1]:
-            break
-        density = len(found) / (newest - oldest + 1)  # matches per bucket in this window
-        read = top // BUCKET_IDS - oldest + 1  # buckets read so far
-        size = min(math.ceil((limit - len(rows)) / density * 1.25), read) if density else read
-        newest, below = oldest - 1, low
-    return rows
+    spans = windows(top)
+
+    def read(spans: list[tuple[int, int]], below: int, want: int) -> list[Any]:
+        parts, params, first_below = [], [], below
+        for newest, oldest in spans:
+            sql, buckets = _window_sql(columns, check, newest, oldest)
+            parts.append(sql)
+            low = oldest * BUCKET_IDS
+            params += [*column_params, f"({presence}){buckets}", *check_params, below, low, want]
+            below = low
+        sql = "SELECT * FROM (" + " UNION ALL ".join(parts) + ") AS w LIMIT ?"
+        found = conn.execute(sql, [*params, want]).fetchall()
+        if len(spans) > 1 and any(a[0] <= b[0] for a, b in zip(found, found[1:])):
+            # an Append not run in order (connection.configure turns parallel plans off): window by window
+            found = []
+            for newest, oldest in spans:
+                found += read([(newest, oldest)], min(first_below, (newest + 1) * BUCKET_IDS), want - len(found))
+                if len(found) >= want:
+                    break
+        return found
+
+    if not enough:
+        return read(spans, top + 1, limit)
+    # the windows reaching enough[1] ids back; too few in them: the newest enough[0], however far back
+    reach = next(
+        (i + 1 for i, (_, oldest) in enumerate(spans) if top + 1 - oldest * BUCKET_IDS >= enough[1]), len(spans)
+    )
+    rows = read(spans[:reach], top + 1, limit)
+    if len(rows) >= min(enough[0], limit) or reach == len(spans):
+        return rows
+    return rows + read(spans[reach:], spans[reach - 1][1] * BUCKET_IDS, min(enough[0], limit) - len(rows))
 
 
 def word_hits(
@@ -107,29 +143,45 @@ def word_hits(
     matches, or over those of the newest REACH_IDS messages when they hold `limit` (a phrase of two
     common words found in 1,400 of 1M messages, each of the 60,000 holding both words rechecked,
     took 0.7-1.5 s to gather its 2,000 newest; the newest 32k messages hold a page of them), or
-    (not ranked: exact strings, where every match is as good) newest first."""
+    (not ranked: exact strings, where every match is as good) newest first.
+
+    The rank is computed by the window scans themselves, on the rows they already fetched, and the
+    join to sessions (visibility, filters) is done for a shortlist of the best first, as on SQLite:
+    ranking the 2,000 newest matches of a common word in a second statement joined to sessions
+    fetched every row again and hashed all 50,000 sessions, 36-57 ms of a 60-78 ms search at 1M
+    messages (bench/postgres.py; EXPLAIN ANALYZE in the commit)."""
     if not query:
         return []
-    # not ranked, the newest `limit` matches are the answer unless the filters drop some
-    first = (
-        newest_matches(conn, query, cap, enough=(limit, REACH_IDS)) if ranked else newest_matches(conn, query, limit)
-    )
-    ids = [row[0] for row in first]
-    if not ids:
+    if not ranked:  # the newest `limit` matches are the answer unless the filters drop some
+        first = [(row[0], 0.0) for row in newest_matches(conn, query, limit)]
+    else:
+        rank = ("m.id, -ts_rank(m.words, ?::tsquery, 1)", [query[0]])  # 1: divided by 1 + log(length), as BM25
+        first = newest_matches(conn, query, cap, columns=rank[0], column_params=rank[1], enough=(limit, REACH_IDS))
+        first.sort(key=lambda row: (row[1], -row[0]))
+    if not first:
         return []
-    # 1: divided by 1 + log(length), as BM25 favours the shorter match
-    score = "-ts_rank(m.words, ?::tsquery, 1)" if ranked else "0.0"
+    order = "score, m.id DESC" if ranked else "m.id DESC"
     sql = f"""
-        SELECT {_COLUMNS}, {score} AS score
-        FROM messages m JOIN sessions s ON s.id = m.session_id
-        WHERE m.id = ANY(?) AND {VISIBLE} {filters[0]}
-        ORDER BY {"score, m.id DESC" if ranked else "m.id DESC"} LIMIT ?"""
-    params = [*([query[0]] if ranked else []), ids, *filters[1], limit]
-    rows = conn.execute(sql, params).fetchall()
-    if len(rows) < limit and limit <= len(ids) < cap:  # the filters dropped some: read up to the cap
-        ids = [row[0] for row in newest_matches(conn, query, cap)]
-        params = [*([query[0]] if ranked else []), ids, *filters[1], limit]
-        rows = conn.execute(sql, params).fetchall()
+        SELECT {_COLUMNS}, c.score
+        FROM unnest(?::bigint[], ?::float8[]) AS c (id, score)
+        JOIN messages m ON m.id = c.id JOIN sessions s ON s.id = m.session_id
+        WHERE {VISIBLE} {filters[0]}
+        ORDER BY {order} LIMIT ?"""
+
+    def joined(candidates: Sequence[Any]) -> list[Any]:
+        ids, scores = [row[0] for row in candidates], [float(row[1]) for row in candidates]
+        return conn.execute(sql, [ids, scores, *filters[1], limit]).fetchall()
+
+    shortlist = limit * 4 + 20
+    rows = joined(first[:shortlist])
+    if len(rows) < limit and shortlist < len(first):  # the filters dropped many: join them all
+        rows = joined(first)
+    if len(rows) < limit and limit <= len(first) < cap:  # still too few: read up to the cap
+        if ranked:
+            first = newest_matches(conn, query, cap, columns=rank[0], column_params=rank[1])
+        else:
+            first = [(row[0], 0.0) for row in newest_matches(conn, query, cap)]
+        rows = joined(first)
     return rows
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.schema import BUCKET_IDS
-from gateway.storage.postgres.search import newest_matches
+from gateway.storage.postgres.search import newest_matches, windows
 from gateway.storage.postgres.tokens import tsquery_pair_of_fts
 
 
@@ -68,3 +68,26 @@ def test_the_presence_form_is_what_the_index_can_answer() -> None:
     )
     assert tsquery_pair_of_fts('"port" OR "port"') == ("('port' | 'port')", "'port'")  # one form of a repeat
     assert tsquery_pair_of_fts("it's") is None
+
+
+@pytest.mark.parametrize("top", [1, BUCKET_IDS - 1, BUCKET_IDS, 3 * BUCKET_IDS + 5, 122 * BUCKET_IDS + 576])
+def test_the_windows_cover_every_bucket_once_newest_first_doubling(top: int) -> None:
+    spans = windows(top)
+    buckets = [b for newest, oldest in spans for b in range(newest, oldest - 1, -1)]
+    assert buckets == list(range(top // BUCKET_IDS, -1, -1))
+    widths = [newest - oldest + 1 for newest, oldest in spans]
+    assert all(w <= sum(widths[:i]) for i, w in enumerate(widths) if i)  # each at most all before it
+
+
+def test_ranked_reads_stop_at_enough_within_reach(spread: PostgresSessionDB) -> None:
+    """Ranked search's read: the matches of the windows reaching `ids` back when they hold `rows`,
+    else the newest `rows` however far back."""
+    query = tsquery_pair_of_fts('"sparse"')
+    assert query
+    newest = plain(spread, query[0], 1000, None)
+    top = spread.read(lambda c: c.execute("SELECT max(id) FROM messages").fetchone()[0])
+    got = spread.read(lambda c: [r[0] for r in newest_matches(c, query, 1000, enough=(3, 2 * BUCKET_IDS))])
+    reach = [mid for mid in newest if mid >= (top // BUCKET_IDS - 1) * BUCKET_IDS]
+    assert len(reach) >= 3 and got == reach
+    got = spread.read(lambda c: [r[0] for r in newest_matches(c, query, 1000, enough=(len(newest) - 1, BUCKET_IDS))])
+    assert got == newest[: len(newest) - 1]

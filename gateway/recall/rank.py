@@ -300,9 +300,11 @@ def _rank(
     keep = visible(candidates)
     vector_only: dict[str, float] = {}
     if not keep and query_vector is not None:  # no word of the query occurs where it may: meaning alone
-        for sid, sim in semantic.scan_newest(conn, query_vector).items():
+        scanned = semantic.scan_newest(conn, query_vector)
+        scanned_roots = meta.roots(scanned)  # the sessions' rows in one batch, not one query each
+        for sid, sim in scanned.items():
             if (meta.get(sid) or {}).get("source") not in hidden:
-                root = meta.root(sid)
+                root = scanned_roots[sid]
                 vector_only[root] = max(sim, vector_only.get(root, -1.0))
         keep = visible(set(vector_only))
 

@@ -110,9 +110,11 @@ def cosines(query: QueryVector, blobs: Sequence[bytes]) -> list[float]:
     if _np is not None:
         usable = blobs if len(keep) == len(blobs) else [blobs[i] for i in keep]
         matrix = _np.frombuffer(b"".join(usable), dtype=_np.int8).reshape(len(usable), dim).astype(_np.float32)
-        norms = _np.linalg.norm(matrix, axis=1)
+        norms = _np.sqrt(_np.einsum("ij,ij->i", matrix, matrix))
         norms[norms == 0] = 1.0
         values = (matrix @ _np.asarray(query.values, dtype=_np.float32)) / norms
+        if len(keep) == len(blobs):
+            return list(values.tolist())
         for i, value in zip(keep, values.tolist()):
             out[i] = value
         return out
@@ -134,8 +136,9 @@ def _best_by_key(query: QueryVector, keyed: Sequence[tuple[str, bytes]]) -> dict
     """key -> the best cosine over its windows, compared in one batch; keys whose windows all
     have another dimensionality are left out."""
     out: dict[str, float] = {}
+    dim = len(query.values)
     for (key, blob), value in zip(keyed, cosines(query, [blob for _, blob in keyed])):
-        if len(blob) == len(query.values) and value > out.get(key, -2.0):
+        if value > out.get(key, -2.0) and len(blob) == dim:
             out[key] = value
     return out
 

@@ -13,8 +13,10 @@ from gateway.db import visible_sql
 from gateway.recall.query import PrefixTerms, Unit, expand_prefixes
 from gateway.storage.postgres import is_postgres
 
-PROBE = 250  # newest matching messages every unit looks at
-HIT_BUDGET = 6000  # matches looked at beyond the probes, over all units of a query
+PROBE = 150  # newest matching messages every unit looks at (fewer when the query has many units)
+PROBE_BUDGET = 1500  # the probes of all units together, at most (each keeps at least MIN_PROBE)
+MIN_PROBE = 40
+HIT_BUDGET = 2500  # matches looked at beyond the probes, over all units of a query
 PAIR_WEIGHT = 0.5  # weight of a two-word unit against a single word
 VISIBLE_SQL = visible_sql("m")  # the one rule, in gateway.storage.schema
 
@@ -104,9 +106,12 @@ def read_units(
             sources.append(Matches("messages_fts", expand_prefixes(unit.word_expr, terms)))
         if unit.ident_expr:
             sources.append(Matches("messages_ident", unit.ident_expr))
-        for source in sources:
-            source.read(conn, roles, min(PROBE, cap))
         readers.append(sources)
+    n_sources = sum(len(sources) for sources in readers)
+    probe = min(PROBE, cap, max(MIN_PROBE, PROBE_BUDGET // max(1, n_sources)))
+    for sources in readers:
+        for source in sources:
+            source.read(conn, roles, probe)
     wanting: list[tuple[Matches, float]] = []  # sources with more to read, and their unit's weight
     weights: dict[int, float] = {}  # unit index -> estimated weight (idf), from the first source read
     for i, (unit, sources) in enumerate(zip(units, readers)):

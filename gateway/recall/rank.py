@@ -21,8 +21,8 @@ Every query is OR-shaped (a session with some of the words still ranks, below on
 them), so there is no separate "relax AND to OR" pass, and no input yields nothing when a content
 word occurs.
 
-Cost on a large store is bounded by how many matches are read (gateway/recall_read.py), newest
-first: every unit reads a PROBE, then the units still unfinished share HIT_BUDGET more in
+Cost on a large store is bounded by how many matches are read (gateway/recall/read.py, which
+says why the budgets are what they are), newest first: every unit reads a PROBE, then the units still unfinished share HIT_BUDGET more in
 proportion to their estimated idf (a word found in nearly every session carries almost no
 evidence, so a few hundred of its newest matches do; a rarer unit reads up to `cap`). A unit not read to its end has its idf extrapolated
 from how far back its matches reach. When all matches fit the budget (any small store) all are

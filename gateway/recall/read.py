@@ -1,7 +1,19 @@
 """Reading a query's matches for recall (gateway/recall.py ranks them): each unit's newest
 matches first, a PROBE of every unit, then a shared HIT_BUDGET given to the units that carry
 weight, and the units not read to their end read again beside the anchor (the weightiest unit read
-in full). Plain functions over a connection."""
+in full). Plain functions over a connection.
+
+Why these budgets: every later stage of recall (session rows, roots, scoring, passages) is linear
+in the matches read, so the rows read set the cost of a query on a large store. Measured at 1M
+synthetic messages (bench/recall.py --cost), ~10 us of CPU per row all told: the old budgets
+(PROBE 250 for every unit, HIT_BUDGET 6000, cap 3000) read 7,000-11,500 rows for a long or a
+Chinese question, 50-120 ms of CPU; the probes now share PROBE_BUDGET (a 19-unit question probed
+4,750 rows before any budget was spent) and a query reads at most PROBE_BUDGET + HIT_BUDGET
+(4,000) rows joined to their messages, 25-40 ms. The reads beside the anchor walk only the index
+(their rows are the anchor's, already read). On a store where every match fits the budgets (the
+labelled dev and held data) nothing changes: all matches are read either way; the figures of
+bench/recall.py --split dev/held are the same to the last digit, and --needles (planted answers
+in 1M messages) is reported beside them in README."""
 
 from __future__ import annotations
 

@@ -97,50 +97,26 @@ def embed_query(embedder: Any, text: str) -> QueryVector | None:
     return QueryVector(str(embedder.model), tuple(x / norm for x in vector))
 
 
-def cosines(query: QueryVector, blobs: Sequence[bytes]) -> list[float]:
-    """The cosine between the query and each int8 window vector, in order; a window of another
-    dimensionality cannot compare and gets -1. All windows are compared in one matrix product: per
-    session, numpy's fixed cost per call outweighed the arithmetic (5,000 windows of ~1,000
-    sessions: 25 ms one call per session, 4 ms at once; bench/recall.py --cost)."""
-    dim = len(query.values)
-    keep = [i for i, b in enumerate(blobs) if len(b) == dim]
-    out = [-1.0] * len(blobs)
-    if not keep:
-        return out
-    if _np is not None:
-        usable = blobs if len(keep) == len(blobs) else [blobs[i] for i in keep]
-        matrix = _np.frombuffer(b"".join(usable), dtype=_np.int8).reshape(len(usable), dim).astype(_np.float32)
-        norms = _np.sqrt(_np.einsum("ij,ij->i", matrix, matrix))
-        norms[norms == 0] = 1.0
-        values = (matrix @ _np.asarray(query.values, dtype=_np.float32)) / norms
-        if len(keep) == len(blobs):
-            return list(values.tolist())
-        for i, value in zip(keep, values.tolist()):
-            out[i] = value
-        return out
-    q = query.values
-    for i in keep:
-        v = stored_vectors.unpack(blobs[i])
-        norm = math.sqrt(sum(map(mul, v, v))) or 1.0
-        out[i] = sum(map(mul, q, v)) / norm
-    return out
-
-
 def best_similarity(query: QueryVector, blobs: Sequence[bytes]) -> float:
     """The largest cosine between the query and any of the int8 window vectors."""
-    usable = [b for b in blobs if len(b) == len(query.values)]
-    return max(cosines(query, usable)) if usable else 0.0
-
-
-def _best_by_key(query: QueryVector, keyed: Sequence[tuple[str, bytes]]) -> dict[str, float]:
-    """key -> the best cosine over its windows, compared in one batch; keys whose windows all
-    have another dimensionality are left out."""
-    out: dict[str, float] = {}
+    if not blobs:
+        return 0.0
     dim = len(query.values)
-    for (key, blob), value in zip(keyed, cosines(query, [blob for _, blob in keyed])):
-        if value > out.get(key, -2.0) and len(blob) == dim:
-            out[key] = value
-    return out
+    usable = [b for b in blobs if len(b) == dim]  # a window of another dimensionality cannot compare
+    if not usable:
+        return 0.0
+    if _np is not None:
+        matrix = _np.frombuffer(b"".join(usable), dtype=_np.int8).reshape(len(usable), dim).astype(_np.float32)
+        norms = _np.linalg.norm(matrix, axis=1)
+        norms[norms == 0] = 1.0
+        return float(((matrix @ _np.asarray(query.values, dtype=_np.float32)) / norms).max())
+    best = -1.0
+    q = query.values
+    for blob in usable:
+        v = stored_vectors.unpack(blob)
+        norm = math.sqrt(sum(map(mul, v, v))) or 1.0
+        best = max(best, sum(map(mul, q, v)) / norm)
+    return best
 
 
 def similarities(
@@ -150,10 +126,12 @@ def similarities(
     any stored window are left out (not yet embedded: they keep their lexical place)."""
     all_ids = [sid for ids in members.values() for sid in ids]
     found = stored_vectors.session_vectors(conn, query.model, all_ids)
-    keyed = [(root, blob) for root, ids in members.items() for sid in ids for blob in found.get(sid, ())]
-    best = _best_by_key(query, keyed)
-    # a root whose windows cannot compare still counts as embedded, as before (similarity 0)
-    return {root: best.get(root, 0.0) for root, _ in keyed}
+    out: dict[str, float] = {}
+    for root, ids in members.items():
+        blobs = [b for sid in ids for b in found.get(sid, ())]
+        if blobs:
+            out[root] = best_similarity(query, blobs)
+    return out
 
 
 def fuse(lexical: Mapping[str, float], semantic: Mapping[str, float]) -> dict[str, float]:
@@ -184,6 +162,7 @@ def fuse(lexical: Mapping[str, float], semantic: Mapping[str, float]) -> dict[st
 
 def scan_newest(conn: sqlite3.Connection, query: QueryVector, limit: int = VECTOR_SCAN) -> dict[str, float]:
     """session -> best similarity over the newest `limit` windows (the vector-only stage)."""
-    keyed = stored_vectors.newest_vectors(conn, query.model, limit)
-    best = _best_by_key(query, keyed)
-    return {sid: best.get(sid, 0.0) for sid, _ in keyed}
+    by_session: dict[str, list[bytes]] = {}
+    for sid, blob in stored_vectors.newest_vectors(conn, query.model, limit):
+        by_session.setdefault(sid, []).append(blob)
+    return {sid: best_similarity(query, blobs) for sid, blobs in by_session.items()}

@@ -22,8 +22,8 @@ them), so there is no separate "relax AND to OR" pass, and no input yields nothi
 word occurs.
 
 Cost on a large store is bounded by how many matches are read (gateway/recall/read.py, which
-says why the budgets are what they are), newest first: every unit reads a PROBE, then the units still unfinished share HIT_BUDGET more in
-proportion to their estimated idf (a word found in nearly every session carries almost no
+says why the budgets are what they are), newest first: every unit reads a PROBE, then the units
+still unfinished share HIT_BUDGET more in proportion to their estimated idf (a word found in nearly every session carries almost no
 evidence, so a few hundred of its newest matches do; a rarer unit reads up to `cap`). A unit not read to its end has its idf extrapolated
 from how far back its matches reach. When all matches fit the budget (any small store) all are
 read. The units not read to their end are also read beside the anchor, the weightiest unit that

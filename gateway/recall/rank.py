@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 MAX_SESSIONS = 5
-CANDIDATE_CAP = 2000  # newest matching messages looked at per unit, at most
+CANDIDATE_CAP = 3000  # newest matching messages looked at per unit, at most
 LENGTH_SAMPLE = 2000  # sessions the average lineage length is taken over
 K1 = 1.2
 B = 0.5  # sessions differ in length far less than documents do; normalise gently

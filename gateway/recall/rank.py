@@ -21,9 +21,9 @@ Every query is OR-shaped (a session with some of the words still ranks, below on
 them), so there is no separate "relax AND to OR" pass, and no input yields nothing when a content
 word occurs.
 
-Cost on a large store is bounded by how many matches are read (gateway/recall_read.py), newest
-first: every unit reads a PROBE, then the units still unfinished share HIT_BUDGET more in
-proportion to their estimated idf (a word found in nearly every session carries almost no
+Cost on a large store is bounded by how many matches are read (gateway/recall/read.py, which
+says why the budgets are what they are), newest first: every unit reads a PROBE, then the units
+still unfinished share HIT_BUDGET more in proportion to their estimated idf (a word found in nearly every session carries almost no
 evidence, so a few hundred of its newest matches do; a rarer unit reads up to `cap`). A unit not read to its end has its idf extrapolated
 from how far back its matches reach. When all matches fit the budget (any small store) all are
 read. The units not read to their end are also read beside the anchor, the weightiest unit that
@@ -300,9 +300,11 @@ def _rank(
     keep = visible(candidates)
     vector_only: dict[str, float] = {}
     if not keep and query_vector is not None:  # no word of the query occurs where it may: meaning alone
-        for sid, sim in semantic.scan_newest(conn, query_vector).items():
+        scanned = semantic.scan_newest(conn, query_vector)
+        scanned_roots = meta.roots(scanned)  # the sessions' rows in one batch, not one query each
+        for sid, sim in scanned.items():
             if (meta.get(sid) or {}).get("source") not in hidden:
-                root = meta.root(sid)
+                root = scanned_roots[sid]
                 vector_only[root] = max(sim, vector_only.get(root, -1.0))
         keep = visible(set(vector_only))
 

@@ -237,6 +237,33 @@ def test_hit_budget_goes_to_the_informative_unit(db, add, monkeypatch):
     assert read["backup beside"] == 1 and set(hits[0].matched) == {"backup", "rsync"}
 
 
+def test_a_query_with_many_units_reads_a_bounded_number_of_matches(db, add, monkeypatch):
+    # twelve common words, each in every message: every unit (and every pair) could read them all;
+    # the probes share PROBE_BUDGET and the rest HIT_BUDGET, so the rows read stay bounded
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
+    answer = add([" ".join(words) + " zulu"])
+    for i in range(20):
+        add([" ".join(words) + f" round {i}", " ".join(reversed(words))])
+    monkeypatch.setattr(recall_read, "PROBE_BUDGET", 60)
+    monkeypatch.setattr(recall_read, "MIN_PROBE", 2)
+    monkeypatch.setattr(recall_read, "HIT_BUDGET", 30)
+    read: dict[str, int] = {}
+    real = recall_read.read_units
+
+    def spy(conn, units, *args):
+        readers = real(conn, units, *args)
+        read["units"] = len(units)
+        read["joined"] = sum(len(s.rows) for sources in readers for s in sources if not s.beside_anchor)
+        return readers
+
+    monkeypatch.setattr(recall_read, "read_units", spy)
+    hits = find_sessions(db, " ".join(words) + " zulu", see_all=True)
+    assert read["units"] > 12  # the words and their pairs
+    assert read["joined"] <= 60 + 30 + read["units"]  # the budgets, give or take a row per unit's share
+    assert ids(hits)[0] == answer  # the rare word still finds it, and its common words beside it count
+    assert set(hits[0].matched) >= {"zulu", "alpha", "lima"}
+
+
 def test_common_words_of_an_old_answer_count_beside_its_rare_word(db, add, monkeypatch):
     answer = add(["the nginx proxy timeout on gw7 was fixed by raising proxy_read_timeout"])
     other = add(["gw7 was rebooted"])

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiohttp
 
+from bench.stats import percentile
 from gateway.db import SessionDB
 from gateway.recall import find_sessions
 from gateway.service.http import OpsServer
@@ -85,9 +86,7 @@ def build(path: Path, sessions: int, per_session: int, seed: int = 7) -> float:
 
 
 def summary(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return statistics.median(ordered) * 1000, p99 * 1000
+    return statistics.median(samples) * 1000, percentile(samples, 0.99) * 1000
 
 
 async def timed_get(http: aiohttp.ClientSession, url: str, runs: int) -> list[float]:

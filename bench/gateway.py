@@ -78,6 +78,7 @@ from typing import Any
 from aiohttp import web
 
 from bench.model import SPENT, instant_client, serve_model, timed_client
+from bench.stats import percentile
 from gateway.config.load import parse_config
 from gateway.db import SessionDB, new_session_id
 from gateway.runtime.agent_factory import AgentFactory
@@ -183,11 +184,6 @@ class GcPauses:
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def precreate(db: SessionDB, known: int) -> None:
@@ -359,16 +355,16 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path, delivery:
         "messages": total,
         "wall": wall,
         "rate": total / wall,
-        "ack_p50": pct(acks, 0.5) * 1000,
-        "ack_p99": pct(acks, 0.99) * 1000,
+        "ack_p50": percentile(acks, 0.5) * 1000,
+        "ack_p99": percentile(acks, 0.99) * 1000,
         "bad": adapter.bad,
         "answered": len(adapter.latencies),
-        "p50": pct(adapter.latencies, 0.5) * 1000,
-        "p99": pct(adapter.latencies, 0.99) * 1000,
-        "added_p50": pct(adapter.added, 0.5) * 1000,
-        "added_p99": pct(adapter.added, 0.99) * 1000,
-        "later_p50": pct(adapter.added_later, 0.5) * 1000,
-        "later_p99": pct(adapter.added_later, 0.99) * 1000,
+        "p50": percentile(adapter.latencies, 0.5) * 1000,
+        "p99": percentile(adapter.latencies, 0.99) * 1000,
+        "added_p50": percentile(adapter.added, 0.5) * 1000,
+        "added_p99": percentile(adapter.added, 0.99) * 1000,
+        "later_p50": percentile(adapter.added_later, 0.5) * 1000,
+        "later_p99": percentile(adapter.added_later, 0.99) * 1000,
     }
     # 2. closed loop, every chat at once: the most the gateway can do
     # (other chats than the open loop's, so each phase is N fresh chats x M messages)
@@ -379,8 +375,8 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path, delivery:
         "wall": wall,
         "rate": total / wall,
         "bad": errors,
-        "p50": pct(latencies, 0.5) * 1000,
-        "p99": pct(latencies, 0.99) * 1000,
+        "p50": percentile(latencies, 0.5) * 1000,
+        "p99": percentile(latencies, 0.99) * 1000,
     }
     commits, writes = db.commit_stats
     cpu_after = thread_cpu()

@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bench.stats import percentile
 from gateway.runtime.media import MediaIntake
 from gateway.storage.media import MediaStore
 from platforms.base import InboundMessage
@@ -96,11 +97,6 @@ def status_kb(field: str) -> int:
 
 def mb(kb: int) -> str:
     return f"{kb / 1024:.0f} MB"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def through_telegram(port: int, token: str, photos: int, home: Path, marks: list[tuple[int, int]]) -> list[float]:

@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import psycopg
 
+from bench.stats import percentile
 from bench.store import PLANTED, QUERIES, corpus_with_facts, file_bytes, latencies, load_ours
 from gateway.recall import find_sessions
 from gateway.storage.fts import ident_text
@@ -184,8 +185,7 @@ def compare(dsn: str, against: str, rounds: int) -> None:
                 times[name].append((time.perf_counter() - t) * 1000)
         cells = []
         for name in ("before", "after"):
-            samples = sorted(times[name])
-            cells += [samples[len(samples) // 2], samples[min(len(samples) - 1, int(len(samples) * 0.99))]]
+            cells += [percentile(times[name], 0.5), percentile(times[name], 0.99)]
         print(f"  {shape:22} {cells[0]:10.2f} {cells[1]:8.2f} {cells[2]:10.2f} {cells[3]:8.2f}", flush=True)
     raw.close()
 

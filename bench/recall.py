@@ -51,6 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.stats import percentile
 from gateway.db import SessionDB
 from gateway.recall.rank import find_sessions
 from gateway.storage.fts import parse_query
@@ -699,14 +700,12 @@ def bench_cost(sizes: list[int], runs: int) -> None:
                             find_sessions(db, q, see_all=True, embedder=used)
                             times.append((time.perf_counter() - t) * 1000)
                         every[label] += times
-                        times.sort()
-                        cells += [times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]]
+                        cells += [percentile(times, 0.5), percentile(times, 0.99)]
                     print(f"{q[:48]:<50}{cells[0]:>8.1f} ms{cells[1]:>6.1f} ms{cells[2]:>12.1f} ms{cells[3]:>6.1f} ms")
                 for label, times in every.items():
-                    times.sort()
                     print(
-                        f"all queries, {label}: p50 {times[len(times) // 2]:.1f} ms, "
-                        f"p99 {times[min(len(times) - 1, int(len(times) * 0.99))]:.1f} ms"
+                        f"all queries, {label}: p50 {percentile(times, 0.5):.1f} ms, "
+                        f"p99 {percentile(times, 0.99):.1f} ms"
                     )
             finally:
                 db.close()
@@ -785,9 +784,8 @@ def bench_speed_db(path: str, runs: int, queries: list[str]) -> None:
             t = time.perf_counter()
             find_sessions(store, q, see_all=True)
             runs_ms.append((time.perf_counter() - t) * 1000)
-        runs_ms.sort()
-        p50, p99 = runs_ms[len(runs_ms) // 2], runs_ms[min(len(runs_ms) - 1, int(len(runs_ms) * 0.99))]
-        print(f"{q[:56]:<58}{p50:>6.1f} ms{p99:>6.1f} ms{runs_ms[-1]:>6.1f} ms")
+        p50, p99 = percentile(runs_ms, 0.5), percentile(runs_ms, 0.99)
+        print(f"{q[:56]:<58}{p50:>6.1f} ms{p99:>6.1f} ms{max(runs_ms):>6.1f} ms")
     store.conn.close()
 
 

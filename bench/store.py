@@ -42,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.corpus import PLANTED, generate
+from bench.stats import percentile
 from gateway.db import SessionDB
 from gateway.storage.writer import WalFile
 
@@ -240,12 +241,9 @@ def latencies(run, queries: list[str], rounds: int, cpu: list[float] | None = No
         samples.append((time.perf_counter() - t) * 1000)
         cpu_samples.append((time.thread_time() - c) * 1000)
         empty += not rows
-    samples.sort()
-    cpu_samples.sort()
-    at = min(len(samples) - 1, int(len(samples) * 0.99))
     if cpu is not None:
-        cpu.append(cpu_samples[at])
-    return statistics.median(samples), samples[at], empty
+        cpu.append(percentile(cpu_samples, 0.99))
+    return statistics.median(samples), percentile(samples, 0.99), empty
 
 
 def file_bytes(path: str) -> int:

@@ -43,6 +43,7 @@ from aiohttp import web
 
 import agent.llm
 from agent.llm import Completion, OnDelta
+from bench.stats import percentile
 from gateway.db import SessionDB
 from gateway.service.app import build_runner
 from platforms.discord.adapter import DiscordAdapter
@@ -364,23 +365,20 @@ async def _throughput(streaming: bool, chats: int, model_url: str) -> tuple[floa
     return chats / elapsed, cpu * 1000 / chats, calls
 
 
-def p(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
-
-
 async def main_async(args: argparse.Namespace) -> None:
     print(f"model writes for {args.seconds:.1f} s; {args.turns} turns per platform and mode (seconds)")
     print(f"{'platform':9} {'mode':6} {'first visible p50/p99':>22} {'after 1st token p50/p99':>24} {'done p50':>9}")
     for factory in (TelegramP, DiscordP, FeishuP, LocalP):
         for streaming in (True, False):
             r = await measure(factory(), streaming, args)
-            after = f"{p(r['after_token'], 0.5):.2f} / {p(r['after_token'], 0.99):.2f}" if streaming else "-"
+            after = (
+                f"{percentile(r['after_token'], 0.5):.2f} / {percentile(r['after_token'], 0.99):.2f}"
+                if streaming
+                else "-"
+            )
             print(
                 f"{factory.name:9} {'on' if streaming else 'off':6} "
-                f"{p(r['visible'], 0.5):10.2f} / {p(r['visible'], 0.99):.2f}   {after:>22} {p(r['done'], 0.5):9.2f}"
+                f"{percentile(r['visible'], 0.5):10.2f} / {percentile(r['visible'], 0.99):.2f}   {after:>22} {percentile(r['done'], 0.5):9.2f}"
             )
     modes = {  # (streaming, chunk size, the SDK's typed reader)
         "on": (True, 4, False),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from gateway.storage.fts import Query, make_snippet, parse_query
 from gateway.storage.postgres.schema import BUCKET_IDS
 from gateway.storage.postgres.tokens import like_patterns_of_fts, phrase_query, tsquery_pair_of_fts
+from gateway.storage.postgres.vocabulary import expand_pair, expand_tsquery
 from gateway.storage.schema import visible_sql
 from gateway.storage.search import CANDIDATE_CAP, MIN_SESSIONS_BEFORE_RELAXING, build_filters
 
@@ -204,7 +205,7 @@ def substring_hits(
     if others:
         word_query = " & ".join(q for t in others if (q := phrase_query(t.tokens, t.prefix)))
         if word_query:
-            word_clause, word_params = "AND m.words @@ ?::tsquery", [word_query]
+            word_clause, word_params = "AND m.words @@ ?::tsquery", [expand_tsquery(conn, word_query)]
     like = " AND ".join("idents LIKE ?" for _ in patterns)
     sql = f"""
         SELECT {_COLUMNS}, 0.0 AS score
@@ -239,14 +240,15 @@ def search_messages(
             if row["id"] not in found:
                 found[row["id"]] = dict(row) | {"match": match}
 
-    take(word_hits(conn, tsquery_pair_of_fts(parsed.expression("all")), filters, want, ranked=not parsed.exact), "all")
+    strict = expand_pair(conn, tsquery_pair_of_fts(parsed.expression("all")))
+    take(word_hits(conn, strict, filters, want, ranked=not parsed.exact), "all")
     if len(found) < want:
         take(substring_hits(conn, parsed, filters, want), "substring")
     sessions = {hit["session_id"] for hit in found.values()}
     terms = parsed.content_terms
     relaxable = len(terms) > 1 or any(t.cjk and len(t.tokens) > 2 for t in terms)
     if relaxable and (len(sessions) < MIN_SESSIONS_BEFORE_RELAXING or len(found) < want):
-        take(word_hits(conn, tsquery_pair_of_fts(parsed.expression("any")), filters, want), "any")
+        take(word_hits(conn, expand_pair(conn, tsquery_pair_of_fts(parsed.expression("any"))), filters, want), "any")
 
     page = list(found.values())[offset:want]
     if page:
@@ -272,7 +274,7 @@ def recall_matches(
             return []
         where, params = " AND ".join("m.idents LIKE ?" for _ in patterns), list(patterns)
     else:
-        query = tsquery_pair_of_fts(expr)
+        query = expand_pair(conn, tsquery_pair_of_fts(expr))
         if not query:
             return []
         columns = f"m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)"

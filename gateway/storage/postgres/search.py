@@ -21,6 +21,7 @@ connection `db.read` gave it.
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gateway.storage.fts import Query, make_snippet, parse_query
@@ -110,8 +111,9 @@ def newest_matches(
             params += [*column_params, f"({presence}){buckets}", *check_params, below, low, want]
             below = low
         sql = "SELECT * FROM (" + " UNION ALL ".join(parts) + ") AS w LIMIT ?"
-        found = conn.execute(sql, [*params, want]).fetchall()
-        if len(spans) > 1 and any(a[0] <= b[0] for a, b in zip(found, found[1:])):
+        found = conn.tuples(sql, [*params, want])
+        ids = [row[0] for row in found]
+        if len(spans) > 1 and not all(map(operator.gt, ids, ids[1:])):
             # an Append not run in order (connection.configure turns parallel plans off): window by window
             found = []
             for newest, oldest in spans:
@@ -158,7 +160,7 @@ def word_hits(
     else:
         rank = ("m.id, -ts_rank(m.words, ?::tsquery, 1)", [query[0]])  # 1: divided by 1 + log(length), as BM25
         first = newest_matches(conn, query, cap, columns=rank[0], column_params=rank[1], enough=(limit, REACH_IDS))
-        first.sort(key=lambda row: (row[1], -row[0]))
+        first.sort(key=operator.itemgetter(1))  # stable: ties stay newest first, as they were read
     if not first:
         return []
     order = "score, m.id DESC" if ranked else "m.id DESC"
@@ -278,11 +280,9 @@ def recall_matches(
         if not query:
             return []
         columns = f"m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)"
-        rows = newest_matches(conn, query, limit, before_id, columns, roles)
-        return [tuple(row) for row in rows]
+        return newest_matches(conn, query, limit, before_id, columns, roles)
     before = " AND m.id < ?" if before_id is not None else ""
     sql = f"""
         SELECT m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)
         FROM messages m WHERE {where}{before} ORDER BY m.id DESC LIMIT ?"""
-    rows = conn.execute(sql, [*roles, *params, *([before_id] if before_id is not None else []), limit]).fetchall()
-    return [tuple(row) for row in rows]
+    return conn.tuples(sql, [*roles, *params, *([before_id] if before_id is not None else []), limit])

@@ -306,3 +306,18 @@ def recall_matches(
         SELECT m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)
         FROM messages m WHERE {where}{before} ORDER BY m.id DESC LIMIT ?"""
     return conn.tuples(sql, [*roles, *params, *([before_id] if before_id is not None else []), limit])
+
+
+def matches_among(conn: Connection, expr: str, ids: list[int], limit: int) -> list[tuple[int]]:
+    """(id,) of the messages among `ids` that match the word-index expression, newest first, at most
+    `limit`: recall's read beside its anchor (gateway/recall/read.py read_within), whose matches are
+    all among the anchor's rows, read in full. Reading them through the windows instead checked the
+    phrase distances of every message holding the words: 12,000 of them, 156 ms, for
+    "fix docker" beside its anchor at 100k messages."""
+    query = expand_pair(conn, tsquery_pair_of_fts(expr))
+    if not query or not ids:
+        return []
+    sql = (
+        "SELECT m.id FROM messages m WHERE m.id = ANY(?::bigint[]) AND m.words @@ ?::tsquery ORDER BY m.id DESC LIMIT ?"
+    )
+    return conn.tuples(sql, [ids, query[0], limit])

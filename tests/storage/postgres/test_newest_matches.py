@@ -8,7 +8,7 @@ import pytest
 
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.schema import BUCKET_IDS
-from gateway.storage.postgres.search import HEAD_IDS, HEAD_LIMIT, id_windows, newest_matches, windows
+from gateway.storage.postgres.search import HEAD_IDS, HEAD_LIMIT, id_windows, matches_among, newest_matches, windows
 from gateway.storage.postgres.tokens import tsquery_pair_of_fts
 
 
@@ -107,3 +107,15 @@ def test_ranked_reads_stop_at_enough_within_reach(spread: PostgresSessionDB) -> 
     assert len(reach) >= 3 and got == reach
     got = spread.read(lambda c: [r[0] for r in newest_matches(c, query, 1000, enough=(len(newest) - 1, BUCKET_IDS))])
     assert got == newest[: len(newest) - 1]
+
+
+@pytest.mark.parametrize("limit", [1, 5, 1000])
+def test_matches_among_the_anchors_rows_are_the_whole_expressions(spread: PostgresSessionDB, limit: int) -> None:
+    """Recall's read beside its anchor (read in full): the anchor's rows that match "anchor AND
+    unit" are exactly the matches of that expression."""
+    anchor_ids = plain(spread, "'sparse'", 10_000, None)
+    expr = '("sparse") AND (NEAR("pair" "filler", 3))'
+    query = tsquery_pair_of_fts(expr)
+    assert query
+    got = spread.read(lambda c: [r[0] for r in matches_among(c, expr, anchor_ids, limit)])
+    assert got == plain(spread, query[0], limit, None) and got

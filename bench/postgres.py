@@ -212,7 +212,7 @@ def bench_size(
                 return find_sessions(pg, q, see_all=True)
 
         recalls["pg before"] = recall_before
-    names = list(searches)
+    names = ["sqlite", *(["pg before"] if before is not None else []), "postgres"]  # as the summary prints them
     print(f"search_messages latency ms, {rounds} runs per shape (limit 20), interleaved; p50/p99 (empty results)")
     print(f"  {'shape':22} " + " ".join(f"{name:>22}" for name in names))
     recall_rounds = max(20, rounds // 5)

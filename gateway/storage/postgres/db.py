@@ -101,10 +101,16 @@ class PostgresSessionDB:
             return fn(Connection(raw))
 
     def read(self, fn: Callable[[Connection], T]) -> T:
-        """Run fn(conn) in one read-only snapshot."""
-        with self._pool.connection() as raw, raw.transaction():
-            raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            return fn(Connection(raw))
+        """Run fn(conn) in one read-only snapshot. The BEGIN says so itself: a SET TRANSACTION after
+        it was a round trip of its own, one of six in a search."""
+        with self._pool.connection() as raw:
+            raw.isolation_level, raw.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
+            try:
+                with raw.transaction():
+                    return fn(Connection(raw))
+            finally:
+                if not raw.closed:  # writes on this pooled connection begin as the server's default
+                    raw.isolation_level = raw.read_only = None
 
     def search_read(self, fn: Callable[[Connection], T]) -> T:
         """`read`: here the word and identifier columns are written with their message, in its

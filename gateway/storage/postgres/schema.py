@@ -218,6 +218,35 @@ MIGRATIONS: list[str] = [
         FOR EACH ROW EXECUTE FUNCTION messages_words_bucket();
     UPDATE messages SET words = words WHERE words IS NOT NULL;
     """,
+    # v5 -> v6: the vocabulary of the word column (vocabulary.py): every letter-first ASCII word a
+    # message holds, added by triggers (a statement's inserted rows at once, so COPY too; a
+    # rewritten `words` row by row); filled from the stored words by one read of the table: no
+    # message is rewritten
+    """
+    CREATE TABLE words_vocab (word text COLLATE "C" PRIMARY KEY);
+    CREATE FUNCTION words_vocab_of_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO words_vocab (word)
+            SELECT DISTINCT w FROM inserted, unnest(tsvector_to_array(inserted.words)) AS w
+            WHERE w COLLATE "C" ~ '^[a-z][a-z0-9]*$'
+            ON CONFLICT DO NOTHING;
+        RETURN NULL;
+    END $$;
+    CREATE FUNCTION words_vocab_of_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO words_vocab (word)
+            SELECT w FROM unnest(tsvector_to_array(NEW.words)) AS w WHERE w COLLATE "C" ~ '^[a-z][a-z0-9]*$'
+            ON CONFLICT DO NOTHING;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER messages_words_vocab_insert AFTER INSERT ON messages REFERENCING NEW TABLE AS inserted
+        FOR EACH STATEMENT EXECUTE FUNCTION words_vocab_of_inserted();
+    CREATE TRIGGER messages_words_vocab_update AFTER UPDATE OF words ON messages
+        FOR EACH ROW WHEN (NEW.words IS NOT NULL) EXECUTE FUNCTION words_vocab_of_updated();
+    INSERT INTO words_vocab (word)
+        SELECT DISTINCT w FROM messages, unnest(tsvector_to_array(words)) AS w
+        WHERE w COLLATE "C" ~ '^[a-z][a-z0-9]*$';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -13,7 +13,10 @@ order. Left to the planner, at 1M messages (bench/postgres.py) that was 240 ms f
 in 1.8 % of messages (the primary key walked backwards over 110k rows), 1.8 s for a URL in 80k of
 them (every match fetched and sorted: the planner took the phrase for 3 rows), 1.8 s per NEAR pair
 of recall. `newest_matches` reads windows of the newest id buckets instead (schema.py v5), so each
-statement's work is bounded by the matches of its window.
+statement's work is bounded by the matches of its window. A prefix ('fix':*) is replaced by the
+whole words it stands for first (vocabulary.py): a GIN index collects every match of a prefix
+before it returns one, so a window could not skip to its own buckets (90-330 ms per window for
+recall's "fix* docker*" pair at 1M messages).
 
 No driver import here: recall (gateway/recall/read.py) calls `recall_matches` with the
 connection `db.read` gave it.
@@ -21,11 +24,13 @@ connection `db.read` gave it.
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gateway.storage.fts import Query, make_snippet, parse_query
 from gateway.storage.postgres.schema import BUCKET_IDS
 from gateway.storage.postgres.tokens import like_patterns_of_fts, phrase_query, tsquery_pair_of_fts
+from gateway.storage.postgres.vocabulary import expand_pair, expand_tsquery
 from gateway.storage.schema import visible_sql
 from gateway.storage.search import CANDIDATE_CAP, MIN_SESSIONS_BEFORE_RELAXING, build_filters
 
@@ -33,13 +38,21 @@ if TYPE_CHECKING:
     from gateway.storage.postgres.connection import Connection
 
 VISIBLE = visible_sql("m")
-_COLUMNS = "m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.user_id, s.source, s.title AS session_title"
-_CANDIDATE = "id, session_id, role, timestamp, tool_name, user_id, active, compacted, words"
+# a hit's columns, and its text for the snippet (one statement fewer per search than reading it after)
+_COLUMNS = (
+    "m.id, m.session_id, m.role, m.timestamp, m.tool_name, m.user_id, s.source, s.title AS session_title, m.content"
+)
+_CANDIDATE = "id, session_id, role, timestamp, tool_name, user_id, active, compacted, words, content"
 FIRST_WINDOW = 2  # id buckets (2 x 8,192 messages) the newest matches are looked for in first
 # a GIN scan advances every OR'ed bucket entry past each candidate: 28 of them took 29 ms for a word
 # in 4,141 messages of the window; wider windows are bounded by their ids alone (the index then
 # answers the words, the primary key the range)
 MAX_BUCKET_TERMS = 8
+# a read of a few rows looks at the newest HEAD_IDS messages first: a window's heap visits are all its
+# matches (a bitmap has no order), 875 of them for "nginx.conf" (in 10 % of messages) to return 20,
+# 4.4 of its 5.9 ms at 1M messages; recall's probes (40-150 rows) are such reads too
+HEAD_IDS = 2048
+HEAD_LIMIT = 200
 REACH_IDS = 4 * BUCKET_IDS  # search ranks the matches of the newest 32,768 messages when they hold a page
 
 
@@ -55,10 +68,23 @@ def windows(top: int) -> list[tuple[int, int]]:
     return out
 
 
-def _window_sql(columns: str, check: str, newest: int, oldest: int) -> tuple[str, str]:
+def id_windows(top: int, limit: int) -> list[tuple[int, int]]:
+    """The windows of `windows` as id ranges (below, low), newest first; a read of at most
+    HEAD_LIMIT rows begins with the newest HEAD_IDS ids alone."""
+    out, below = [], top + 1
+    for _, oldest in windows(top):
+        out.append((below, oldest * BUCKET_IDS))
+        below = oldest * BUCKET_IDS
+    if limit <= HEAD_LIMIT and out[0][1] < top + 1 - HEAD_IDS:
+        out[0:1] = [(top + 1, top + 1 - HEAD_IDS), (top + 1 - HEAD_IDS, out[0][1])]
+    return out
+
+
+def _window_sql(columns: str, check: str, below: int, low: int) -> tuple[str, str]:
     """One window's SELECT (its tsquery, window-ids and limit as parameters), and the bucket terms
     its presence is ANDed with ("" for a wide window, bounded by its ids alone)."""
     buckets = ""
+    newest, oldest = (below - 1) // BUCKET_IDS, low // BUCKET_IDS
     if 0 < oldest and newest - oldest < MAX_BUCKET_TERMS:
         buckets = " & (" + " | ".join(f"'~{b}'" for b in range(newest, oldest - 1, -1)) + ")"
     sql = f"""(SELECT {columns} FROM messages m
@@ -79,7 +105,7 @@ def newest_matches(
     (tsquery, presence) below `before_id`, newest first: what "WHERE words @@ q ORDER BY id DESC
     LIMIT n" means.
 
-    It is read window by window over the id buckets (schema.py v5, `windows`), each window one GIN
+    It is read window by window over the id buckets (schema.py v5, `id_windows`), each window one GIN
     scan for "presence AND one of these buckets" bounded by the window's ids, so neither plan the
     planner may pick (the index, or the primary key backwards) visits rows outside the window. All
     windows are one statement, `(window 1) UNION ALL (window 2) ... LIMIT n`: Postgres runs the
@@ -98,37 +124,34 @@ def newest_matches(
     if top is None or top < 1 or limit <= 0:
         return []
     check, check_params = ("", []) if presence == tsquery else (" AND ts_match_vq(m.words, ?::tsquery)", [tsquery])
-    spans = windows(top)
+    spans = id_windows(top, limit)
 
-    def read(spans: list[tuple[int, int]], below: int, want: int) -> list[Any]:
-        parts, params, first_below = [], [], below
-        for newest, oldest in spans:
-            sql, buckets = _window_sql(columns, check, newest, oldest)
+    def read(spans: list[tuple[int, int]], want: int) -> list[Any]:
+        parts, params = [], []
+        for below, low in spans:
+            sql, buckets = _window_sql(columns, check, below, low)
             parts.append(sql)
-            low = oldest * BUCKET_IDS
             params += [*column_params, f"({presence}){buckets}", *check_params, below, low, want]
-            below = low
         sql = "SELECT * FROM (" + " UNION ALL ".join(parts) + ") AS w LIMIT ?"
-        found = conn.execute(sql, [*params, want]).fetchall()
-        if len(spans) > 1 and any(a[0] <= b[0] for a, b in zip(found, found[1:])):
+        found = conn.tuples(sql, [*params, want])
+        ids = [row[0] for row in found]
+        if len(spans) > 1 and not all(map(operator.gt, ids, ids[1:])):
             # an Append not run in order (connection.configure turns parallel plans off): window by window
             found = []
-            for newest, oldest in spans:
-                found += read([(newest, oldest)], min(first_below, (newest + 1) * BUCKET_IDS), want - len(found))
+            for span in spans:
+                found += read([span], want - len(found))
                 if len(found) >= want:
                     break
         return found
 
     if not enough:
-        return read(spans, top + 1, limit)
+        return read(spans, limit)
     # the windows reaching enough[1] ids back; too few in them: the newest enough[0], however far back
-    reach = next(
-        (i + 1 for i, (_, oldest) in enumerate(spans) if top + 1 - oldest * BUCKET_IDS >= enough[1]), len(spans)
-    )
-    rows = read(spans[:reach], top + 1, limit)
+    reach = next((i + 1 for i, (_, low) in enumerate(spans) if top + 1 - low >= enough[1]), len(spans))
+    rows = read(spans[:reach], limit)
     if len(rows) >= min(enough[0], limit) or reach == len(spans):
         return rows
-    return rows + read(spans[reach:], spans[reach - 1][1] * BUCKET_IDS, min(enough[0], limit) - len(rows))
+    return rows + read(spans[reach:], min(enough[0], limit) - len(rows))
 
 
 def word_hits(
@@ -157,7 +180,7 @@ def word_hits(
     else:
         rank = ("m.id, -ts_rank(m.words, ?::tsquery, 1)", [query[0]])  # 1: divided by 1 + log(length), as BM25
         first = newest_matches(conn, query, cap, columns=rank[0], column_params=rank[1], enough=(limit, REACH_IDS))
-        first.sort(key=lambda row: (row[1], -row[0]))
+        first.sort(key=operator.itemgetter(1))  # stable: ties stay newest first, as they were read
     if not first:
         return []
     order = "score, m.id DESC" if ranked else "m.id DESC"
@@ -204,7 +227,7 @@ def substring_hits(
     if others:
         word_query = " & ".join(q for t in others if (q := phrase_query(t.tokens, t.prefix)))
         if word_query:
-            word_clause, word_params = "AND m.words @@ ?::tsquery", [word_query]
+            word_clause, word_params = "AND m.words @@ ?::tsquery", [expand_tsquery(conn, word_query)]
     like = " AND ".join("idents LIKE ?" for _ in patterns)
     sql = f"""
         SELECT {_COLUMNS}, 0.0 AS score
@@ -233,28 +256,29 @@ def search_messages(
         return []
     filters = build_filters(role_filter, exclude_sources)
     found: dict[int, dict] = {}
+    contents: dict[int, str] = {}
 
     def take(rows: list[Any], match: str) -> None:
         for row in rows:
             if row["id"] not in found:
-                found[row["id"]] = dict(row) | {"match": match}
+                hit = dict(row)
+                contents[row["id"]] = hit.pop("content") or ""
+                found[row["id"]] = hit | {"match": match}
 
-    take(word_hits(conn, tsquery_pair_of_fts(parsed.expression("all")), filters, want, ranked=not parsed.exact), "all")
+    strict = expand_pair(conn, tsquery_pair_of_fts(parsed.expression("all")))
+    take(word_hits(conn, strict, filters, want, ranked=not parsed.exact), "all")
     if len(found) < want:
         take(substring_hits(conn, parsed, filters, want), "substring")
     sessions = {hit["session_id"] for hit in found.values()}
     terms = parsed.content_terms
     relaxable = len(terms) > 1 or any(t.cjk and len(t.tokens) > 2 for t in terms)
     if relaxable and (len(sessions) < MIN_SESSIONS_BEFORE_RELAXING or len(found) < want):
-        take(word_hits(conn, tsquery_pair_of_fts(parsed.expression("any")), filters, want), "any")
+        take(word_hits(conn, expand_pair(conn, tsquery_pair_of_fts(parsed.expression("any"))), filters, want), "any")
 
     page = list(found.values())[offset:want]
-    if page:
-        ids = [hit["id"] for hit in page]
-        contents = dict(conn.execute("SELECT id, content FROM messages WHERE id = ANY(?)", (ids,)).fetchall())
-        words = parsed.highlight_words()
-        for hit in page:
-            hit["snippet"] = make_snippet(contents.get(hit["id"]) or "", words)
+    words = parsed.highlight_words()
+    for hit in page:
+        hit["snippet"] = make_snippet(contents[hit["id"]], words)
     return page
 
 
@@ -272,15 +296,28 @@ def recall_matches(
             return []
         where, params = " AND ".join("m.idents LIKE ?" for _ in patterns), list(patterns)
     else:
-        query = tsquery_pair_of_fts(expr)
+        query = expand_pair(conn, tsquery_pair_of_fts(expr))
         if not query:
             return []
         columns = f"m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)"
-        rows = newest_matches(conn, query, limit, before_id, columns, roles)
-        return [tuple(row) for row in rows]
+        return newest_matches(conn, query, limit, before_id, columns, roles)
     before = " AND m.id < ?" if before_id is not None else ""
     sql = f"""
         SELECT m.id, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)
         FROM messages m WHERE {where}{before} ORDER BY m.id DESC LIMIT ?"""
-    rows = conn.execute(sql, [*roles, *params, *([before_id] if before_id is not None else []), limit]).fetchall()
-    return [tuple(row) for row in rows]
+    return conn.tuples(sql, [*roles, *params, *([before_id] if before_id is not None else []), limit])
+
+
+def matches_among(conn: Connection, expr: str, ids: list[int], limit: int) -> list[tuple[int]]:
+    """(id,) of the messages among `ids` that match the word-index expression, newest first, at most
+    `limit`: recall's read beside its anchor (gateway/recall/read.py read_within), whose matches are
+    all among the anchor's rows, read in full. Reading them through the windows instead checked the
+    phrase distances of every message holding the words: 12,000 of them, 156 ms, for
+    "fix docker" beside its anchor at 100k messages."""
+    query = expand_pair(conn, tsquery_pair_of_fts(expr))
+    if not query or not ids:
+        return []
+    sql = (
+        "SELECT m.id FROM messages m WHERE m.id = ANY(?::bigint[]) AND m.words @@ ?::tsquery ORDER BY m.id DESC LIMIT ?"
+    )
+    return conn.tuples(sql, [ids, query[0], limit])

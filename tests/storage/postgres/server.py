@@ -60,8 +60,9 @@ def _run_as() -> str | None:
 class PrivatePostgres:
     """`start()` it, use `dsn(dbname)`, `create_database()`; `stop()` removes everything."""
 
-    def __init__(self, *, durable: bool = False) -> None:
+    def __init__(self, *, durable: bool = False, settings: dict[str, str] | None = None) -> None:
         self.durable = durable
+        self.settings = dict(settings or {})  # server settings on top of these defaults (bench: memory)
         self.bindir = find_bindir()
         self.user = _run_as()
         self.root = Path(tempfile.mkdtemp(prefix="chinwag-pg-", dir="/tmp"))
@@ -103,6 +104,7 @@ class PrivatePostgres:
         ]
         if not self.durable:
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+        options += [f"-c {name}={value}" for name, value in self.settings.items()]
         for attempt in range(5):
             self.port = _free_port()
             started = subprocess.run(

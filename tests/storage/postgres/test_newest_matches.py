@@ -8,7 +8,7 @@ import pytest
 
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.schema import BUCKET_IDS
-from gateway.storage.postgres.search import newest_matches, windows
+from gateway.storage.postgres.search import HEAD_IDS, HEAD_LIMIT, id_windows, matches_among, newest_matches, windows
 from gateway.storage.postgres.tokens import tsquery_pair_of_fts
 
 
@@ -42,7 +42,7 @@ def test_the_same_rows_as_the_plain_query(spread: PostgresSessionDB, expr: str) 
     assert query
     all_ids = [r[0] for r in spread.read(lambda c: c.execute("SELECT id FROM messages ORDER BY id").fetchall())]
     befores = [None, all_ids[-1], all_ids[-30], 6 * BUCKET_IDS + 8, 2 * BUCKET_IDS, all_ids[3]]
-    for limit in (1, 3, 10, 40, 200):
+    for limit in (1, 3, 10, 40, HEAD_LIMIT, HEAD_LIMIT + 1, 500):  # with and without the head window
         for before in befores:
             got = spread.read(lambda c: [r[0] for r in newest_matches(c, query, limit, before)])
             assert got == plain(spread, query[0], limit, before), (limit, before)
@@ -79,6 +79,22 @@ def test_the_windows_cover_every_bucket_once_newest_first_doubling(top: int) -> 
     assert all(w <= sum(widths[:i]) for i, w in enumerate(widths) if i)  # each at most all before it
 
 
+@pytest.mark.parametrize("top", [1, HEAD_IDS, BUCKET_IDS + 5, 3 * BUCKET_IDS + 5, 122 * BUCKET_IDS + 576])
+def test_the_id_windows_are_the_windows_with_a_head_for_small_reads(top: int) -> None:
+    """Contiguous id ranges from the newest id down to 0; a read of at most HEAD_LIMIT rows starts
+    with the newest HEAD_IDS ids when the first window is wider than that."""
+    big = id_windows(top, HEAD_LIMIT + 1)
+    assert big == [
+        (b, o * BUCKET_IDS)
+        for b, o in zip([top + 1, *(o * BUCKET_IDS for _, o in windows(top))], [o for _, o in windows(top)])
+    ]
+    for spans in (big, id_windows(top, HEAD_LIMIT)):
+        assert spans[0][0] == top + 1 and spans[-1][1] == 0
+        assert all(a[1] == b[0] and a[0] > a[1] for a, b in zip(spans, spans[1:]))
+    small = id_windows(top, HEAD_LIMIT)
+    assert small[0] == ((top + 1, top + 1 - HEAD_IDS) if big[0][1] < top + 1 - HEAD_IDS else big[0])
+
+
 def test_ranked_reads_stop_at_enough_within_reach(spread: PostgresSessionDB) -> None:
     """Ranked search's read: the matches of the windows reaching `ids` back when they hold `rows`,
     else the newest `rows` however far back."""
@@ -91,3 +107,15 @@ def test_ranked_reads_stop_at_enough_within_reach(spread: PostgresSessionDB) -> 
     assert len(reach) >= 3 and got == reach
     got = spread.read(lambda c: [r[0] for r in newest_matches(c, query, 1000, enough=(len(newest) - 1, BUCKET_IDS))])
     assert got == newest[: len(newest) - 1]
+
+
+@pytest.mark.parametrize("limit", [1, 5, 1000])
+def test_matches_among_the_anchors_rows_are_the_whole_expressions(spread: PostgresSessionDB, limit: int) -> None:
+    """Recall's read beside its anchor (read in full): the anchor's rows that match "anchor AND
+    unit" are exactly the matches of that expression."""
+    anchor_ids = plain(spread, "'sparse'", 10_000, None)
+    expr = '("sparse") AND (NEAR("pair" "filler", 3))'
+    query = tsquery_pair_of_fts(expr)
+    assert query
+    got = spread.read(lambda c: [r[0] for r in matches_among(c, expr, anchor_ids, limit)])
+    assert got == plain(spread, query[0], limit, None) and got

@@ -127,3 +127,13 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def human_bytes(n: int | None) -> str:
+    """A byte count as people read it: 812 B, 3.4 MB."""
+    size = float(n or 0)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)  # pragma: no cover

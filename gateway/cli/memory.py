@@ -14,11 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from gateway.cli.sessions import _storage_config
+from gateway.cli.store import EXIT_BAD_INPUT, storage_config, usage
 from gateway.storage.home import home_from_args
 from tools.memory import MemoryRefused, NoteFiles, NotePlace, NoteTable, copy_notes
 
-EXIT_BAD_INPUT = 2
 SAID = {
     "copied": "written",
     "same": "already the same",
@@ -30,7 +29,7 @@ SAID = {
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("memory", help="export or import MEMORY.md/USER.md (kept in the database on Postgres)")
     cmds = parser.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
-    parser.set_defaults(handler=lambda args: _usage(parser))
+    parser.set_defaults(handler=lambda args: usage(parser))
     for name, text in (
         ("export", "write MEMORY.md and USER.md as files into DIR (default: the home)"),
         ("import", "read MEMORY.md and USER.md from DIR (default: the home) into where the daemon keeps them"),
@@ -41,11 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=cmd_transfer)
 
 
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_BAD_INPUT
-
-
 def cmd_transfer(args: argparse.Namespace) -> int:
     name = f"memory {args.memory_command}"
     try:
@@ -54,7 +48,7 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         print(f"{name}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     files_dir = Path(args.dir).expanduser() if args.dir else home.root
-    storage = _storage_config(args)
+    storage = storage_config(args)
     db = None
     if storage is not None and storage.backend == "postgres":
         from gateway.db import StorageUnavailable, open_db

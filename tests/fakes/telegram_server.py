@@ -194,6 +194,8 @@ class FakeTelegram:
             "supports_inline_queries": False,
         }
         self.calls: list[Call] = []
+        self.peers: set[Any] = set()  # the client sockets (host, port) API calls came over
+        self.hold: asyncio.Event | None = None  # set: API answers wait until it is set
         self.updates: list[dict[str, Any]] = []
         self.next_update_id = 1000
         self.messages: dict[tuple[int, int], dict[str, Any]] = {}
@@ -377,6 +379,11 @@ class FakeTelegram:
         method = request.match_info["method"]
         params = await _read_params(request)
         self.calls.append(Call(method, params, at=self.clock()))
+        if method.lower() != "getupdates":  # the SDK polls on a pool of its own
+            if request.transport is not None:
+                self.peers.add(request.transport.get_extra_info("peername"))
+            if self.hold is not None:
+                await self.hold.wait()
         if request.match_info["token"] not in self.valid_tokens:
             return _error(401, "Unauthorized")
         scripted = self.failures.get(method.lower())

@@ -257,6 +257,25 @@ def dm_source(chat_id: int = 42) -> SessionSource:
     return SessionSource(platform="telegram", chat_id=str(chat_id), chat_type="dm", user_id=str(chat_id))
 
 
+async def test_many_chats_at_once_share_a_bounded_set_of_connections(fake, tg):
+    # httpcore's pool does work per request that grows with the square of its connections; the
+    # SDK's default of 256 made that most of the CPU per message with 200 chats answered at once
+    from platforms.telegram.adapter import BOT_API_CONNECTIONS
+
+    fake.hold = asyncio.Event()  # every answer waits: each send holds its connection
+    fake.peers.clear()
+    sends = [
+        asyncio.create_task(tg.adapter.send(dm_source(1000 + n), f"hi {n}")) for n in range(3 * BOT_API_CONNECTIONS)
+    ]
+    await until(lambda: len(fake.calls_to("sendMessage")) >= BOT_API_CONNECTIONS)
+    await asyncio.sleep(0.2)  # a pool without a bound would open one connection per send by now
+    assert len(fake.calls_to("sendMessage")) == BOT_API_CONNECTIONS
+    fake.hold.set()
+    assert all(await asyncio.gather(*sends))  # the rest queued for a connection, none was lost
+    assert len(fake.calls_to("sendMessage")) == 3 * BOT_API_CONNECTIONS
+    assert len(fake.peers) <= BOT_API_CONNECTIONS
+
+
 async def test_markdown_goes_out_as_valid_markdown_v2(fake, tg):
     text = (
         "**Done!** Run `pip install -e .` then:\n"

@@ -1,0 +1,180 @@
+"""The store a `chinwag sessions` command works on, and how its errors reach the person typing.
+
+One home for what every subcommand (gateway/cli/sessions.py, gateway/cli/transfer.py) and
+`chinwag memory` share: which backend the config names, opening it without ever creating data by
+asking, a session named by id, id prefix or title, and the exit codes: a problem with what was
+asked is one line and exit 2, a home with no data or a damaged database is exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import re
+import sqlite3
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from gateway.db import SessionDB
+from gateway.errors import SchemaTooNew
+from gateway.sessions.mirrors import Mirrors
+from gateway.source import Platform
+from gateway.storage.home import Home, home_from_args
+from gateway.storage.queries import Session
+
+EXIT_BAD_INPUT = 2
+
+
+class CliError(Exception):
+    """A problem with what the user asked for: printed as one line, exit code 2."""
+
+
+class NoData(Exception):
+    """The home holds no database: nothing to read or change, and nothing is created (exit 1)."""
+
+
+def usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def guarded(fn: Any) -> Any:
+    """`fn` as an argparse handler: its CliError, NoData and database errors become the exit codes
+    above, and a closed pipe (`chinwag sessions export | head`) is not an error."""
+
+    def handler(args: argparse.Namespace) -> int:
+        name = args.sessions_command
+        try:
+            return int(fn(args) or 0)
+        except CliError as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except NoData as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            return 1
+        except (SchemaTooNew, sqlite3.DatabaseError) as exc:  # not the user's typo: exit 1
+            print(f"{name}: database {home_from_args(args).db_path}: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:  # `chinwag sessions export | head`
+            try:
+                sys.stdout = open(os.devnull, "w")
+            except OSError:
+                pass
+            return 0
+
+    return handler
+
+
+def storage_config(args: argparse.Namespace) -> Any:
+    """The config's storage section, or None when the config cannot be read: these commands then
+    work on the home's SQLite file, as they did before a backend could be chosen."""
+    from gateway.config.load import ConfigError, load_config
+
+    try:
+        return load_config(getattr(args, "config", None), getattr(args, "home", None)).storage
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
+@contextmanager
+def open_store(
+    args: argparse.Namespace, mirrors: bool = False, create: bool = False
+) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
+    """The DB of this home (or the Postgres database its config names); with `mirrors`, changes are
+    mirrored to the files as the daemon does (on SQLite: Postgres has none, DESIGN §14). Only
+    `create` (import) may make a home that is not there: asking must never leave data behind."""
+    try:
+        home = home_from_args(args)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    storage = storage_config(args)
+    if storage is not None and storage.backend == "postgres":
+        from gateway.db import StorageUnavailable, open_db
+
+        try:
+            db = open_db("postgres", dsn=storage.postgres_dsn)
+        except StorageUnavailable as exc:
+            raise CliError(str(exc)) from None
+        mirrors = False
+    else:
+        if not create and not home.db_path.exists():
+            raise NoData(
+                f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
+                "`chinwag sessions import` makes it; --home DIR names another)"
+            )
+        if create:
+            home.ensure()  # owner-only, before the database is made inside it
+        db = SessionDB(home.db_path)
+    m = Mirrors(home, db) if mirrors else None
+    try:
+        yield home, db, m
+    finally:
+        if m:
+            m.close()
+        db.close()
+
+
+AMBIGUOUS_SHOWN = 10
+
+
+def find_session(db: SessionDB, ref: str) -> Session:
+    """An id, a unique id prefix (6+), the unique random part at an id's end (4+ hex), or a title.
+    Several matches are named, never taken as none."""
+    row = db.find_session(ref)
+    if row is not None:
+        return row
+    ref = ref.strip()
+    if re.fullmatch(r"[0-9a-f_]{4,}", ref):
+        prefixed, suffixed = db.read(
+            lambda conn: (
+                [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT id FROM sessions WHERE id >= ? AND id < ? ORDER BY id", (ref, ref + "\uffff")
+                    )
+                ],
+                [r[0] for r in conn.execute("SELECT id FROM sessions WHERE id LIKE '%' || ? ORDER BY id", (ref,))]
+                if re.fullmatch(r"[0-9a-f]{4,}", ref)
+                else [],
+            )
+        )
+        if not prefixed and len(suffixed) == 1:
+            found = db.get_session(suffixed[0])
+            if found is not None:
+                return found
+        several = prefixed if len(prefixed) > 1 else suffixed
+        if len(several) > 1:
+            shown = ", ".join(several[:AMBIGUOUS_SHOWN]) + (" …" if len(several) > AMBIGUOUS_SHOWN else "")
+            raise CliError(f"{ref!r} is ambiguous: {len(several)} sessions match ({shown}); give more of the id")
+    raise CliError(f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title)")
+
+
+KNOWN_SOURCES = (*(p.value for p in Platform), "tool")
+
+
+def check_source(db: SessionDB, source: str | None) -> None:
+    """A --source nobody has is a typo far more often than a question: name the valid ones."""
+    if source is None:
+        return
+    valid = sorted(set(KNOWN_SOURCES) | set(db.count_by_source()))
+    if source not in valid:
+        close = difflib.get_close_matches(source, valid, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise CliError(f"unknown source {source!r}: {hint}sources are {', '.join(valid)}")
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2, default=str))

@@ -279,6 +279,30 @@ def compare(dsn: str, against: str, rounds: int) -> None:
     pg.close()
 
 
+def run(sizes: list[int], rounds: int, server_kind: str = "production", against: str | None = None) -> None:
+    """Load each size into SQLite and a private Postgres of `server_kind`, time every shape on both
+    (and on the search.py at `against`, interleaved), and print the summary table with the targets."""
+    before = load_module(against) if against else None
+    settings = server_settings(server_kind)
+    table: dict[int, dict[str, dict[str, tuple]]] = {}
+    print(f"postgres server: {server_kind} {settings or '(shared_buffers 128MB)'}; load {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory() as tmp, PrivatePostgres(durable=True, settings=settings) as server:
+        for n in sizes:
+            table[n] = bench_size(n, rounds, server, tmp, before, warm=server_kind == "production")
+    names = ["sqlite", *(["pg before"] if before else []), "postgres"]
+    print(f"\n=== search p50/p99 ms, {' | '.join(names)} (target: Postgres p99 at the largest size) ===")
+    width = 14 * len(names) + 3 * (len(names) - 1)
+    print(f"  {'shape':22} " + " ".join(f"{f'{n:,}':>{width}}" for n in sizes) + "  target")
+    largest = sizes[-1]
+    for shape in table[largest]:
+        cells = [" | ".join(f"{table[n][shape][r][0]:6.1f}/{table[n][shape][r][1]:6.1f}" for r in names) for n in sizes]
+        target = TARGET_MS.get(shape, DEFAULT_TARGET_MS)
+        met = table[largest][shape]["postgres"][1] <= target
+        verdict = "" if shape.startswith("recall") else f"  {target:.0f} {'met' if met else 'MISSED'}"
+        print(f"  {shape:22} " + " ".join(f"{c:>{width}}" for c in cells) + verdict)
+    print(f"load {os.getloadavg()[0]:.1f} at the end")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000], metavar="N")
@@ -293,27 +317,7 @@ def main() -> None:
     if args.dsn:
         time_postgres(args.dsn, args.rounds)
         return
-    before = load_module(args.against) if args.against else None
-    settings = server_settings(args.server)
-    table: dict[int, dict[str, dict[str, tuple]]] = {}
-    print(f"postgres server: {args.server} {settings or '(shared_buffers 128MB)'}; load {os.getloadavg()[0]:.1f}")
-    with tempfile.TemporaryDirectory() as tmp, PrivatePostgres(durable=True, settings=settings) as server:
-        for n in args.sizes:
-            table[n] = bench_size(n, args.rounds, server, tmp, before, warm=args.server == "production")
-    names = ["sqlite", *(["pg before"] if before else []), "postgres"]
-    print(f"\n=== search p50/p99 ms, {' | '.join(names)} (target: Postgres p99 at the largest size) ===")
-    width = 14 * len(names) + 3 * (len(names) - 1)
-    print(f"  {'shape':22} " + " ".join(f"{f'{n:,}':>{width}}" for n in args.sizes) + "  target")
-    largest = args.sizes[-1]
-    for shape in table[largest]:
-        cells = [
-            " | ".join(f"{table[n][shape][r][0]:6.1f}/{table[n][shape][r][1]:6.1f}" for r in names) for n in args.sizes
-        ]
-        target = TARGET_MS.get(shape, DEFAULT_TARGET_MS)
-        met = table[largest][shape]["postgres"][1] <= target
-        verdict = "" if shape.startswith("recall") else f"  {target:.0f} {'met' if met else 'MISSED'}"
-        print(f"  {shape:22} " + " ".join(f"{c:>{width}}" for c in cells) + verdict)
-    print(f"load {os.getloadavg()[0]:.1f} at the end")
+    run(args.sizes, args.rounds, args.server, args.against)
 
 
 if __name__ == "__main__":

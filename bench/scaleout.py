@@ -1,6 +1,7 @@
 """Scale-out on Postgres (issue 17): messages/s for 1, 2 and 3 replicas in one run, and failover.
 
     PYTHONPATH=. python bench/scaleout.py --chats 200 --per-chat 2
+    PYTHONPATH=. python bench/scaleout.py --search-sizes 0    # without the search section (~6 min less)
 
 Starts a private PostgreSQL (tests/storage/postgres/server.py, fsync on), the Telegram fake and an
 instant model (tests/fakes: the echo reply, no delay) in this process, then for each replica count
@@ -20,8 +21,8 @@ gateway/storage/postgres/replicas.py for the figures chosen).
 
 Everything runs on this machine's cores: the replicas, Postgres, and this process (fake platform,
 fake model, posters), so the figures are the gateway's share of a small box, not a ceiling.
-Search p50/p99 at 100k and 1M messages on Postgres beside SQLite belongs in the same run: its
-section is `search_section` below (bench/postgres.py has the measurement).
+Last, search p50/p99 at 100k and 1M messages on Postgres beside SQLite (bench/postgres.py's
+measurement, `search_section` below).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import aiohttp
 import psycopg
 
+from bench import postgres as postgres_bench
 from tests.fakes.daemon import Daemon
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -242,9 +244,13 @@ async def failover(
         await tg.stop()
 
 
-def search_section(server: PrivatePostgres, args: argparse.Namespace) -> None:
-    """Search p50/p99 on Postgres at 100k and 1M messages beside SQLite, in this same run: the search
-    part of issue 17 fills this in (its measurement is bench/postgres.py's)."""
+def search_section(args: argparse.Namespace) -> None:
+    """Search p50/p99 on Postgres beside SQLite at --search-sizes, in this same run: bench/postgres.py's
+    measurement (its docstring says what is timed), on a production-sized server of its own."""
+    sizes = [int(x) for x in args.search_sizes.split(",") if x.strip() and int(x) > 0]
+    if sizes:
+        print(f"\nsearch on Postgres beside SQLite, {', '.join(f'{n:,}' for n in sizes)} messages", flush=True)
+        postgres_bench.run(sizes, args.search_rounds)
 
 
 async def main() -> None:
@@ -254,6 +260,12 @@ async def main() -> None:
     parser.add_argument("--replicas", default="1,2,3", help="replica counts to measure")
     parser.add_argument("--failover-chats", type=int, default=20)
     parser.add_argument("--no-fsync", action="store_true", help="Postgres with fsync off (what commits cost)")
+    parser.add_argument(
+        "--search-sizes",
+        default="100000,1000000",
+        help="store sizes for the search section (0: skip it; 1M loads in ~5 min)",
+    )
+    parser.add_argument("--search-rounds", type=int, default=100, help="queries timed per shape and backend")
     args = parser.parse_args()
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # replicas killed mid-request, on purpose
     with (
@@ -281,7 +293,7 @@ async def main() -> None:
                 f"every update {seconds:.2f}s",
                 flush=True,
             )
-        search_section(server, args)
+    search_section(args)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 `plan_query` cuts any input into *units*, each one piece of evidence counted on its own:
 - an English word, also matched through a light stem as a prefix ("painted" -> "paint*", which
-  finds "painting"); a possessive counts for the name ("Caroline's" -> "Caroline");
+  finds "painting"), and through its irregular forms ("met" -> "meet", gateway/recall/forms.py);
+  a possessive counts for the name ("Caroline's" -> "Caroline");
 - an identifier (path, host, error code, email, URL) kept whole, and also searched as a substring
   in the identifier index; words joined by "/" are alternatives ("artists/bands");
 - a Chinese/Japanese/Korean piece: a run of Han characters has no spaces, so it is cut at stop
@@ -24,9 +25,11 @@ from itertools import product
 from typing import Callable
 
 from gateway.recall.dates import DateSpec, extract_dates
+from gateway.recall.forms import forms
 from gateway.storage.fts import (
     CHINESE_STOP_CHARS,
     CHINESE_STOP_WORDS,
+    ENGLISH_STOP_WORDS,
     MAX_QUERY_CHARS,
     Query,
     Term,
@@ -149,12 +152,19 @@ _POSSESSIVE = re.compile(r"['’][sS]$")
 
 
 def _word_unit(word: str) -> Unit:
-    """A plain word, also matched through its light stem as a prefix."""
+    """A plain word, also matched through its light stem as a prefix, and through its irregular
+    forms ("met" -> "meet", "meets", "meeting"; gateway/recall/forms.py)."""
     stem = _stem(word)
     expr = _quote(word) + (f" OR {_quote(stem)}*" if stem and stem != word.lower() else "")
     if stem == word.lower():
         expr = _quote(word) + "*"
-    return Unit(label=word, word_expr=expr, highlight=[stem or word])
+    lower = word.lower()
+    # a form that is a stop word ("went", "got") carries nothing on its own: it would only flood the unit
+    others = sorted(
+        f for f in forms(word) if f != lower and f not in ENGLISH_STOP_WORDS and not (stem and f.startswith(stem))
+    )
+    expr += "".join(f" OR {_quote(f)}" for f in others)
+    return Unit(label=word, word_expr=expr, highlight=[stem or word, *others])
 
 
 def _units_of(term: Term, fallback: bool = False) -> list[Unit]:

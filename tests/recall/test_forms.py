@@ -47,3 +47,15 @@ def test_a_question_finds_the_answer_said_in_another_tense(db) -> None:
         db.create_session(sid, "telegram", user_id="tom")
         db.append_message(sid, "user", text)
     assert find_sessions(db, "how are the children doing at school", embedder=None)[0].session_id == "kids"
+
+
+def test_a_final_y_after_a_consonant_matches_its_i_forms(db) -> None:
+    (unit,) = [u for u in plan_query("apply").units if not u.pair]
+    assert '"appl"*' in unit.word_expr
+    (unit,) = [u for u in plan_query("holiday").units if not u.pair]
+    assert unit.word_expr == '"holiday"*'  # a vowel before the y: it stays
+    db.create_session("applied", "telegram", user_id="tom")
+    db.append_message("applied", "user", "I applied to three agencies this week")
+    db.create_session("agencies", "telegram", user_id="tom")
+    db.append_message("agencies", "user", "the agencies were closed")
+    assert find_sessions(db, "when did I apply to the agencies", embedder=None)[0].session_id == "applied"

@@ -347,7 +347,11 @@ def _rank(
         bonus: dict[int, float] = {}
         if query_vector is not None:  # meaning where the words are (semantic.passage_bonus)
             scale = max((best.get(r, 0.0) for r in leaders), default=0.0)
-            held = {mid: session_of[mid] for mids in evidence_of.values() for mid in mids}
+            held = {
+                mid: session_of[mid]
+                for mids in evidence_of.values()
+                for mid in heapq.nlargest(semantic.PASSAGE_MESSAGES, mids, key=lambda m: (mass[m], m))
+            }
             bonus = semantic.passage_bonus(conn, query_vector, held, scale)
         _passage_rerank(
             conn, scores, evidence_of, _message_units(leaders, per_unit, idf, short), session_of, best, bonus

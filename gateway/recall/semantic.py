@@ -28,13 +28,16 @@ spread wider, or a paraphrase with no competing meaning, still lets meaning win 
 
 Meaning also counts inside the lexical stage, where words and meaning meet: a passage's evidence
 in `best(s)` (gateway/recall/rank.py) gains PASSAGE_WEIGHT x the best passage mass of the leaders x
-the window's similarity, min-max scaled over the windows of the leading sessions
-(`passage_bonus`). So of two sessions that both say the question's words, the one whose passage
-around them means what the question asks moves up, and a session with no word of the question
-gains nothing. Measured on LoCoMo raw questions (pooled, with the fusion above): PASSAGE_WEIGHT
-0.15 keeps tune any@1 at 0.745 (MRR 0.817 -> 0.817, any@5 0.935 -> 0.939) and raises held any@1
-0.764 -> 0.769, MRR 0.832 -> 0.835; 0.05 / 0.1 / 0.2 give the same within a question or two, 0.3
-drops tune any@1 to 0.736 and 0.6 to 0.732. MemoryBank-CN unchanged at 0.05-0.3.
+the similarity of the window holding it, min-max scaled over those windows (`passage_bonus`; the
+windows of each leader's PASSAGE_MESSAGES weightiest evidence messages, one key seek each, so a
+long session costs no more than a short one). So of two sessions that both say the question's
+words, the one whose passage around them means what the question asks moves up, and a session
+with no word of the question gains nothing. Measured on LoCoMo raw questions (pooled, with the
+fusion above): tune any@1 0.745 -> 0.745, MRR 0.817 -> 0.817, any@5 0.935 -> 0.939; held any@1
+0.764 -> 0.771, MRR 0.832 -> 0.836; MemoryBank-CN held scoped any@1 0.786 -> 0.821, tune unchanged.
+PASSAGE_WEIGHT 0.1 is the same on LoCoMo (MemoryBank-CN held scoped stays 0.786), 0.2 and 0.3
+cost tune any@1 (0.740, 0.732); PASSAGE_MESSAGES 4 costs a tune question, 16 is the same as 8
+(held 0.769).
 
 When the lexical stage finds nothing (every word unknown to the store), the newest windows are
 compared alone (VECTOR_SCAN of them).
@@ -63,6 +66,7 @@ SEMANTIC_WEIGHT = 0.3  # dev data, e5-small: MRR flat over 0.3-0.5, any@5 lower 
 OVERRULE_MARGIN = 0.1  # cosine lead that lets meaning take the first place from the words (docstring)
 VECTOR_SCAN = 5000  # newest windows compared when the lexical stage finds nothing
 PASSAGE_WEIGHT = 0.15  # a passage's meaning against its words, inside best(s) (docstring: flat over 0.05-0.2)
+PASSAGE_MESSAGES = 8  # a leader's weightiest evidence messages whose windows are looked up (docstring)
 
 _np: Any
 try:  # optional: numpy makes the comparison ~50x faster; pure Python is the fallback
@@ -134,39 +138,30 @@ def passage_bonus(
     conn: sqlite3.Connection, query: QueryVector, messages: Mapping[int, str], scale: float
 ) -> dict[int, float]:
     """message id -> what its passage gains for meaning: PASSAGE_WEIGHT * `scale` * the similarity
-    of the window holding the message, min-max scaled over the windows of the messages' sessions
-    (`messages`: message id -> its session). A message in no stored window gains nothing."""
+    of the window holding the message, min-max scaled over the windows of the `messages` (message
+    id -> its session). A message in no stored window gains nothing. Each window is found by one
+    seek on the table's key (session, first message): a long session's other windows are not read."""
     if not messages or scale <= 0:
         return {}
-    sessions = sorted(set(messages.values()))
-    spans: dict[str, list[tuple[int, int, bytes]]] = {}
-    for start in range(0, len(sessions), 500):
-        chunk = sessions[start : start + 500]
-        # `+model`: off the (model, last_id) index, as in storage/vectors.session_vectors_sql
-        sql = (
-            "SELECT session_id, first_id, last_id, vector FROM message_vectors "
-            f"WHERE +model = ? AND session_id IN ({','.join('?' * len(chunk))})"
-        )
-        for sid, first, last, blob in conn.execute(sql, (query.model, *chunk)):
-            if len(blob) == len(query.values):
-                spans.setdefault(sid, []).append((int(first), int(last), blob))
-    rows = [(sid, first, last, blob) for sid, windows in spans.items() for first, last, blob in windows]
-    if not rows:
+    window_of: dict[int, tuple[str, int]] = {}
+    found: dict[tuple[str, int], bytes] = {}
+    for mid, sid in messages.items():
+        row = conn.execute(
+            "SELECT first_id, last_id, model, vector FROM message_vectors "
+            "WHERE session_id = ? AND first_id <= ? ORDER BY first_id DESC LIMIT 1",
+            (sid, mid),
+        ).fetchone()
+        if row is not None and row[1] >= mid and row[2] == query.model and len(row[3]) == len(query.values):
+            window_of[mid] = (sid, row[0])
+            found[(sid, row[0])] = row[3]
+    if len(found) < 2:
         return {}
-    sims = _cosines(query, [blob for *_, blob in rows])
-    low, high = min(sims), max(sims)
+    keys = list(found)
+    sims = dict(zip(keys, _cosines(query, [found[k] for k in keys])))
+    low, high = min(sims.values()), max(sims.values())
     if high - low <= 1e-9:
         return {}
-    by_session: dict[str, list[tuple[int, int, float]]] = {}
-    for (sid, first, last, _), sim in zip(rows, sims):
-        by_session.setdefault(sid, []).append((first, last, (sim - low) / (high - low)))
-    out: dict[int, float] = {}
-    for mid, sid in messages.items():
-        for first, last, scaled in by_session.get(sid, ()):
-            if first <= mid <= last:
-                out[mid] = PASSAGE_WEIGHT * scale * scaled
-                break
-    return out
+    return {mid: PASSAGE_WEIGHT * scale * (sims[key] - low) / (high - low) for mid, key in window_of.items()}
 
 
 def _cosines(query: QueryVector, blobs: Sequence[bytes]) -> list[float]:

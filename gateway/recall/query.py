@@ -2,7 +2,8 @@
 
 `plan_query` cuts any input into *units*, each one piece of evidence counted on its own:
 - an English word, also matched through a light stem as a prefix ("painted" -> "paint*", which
-  finds "painting"); a possessive counts for the name ("Caroline's" -> "Caroline");
+  finds "painting"), and through its irregular forms ("met" -> "meet", gateway/recall/forms.py);
+  a possessive counts for the name ("Caroline's" -> "Caroline");
 - an identifier (path, host, error code, email, URL) kept whole, and also searched as a substring
   in the identifier index; words joined by "/" are alternatives ("artists/bands");
 - a Chinese/Japanese/Korean piece: a run of Han characters has no spaces, so it is cut at stop
@@ -24,9 +25,11 @@ from itertools import product
 from typing import Callable
 
 from gateway.recall.dates import DateSpec, extract_dates
+from gateway.recall.forms import forms
 from gateway.storage.fts import (
     CHINESE_STOP_CHARS,
     CHINESE_STOP_WORDS,
+    ENGLISH_STOP_WORDS,
     MAX_QUERY_CHARS,
     Query,
     Term,
@@ -93,6 +96,11 @@ def _stem(word: str) -> str | None:
             continue
         if lower.endswith(suffix) and len(lower) - len(suffix) >= (3 if suffix == "s" else 4):
             return lower[: -len(suffix)]  # "stories" -> "stor*", which also matches "story"
+    if len(lower) >= 5 and lower.endswith("y") and lower[-2] not in "aeiou":
+        # the y turns into i before a suffix: "apply" -> "appl*" finds "applied", "applies"
+        # (LoCoMo tune any@1 +2, held unchanged; dropping a final e the same way, "dance" ->
+        # "danc*", measured tune +0, held -1, and is not done)
+        return lower[:-1]
     return lower if len(lower) >= 5 else None
 
 
@@ -149,12 +157,19 @@ _POSSESSIVE = re.compile(r"['’][sS]$")
 
 
 def _word_unit(word: str) -> Unit:
-    """A plain word, also matched through its light stem as a prefix."""
+    """A plain word, also matched through its light stem as a prefix, and through its irregular
+    forms ("met" -> "meet", "meets", "meeting"; gateway/recall/forms.py)."""
     stem = _stem(word)
     expr = _quote(word) + (f" OR {_quote(stem)}*" if stem and stem != word.lower() else "")
     if stem == word.lower():
         expr = _quote(word) + "*"
-    return Unit(label=word, word_expr=expr, highlight=[stem or word])
+    lower = word.lower()
+    # a form that is a stop word ("went", "got") carries nothing on its own: it would only flood the unit
+    others = sorted(
+        f for f in forms(word) if f != lower and f not in ENGLISH_STOP_WORDS and not (stem and f.startswith(stem))
+    )
+    expr += "".join(f" OR {_quote(f)}" for f in others)
+    return Unit(label=word, word_expr=expr, highlight=[stem or word, *others])
 
 
 def _units_of(term: Term, fallback: bool = False) -> list[Unit]:

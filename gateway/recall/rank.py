@@ -343,13 +343,18 @@ def _rank(
         scores[root] += CO_WEIGHT * best.get(root, 0.0)
     if PASSAGE > 1 and scores:
         leaders = heapq.nsmallest(max(RERANK, limit), scores, key=lambda r: -scores[r])
+        evidence_of = {r: _root_mids(r, per_unit) for r in leaders}
+        bonus: dict[int, float] = {}
+        if query_vector is not None:  # meaning where the words are (semantic.passage_bonus)
+            scale = max((best.get(r, 0.0) for r in leaders), default=0.0)
+            held = {
+                mid: session_of[mid]
+                for mids in evidence_of.values()
+                for mid in heapq.nlargest(semantic.PASSAGE_MESSAGES, mids, key=lambda m: (mass[m], m))
+            }
+            bonus = semantic.passage_bonus(conn, query_vector, held, scale)
         _passage_rerank(
-            conn,
-            scores,
-            {r: _root_mids(r, per_unit) for r in leaders},
-            _message_units(leaders, per_unit, idf, short),
-            session_of,
-            best,
+            conn, scores, evidence_of, _message_units(leaders, per_unit, idf, short), session_of, best, bonus
         )
 
     if see_all and own:
@@ -443,10 +448,11 @@ def _passage_rerank(
     message_units: dict[int, dict[int, float]],
     session_of: dict[int, str],
     best: dict[str, float],
+    bonus: dict[int, float],
 ) -> None:
     """For the leading sessions (root -> its messages holding a unit), let `best` look at PASSAGE
     consecutive messages instead of one: a question and its answer are often in a turn and the
-    reply to it."""
+    reply to it. A passage starting at a message also gains that message's `bonus` (meaning)."""
     sessions = {root: {session_of[mid] for mid in mids} for root, mids in leaders.items()}
     visible: dict[str, list[int]] = defaultdict(list)  # session -> its visible messages, in one query
     visible_sql = recall_read.VISIBLE_SQL.replace("m.", "")
@@ -470,7 +476,7 @@ def _passage_rerank(
             found: dict[int, float] = {}
             for q in order[p : p + PASSAGE]:
                 found.update(message_units.get(q, {}))
-            window_best = max(window_best, sum(found.values()))
+            window_best = max(window_best, sum(found.values()) + bonus.get(mid, 0.0))
         scores[root] += CO_WEIGHT * (window_best - single)
 
 

@@ -155,3 +155,16 @@ def test_a_relative_date_lifts_the_session_of_that_day(db) -> None:
     assert hits[0].session_id == "monday"
     hits = find_sessions(db, "上周三聊钢琴了吗 piano", now=NOW + 7 * 86400, embedder=None)  # Wednesday a week on
     assert hits[0].session_id == "newer"
+
+
+def test_a_month_without_a_year_means_that_month_of_any_year(db) -> None:
+    assert dates_in("when did we go camping in July?") == [DateSpec(None, 7, None)]
+    assert dates_in("during early August") == [DateSpec(None, 8, None)]
+    assert dates_in("since March, 2023") == [DateSpec(2023, 3, None)]  # a year given still counts
+    assert dates_in("they may march in july") == [DateSpec(None, 7, None)]  # "march" alone is no date
+    for sid, month in (("july", 7), ("june", 6)):
+        started = datetime(2023, month, 14, 12, tzinfo=timezone.utc).timestamp()
+        db.create_session(sid, "telegram", user_id="tom", started_at=started)
+        db.append_message(sid, "user", "we went camping by the lake", timestamp=started)
+    assert find_sessions(db, "camping in July", embedder=None)[0].session_id == "july"
+    assert find_sessions(db, "camping in June", embedder=None)[0].session_id == "june"

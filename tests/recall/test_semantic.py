@@ -272,3 +272,32 @@ def test_a_leaders_vectors_are_read_by_session_not_by_scanning_the_model(db):
         for r in db.read(lambda conn: conn.execute(f"EXPLAIN QUERY PLAN {sql}", ("m", "a", "b", "c")).fetchall())
     )
     assert "PRIMARY KEY" in plan and "idx_message_vectors_newest" not in plan
+
+
+def test_meaning_where_the_words_are_decides_between_equal_word_matches(db, endpoint, monkeypatch):
+    # both hold the question's one word; the words favour the shorter message, meaning the other turn
+    add(db, "s_coffee", ["my wife joined us at last", "over coffee, lovely"])
+    add(db, "s_weather", ["my wife joined us", "the weather was grey indeed"], started=1.7e9 + 100)
+    question = "Did Tom meet his wife at the cafe?"
+    assert [h.session_id for h in find_sessions(db, question, embedder=None)][0] == "s_weather"
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    monkeypatch.setattr(semantic, "OVERRULE_MARGIN", 1.0)  # the session-level fusion keeps the leader first
+    monkeypatch.setattr(semantic, "PASSAGE_WEIGHT", 0.0)
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_weather"
+    monkeypatch.setattr(semantic, "PASSAGE_WEIGHT", 0.15)
+    hits = find_sessions(db, question, embedder=embedder)
+    assert [h.session_id for h in hits][0] == "s_coffee"
+    assert len(hits) == 2  # nothing without the words is brought in by meaning
+
+
+def test_passage_bonus_is_scaled_over_the_leading_windows(db, endpoint):
+    ids = add(db, "s_a", ["meet wife tom", "x"]) + add(db, "s_b", ["car", "prius"])
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    query = semantic.embed_query(embedder, "meet wife tom")
+    assert query is not None
+    bonus = db.read(lambda conn: semantic.passage_bonus(conn, query, {ids[0]: "s_a", ids[2]: "s_b"}, 10.0))
+    assert bonus[ids[0]] == pytest.approx(semantic.PASSAGE_WEIGHT * 10.0)  # the best window: the full share
+    assert bonus[ids[2]] == pytest.approx(0.0)  # the worst: nothing
+    assert db.read(lambda conn: semantic.passage_bonus(conn, query, {ids[0]: "s_a"}, 10.0)) == {}  # one window

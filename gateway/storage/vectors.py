@@ -6,7 +6,8 @@ windows and not messages: a turn and its reply together say what happened ("did 
 / "yes, a woman at the café"), and four messages share one vector, so an int8 vector of 384
 dimensions costs 96 bytes per message (the budget is 256).
 
-Tables (migration in gateway/storage/schema.py):
+Tables (migrations in gateway/storage/schema.py v7 and gateway/storage/postgres/schema.py v7; the
+SQL below runs on both backends):
 - message_vectors(session_id, first_id, last_id, model, vector): one row per window; `vector` is
   int8, L2-normalised before quantising (cosine = dot / (|a| |b|) on the int8 values; int8 keeps
   rank order: measured 0.99+ cosine to the float vector on LoCoMo windows).
@@ -27,6 +28,8 @@ import sqlite3
 from array import array
 from dataclasses import dataclass
 from typing import Sequence
+
+from gateway.storage.postgres import is_postgres
 
 WINDOW = 4  # messages per window
 MESSAGE_CHARS = 400  # characters of one message that go into its window's text
@@ -130,10 +133,11 @@ def pending_windows(conn: sqlite3.Connection, model: str, max_messages: int) -> 
 
 def store_op(model: str, windows: list[Window], vectors: list[bytes], upto: int, expected_upto: int):
     """A writer op: store the windows' vectors and move the watermark to `upto`, unless the
-    watermark moved meanwhile (an undo sent it back: the batch is read again)."""
+    watermark moved meanwhile (an undo sent it back, or another indexer stored this batch: it is
+    read again)."""
 
     def op(conn: sqlite3.Connection, events: list) -> bool:
-        if progress(conn, model) != expected_upto:
+        if not _claim(conn, model, expected_upto, upto):
             return False
         for window, vector in zip(windows, vectors):
             # a window that grew replaces its open version; rows of another model starting there go too
@@ -145,14 +149,25 @@ def store_op(model: str, windows: list[Window], vectors: list[bytes], upto: int,
                 "INSERT INTO message_vectors (session_id, first_id, last_id, model, vector) VALUES (?, ?, ?, ?, ?)",
                 (window.session_id, window.first_id, window.last_id, model, vector),
             )
-        conn.execute(
-            "INSERT INTO vector_progress (model, upto_id) VALUES (?, ?) "
-            "ON CONFLICT(model) DO UPDATE SET upto_id = excluded.upto_id",
-            (model, upto),
-        )
         return True
 
     return op
+
+
+def _claim(conn: sqlite3.Connection, model: str, expected: int, upto: int) -> bool:
+    """Move the watermark from `expected` to `upto`; False when it is elsewhere. The check and the
+    move are one statement: replicas on one Postgres each run an indexer, and a second one storing
+    the same batch waits on the row, then finds it moved (a check before the move let both store,
+    and the second failed on the first's windows)."""
+    moved = conn.execute(
+        "UPDATE vector_progress SET upto_id = ? WHERE model = ? AND upto_id = ?", (upto, model, expected)
+    ).rowcount
+    if moved or expected != 0:
+        return bool(moved)
+    inserted = conn.execute(
+        "INSERT INTO vector_progress (model, upto_id) VALUES (?, ?) ON CONFLICT (model) DO NOTHING", (model, upto)
+    ).rowcount
+    return inserted == 1
 
 
 def forget_other_models_op(model: str, batch: int = 5000):
@@ -170,11 +185,13 @@ def forget_other_models_op(model: str, batch: int = 5000):
     return op
 
 
-def session_vectors_sql(n: int) -> str:
-    """The windows of `n` sessions for one model (parameters: model, then the session ids). `+model`
-    keeps the planner off the (model, last_id) index, which would walk every window of the model
-    (O(store) per query: 8 ms at 100k messages) instead of the few sessions' primary-key ranges."""
-    return f"SELECT session_id, vector FROM message_vectors WHERE +model = ? AND session_id IN ({','.join('?' * n)})"
+def session_vectors_sql(n: int, sqlite: bool = True) -> str:
+    """The windows of `n` sessions for one model (parameters: model, then the session ids). On
+    SQLite `+model` keeps the planner off the (model, last_id) index, which would walk every window
+    of the model (O(store) per query: 8 ms at 100k messages) instead of the few sessions'
+    primary-key ranges; Postgres's planner weighs the two by their statistics, and has no `+`."""
+    model = "+model" if sqlite else "model"
+    return f"SELECT session_id, vector FROM message_vectors WHERE {model} = ? AND session_id IN ({','.join('?' * n)})"
 
 
 def session_vectors(conn: sqlite3.Connection, model: str, session_ids: Sequence[str]) -> dict[str, list[bytes]]:
@@ -183,7 +200,8 @@ def session_vectors(conn: sqlite3.Connection, model: str, session_ids: Sequence[
     ids = list(dict.fromkeys(session_ids))
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        for sid, vector in conn.execute(session_vectors_sql(len(chunk)), (model, *chunk)):
+        sql = session_vectors_sql(len(chunk), sqlite=not is_postgres(conn))
+        for sid, vector in conn.execute(sql, (model, *chunk)):
             out.setdefault(sid, []).append(vector)
     return out
 

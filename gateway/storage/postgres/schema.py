@@ -247,6 +247,52 @@ MIGRATIONS: list[str] = [
         SELECT DISTINCT w FROM messages, unnest(tsvector_to_array(words)) AS w
         WHERE w COLLATE "C" ~ '^[a-z][a-z0-9]*$';
     """,
+    # v6 -> v7: embedding vectors of message windows for recall's semantic stage, as SQLite's v7
+    # (gateway/storage/vectors.py has the idea and the SQL both backends run); without them a
+    # daemon on Postgres with `embeddings` configured failed every recall
+    """
+    CREATE TABLE message_vectors (
+        session_id text NOT NULL,
+        first_id bigint NOT NULL,
+        last_id bigint NOT NULL,
+        model text NOT NULL,
+        vector bytea NOT NULL,
+        PRIMARY KEY (session_id, first_id)
+    );
+    CREATE INDEX idx_message_vectors_newest ON message_vectors (model, last_id);
+    CREATE TABLE vector_progress (
+        model text PRIMARY KEY,
+        upto_id bigint NOT NULL
+    );
+    -- a window holding a message that /undo took back or that was deleted is dropped, and the
+    -- indexer is sent back to embed what is left of it
+    CREATE FUNCTION message_vectors_session_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM message_vectors WHERE session_id = OLD.id;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER message_vectors_session_gone AFTER DELETE ON sessions
+        FOR EACH ROW EXECUTE FUNCTION message_vectors_session_gone();
+    CREATE FUNCTION message_vectors_message_hidden() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE vector_progress SET upto_id = LEAST(upto_id, coalesce((
+            SELECT min(first_id) - 1 FROM message_vectors
+            WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id), upto_id));
+        DELETE FROM message_vectors
+        WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER message_vectors_message_hidden AFTER UPDATE OF active ON messages
+        FOR EACH ROW WHEN (NEW.active = 0 AND NEW.compacted = 0) EXECUTE FUNCTION message_vectors_message_hidden();
+    CREATE FUNCTION message_vectors_message_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM message_vectors
+        WHERE session_id = OLD.session_id AND first_id <= OLD.id AND last_id >= OLD.id;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER message_vectors_message_gone AFTER DELETE ON messages
+        FOR EACH ROW EXECUTE FUNCTION message_vectors_message_gone();
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

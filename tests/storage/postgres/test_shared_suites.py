@@ -1,4 +1,4 @@
-"""The storage, search, recall and store suites written for SQLite, run as they are against
+"""The storage, search, recall (words and meaning) and store suites written for SQLite, run as they are against
 PostgresSessionDB: this directory's `db` fixture is the Postgres face, and every test below is
 the same function object as in its own module (same assertions). The few left out test SQLite's
 own machinery; NOT_SHARED says why for each. Of the delivery-table and media suites, the tests
@@ -7,6 +7,7 @@ that take the `db` fixture are shared (the others test files or SQLite's upgrade
 import inspect
 
 import tests.recall.test_recall as recall_suite
+import tests.recall.test_semantic as semantic_suite
 import tests.sessions.test_store as store_suite
 import tests.storage.test_db as db_suite
 import tests.storage.test_delivery_tables as delivery_suite
@@ -25,9 +26,10 @@ NOT_SHARED = {
     "test_prefix_search_finds_every_form_and_keeps_the_connection_read_only": "asks SQLite's PRAGMA query_only "
     "(Postgres: test_postgres_db.py)",
     "test_first_message_creates_a_session_with_its_source": "reopens a SQLite file by path",
+    "test_a_leaders_vectors_are_read_by_session_not_by_scanning_the_model": "SQLite's EXPLAIN QUERY PLAN",
 }
 
-for _suite in (db_suite, search_suite, recall_suite, store_suite):
+for _suite in (db_suite, search_suite, recall_suite, store_suite, semantic_suite):
     for _name in dir(_suite):
         if _name.startswith("test_") and _name not in NOT_SHARED:
             globals()[f"{_name}__{_suite.__name__.rsplit('.', 1)[-1]}"] = getattr(_suite, _name)

@@ -1,0 +1,69 @@
+"""Recall's window vectors on Postgres (schema v7): a database made before them upgrades with its
+messages as the embedding backlog; the shared semantic suite (test_shared_suites.py) covers the rest."""
+
+import threading
+
+import psycopg
+
+from gateway.recall.index import backfill, stats
+from gateway.recall.rank import find_sessions
+from gateway.storage import vectors
+from gateway.storage.postgres.connection import Connection
+from gateway.storage.postgres.db import PostgresSessionDB
+from gateway.storage.postgres.schema import migrate
+from gateway.storage.postgres.tokens import words_vector
+from tests.fakes.loopback import wait_until_blocking
+from tests.recall.test_semantic import Endpoint, concept_embedding
+
+
+def test_a_v6_database_upgrades_with_its_messages_as_the_backlog(pg_dsn: str) -> None:
+    texts = ["did you meet anyone at the cafe?", "yes, a woman, we had coffee", "and the car?", "sold the prius"]
+    with psycopg.connect(pg_dsn) as raw:
+        assert migrate(raw, target=6) == 0
+        raw.execute("INSERT INTO sessions (id, source, started_at, last_active_at) VALUES ('old', 'cli', 1, 1)")
+        for i, text in enumerate(texts):
+            raw.execute(
+                "INSERT INTO messages (session_id, role, content, timestamp, words) VALUES ('old', %s, %s, 1, %s)",
+                ("user" if i % 2 == 0 else "assistant", text, words_vector(text)),
+            )
+        raw.commit()
+    served = Endpoint()
+    served.fake.embed = lambda texts, model: [concept_embedding(t) for t in texts]
+    try:
+        embedder = served.embedder()
+        with PostgresSessionDB(pg_dsn) as db:
+            assert stats(db, str(embedder.model))["backlog"] == 4
+            assert backfill(db, embedder) == 4
+            assert stats(db, str(embedder.model)) == {"backlog": 0, "windows": 1, "vector_bytes": 8}
+            assert [h.session_id for h in find_sessions(db, "Tom's wife", embedder=embedder, see_all=True)] == ["old"]
+    finally:
+        served.close()
+
+
+def test_two_replicas_storing_the_same_batch_store_it_once(pg_dsn: str) -> None:
+    # every replica runs an indexer: the one that commits second must find the batch taken
+    with PostgresSessionDB(pg_dsn) as first, PostgresSessionDB(pg_dsn) as second:
+        first.create_session("s", "telegram")
+        for text in ["did you meet anyone?", "a woman at the cafe"]:
+            first.append_message("s", "user", text)
+        model = "m"
+        windows, upto = first.read(lambda conn: vectors.pending_windows(conn, model, 100))
+        blobs = [vectors.quantise(concept_embedding(w.text)) for w in windows]
+        with psycopg.connect(pg_dsn) as raw:  # the first replica's commit, held open
+            assert vectors.store_op(model, windows, blobs, upto, 0)(Connection(raw), [])
+            outcome: list[object] = []
+            racer = threading.Thread(
+                target=lambda: outcome.append(second.write(vectors.store_op(model, windows, blobs, upto, 0)))
+            )
+            racer.start()
+            wait_until_blocking(lambda: blocked_on_a_lock(pg_dsn))
+            raw.commit()
+            racer.join(10)
+        assert outcome == [False]  # not an error: the batch is read again and is done
+        assert first.read(lambda conn: vectors.stored(conn, model))[0] == 1
+
+
+def blocked_on_a_lock(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").fetchone()
+        return bool(row and row[0])

@@ -7,6 +7,9 @@ the tables, gateway/embeddings.py the embedders).
 - `backfill`: steps until the backlog is empty, reporting progress (`chinwag sessions embed`).
 - `BackgroundIndexer`: a thread woken after each commit (a commit listener), working in batches;
   a failing endpoint is retried with back-off, and recall stays lexical for what is not embedded.
+  With `poll_seconds` it also looks every so often: on Postgres the replicas share one backlog and
+  one of them embeds it (gateway/service/app.py), while the others' commits reach no listener here.
+  It can be stopped and started again (a leadership lost and won back).
 - `stats`: backlog, windows and bytes, for /metrics and `sessions stats`.
 
 Measured with the local model on this 2-core machine (`python bench/recall.py --only none --cost
@@ -83,18 +86,27 @@ def stats(db: Any, model: str) -> dict[str, int]:
 class BackgroundIndexer:
     """Embeds new messages after they are committed, on its own thread, in batches."""
 
-    def __init__(self, db: Any, embedder: Any, batch: int = BATCH) -> None:
+    def __init__(self, db: Any, embedder: Any, batch: int = BATCH, poll_seconds: float | None = None) -> None:
         self.db, self.embedder, self.batch = db, embedder, batch
+        self.poll_seconds = poll_seconds  # None: woken by this process's commits only
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listening = False
         self.failures = 0  # consecutive failed steps
         self.last_error: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
 
     def start(self) -> None:
         if self._thread is not None:
             return
-        self.db.add_commit_listener(lambda events: self._wake.set())
+        if not self._listening:
+            self.db.add_commit_listener(lambda events: self._wake.set())
+            self._listening = True
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="chinwag-embed", daemon=True)
         self._thread.start()
 
@@ -115,7 +127,7 @@ class BackgroundIndexer:
             log.warning("embedding index: could not drop old vectors: %s", exc)
         self._wake.set()
         while not self._stop.is_set():
-            self._wake.wait()
+            self._wake.wait(self.poll_seconds)
             self._wake.clear()
             while not self._stop.is_set():
                 try:

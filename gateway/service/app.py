@@ -168,7 +168,7 @@ class App:
         self.maintenance.start()
         if self.indexer is not None:
             self._previous_embedder = semantic.use(self.indexer.embedder)  # recall everywhere in this process
-            self.indexer.start()
+            embed_while_leading(self.runner.leases, self.indexer)
         log.info("chinwag running: %s; data in %s", ", ".join(self.adapter_names), self.home.root)
 
     async def stop(self, timeout: float = 10.0) -> None:
@@ -437,6 +437,27 @@ def build_app(
             console_token=getattr(config.http, "console_token", None) or None,
         )
     return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
+
+
+EMBED_POLL_SECONDS = 2.0  # how often the leading replica's indexer looks for the others' messages
+
+
+def embed_while_leading(leases: ChatLeases, indexer: BackgroundIndexer) -> None:
+    """Start the indexer; on Postgres only on the replica that leads "embedding". Replicas share
+    one backlog: each embedding it would spend the model's time on a batch only one of them may
+    store (gateway/storage/vectors.py); the leader polls, since the others' commits wake nothing here."""
+    if not leases.shared:
+        indexer.start()
+        return
+    indexer.poll_seconds = EMBED_POLL_SECONDS
+
+    async def on_change(leading: bool) -> None:
+        if leading:
+            indexer.start()
+        else:
+            await asyncio.to_thread(indexer.stop)
+
+    leases.lead("embedding", on_change)
 
 
 def build_embedder(config: Config) -> Any:

@@ -1,6 +1,7 @@
 """Recall's window vectors on Postgres (schema v7): a database made before them upgrades with its
 messages as the embedding backlog; the shared semantic suite (test_shared_suites.py) covers the rest."""
 
+import asyncio
 import threading
 
 import psycopg
@@ -12,7 +13,7 @@ from gateway.storage.postgres.connection import Connection
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.schema import migrate
 from gateway.storage.postgres.tokens import words_vector
-from tests.fakes.loopback import wait_until_blocking
+from tests.fakes.loopback import wait_until, wait_until_blocking
 from tests.recall.test_semantic import Endpoint, concept_embedding
 
 
@@ -67,3 +68,43 @@ def blocked_on_a_lock(dsn: str) -> bool:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").fetchone()
         return bool(row and row[0])
+
+
+async def test_one_replica_embeds_the_shared_backlog_and_another_takes_over(pg_dsn: str) -> None:
+    from gateway.recall.index import BackgroundIndexer
+    from gateway.runtime.leases import SharedLeases
+    from gateway.service.app import embed_while_leading
+    from tests.storage.postgres.test_replicas import QuietHost
+
+    served = Endpoint()
+    embedded: list[int] = []
+    served.fake.embed = lambda texts, model: embedded.append(len(texts)) or [concept_embedding(t) for t in texts]
+    dbs = [PostgresSessionDB(pg_dsn) for _ in range(3)]
+    writer = dbs[2]  # a third replica's commits: they reach no commit listener of the other two
+    leases = [SharedLeases(db, pg_dsn) for db in dbs[:2]]
+    indexers = [BackgroundIndexer(db, served.embedder()) for db in dbs[:2]]
+    model = str(indexers[0].embedder.model)
+    try:
+        for lease, indexer in zip(leases, indexers):
+            await lease.start(QuietHost())
+            embed_while_leading(lease, indexer)
+        await wait_until(lambda: any(i.running for i in indexers), 10)
+        await asyncio.sleep(1.0)  # a second beat: the other one must still be idle
+        assert sum(i.running for i in indexers) == 1
+        leader = next(n for n, i in enumerate(indexers) if i.running)
+        writer.create_session("s", "telegram")
+        writer.append_message("s", "user", "did you meet anyone at the cafe?")
+        await wait_until(lambda: stats(writer, model)["backlog"] == 0, 10)  # found by the leader's poll
+        await leases[leader].stop()  # the leader goes: the other one takes the backlog over
+        await wait_until(lambda: indexers[1 - leader].running, 10)
+        writer.append_message("s", "assistant", "a woman, over coffee")
+        await wait_until(lambda: stats(writer, model)["backlog"] == 0, 10)
+        assert sum(embedded) == 2  # each window embedded once: one by each leader in turn
+    finally:
+        for lease in leases:
+            await lease.stop()
+        for indexer in indexers:
+            await asyncio.to_thread(indexer.stop)
+        for db in dbs:
+            db.close()
+        served.close()

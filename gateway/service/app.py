@@ -190,6 +190,7 @@ class App:
 
     def close_storage(self) -> None:
         try:
+            self.metrics.close()  # its sampled gauges read the database
             if self.mirrors is not None:
                 self.mirrors.close()  # writes what the mirrors still owe: transcript lines, sessions.json
         finally:

@@ -134,15 +134,16 @@ class Sampled:
         self._taken_at: float | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gauge")
         self._pending = False
+        self._closed = False
         self._lock = threading.Lock()
         self._refresh()
 
     def _refresh(self) -> None:
         with self._lock:
-            if self._pending:
+            if self._pending or self._closed:
                 return
             self._pending = True
-        self._pool.submit(self._take)
+            self._pool.submit(self._take)
 
     def _take(self) -> None:
         try:
@@ -161,6 +162,9 @@ class Sampled:
         return self.value
 
     def close(self) -> None:
+        """Wait for a reading in flight; later calls return the last reading."""
+        with self._lock:
+            self._closed = True
         self._pool.shutdown(wait=True)
 
 
@@ -216,6 +220,15 @@ class Metrics:
         with self._lock:
             self._kind(name, "gauge")
             self._gauge_fns[name] = fn
+
+    def close(self) -> None:
+        """Wait for the sampled gauges' readings in flight and stop their threads: they read the
+        database, which is closed next (a reading left running into the close crashed the process)."""
+        with self._lock:
+            fns = list(self._gauge_fns.values())
+        for fn in fns:
+            if isinstance(fn, Sampled):
+                fn.close()
 
     # -- reading -----------------------------------------------------------------------------
     def value(self, name: str, labels: Mapping[str, str] | None = None) -> float:

@@ -53,6 +53,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gateway.recall import answers
 from gateway.recall import read as recall_read
 from gateway.recall import semantic
 from gateway.recall.dates import NEAR_DAYS
@@ -361,8 +362,11 @@ def _rank(
                 for mid in heapq.nlargest(semantic.PASSAGE_MESSAGES, mids, key=lambda m: (mass[m], m))
             }
             bonus = semantic.passage_bonus(conn, query_vector, held, scale)
+        timely: set[int] | None = None
+        if answers.GAIN and answers.asks_when(plan.query.text):
+            timely = set()
         _passage_rerank(
-            conn, scores, evidence_of, _message_units(leaders, per_unit, idf, short), session_of, best, bonus
+            conn, scores, evidence_of, _message_units(leaders, per_unit, idf, short), session_of, best, bonus, timely
         )
 
     if see_all and own:
@@ -457,6 +461,7 @@ def _passage_rerank(
     session_of: dict[int, str],
     best: dict[str, float],
     bonus: dict[int, float],
+    timely: set[int] | None = None,
 ) -> None:
     """For the leading sessions (root -> its messages holding a unit), let `best` look at PASSAGE
     consecutive messages instead of one: a question and its answer are often in a turn and the
@@ -470,10 +475,23 @@ def _passage_rerank(
         sorted(set().union(*sessions.values())),
     ):
         visible[sid].append(mid)
+    orders = {root: sorted(mid for sid in sessions[root] for mid in visible.get(sid, ())) for root in leaders}
+    if timely is not None:
+        want: set[int] = set()
+        for root, mids in leaders.items():
+            order = orders[root]
+            position = {mid: i for i, mid in enumerate(order)}
+            for mid in mids:
+                p = position.get(mid)
+                if p is not None:
+                    want.update(order[p : p + PASSAGE])
+        for mid, content in _chunked(conn, "SELECT id, content FROM messages WHERE id IN ({})", sorted(want)):
+            if answers.says_when(content or ""):
+                timely.add(mid)
     for root, mids in leaders.items():
         if not mids:
             continue
-        order = sorted(mid for sid in sessions[root] for mid in visible.get(sid, ()))
+        order = orders[root]
         position = {mid: i for i, mid in enumerate(order)}
         single = best[root]
         window_best = single
@@ -484,7 +502,10 @@ def _passage_rerank(
             found: dict[int, float] = {}
             for q in order[p : p + PASSAGE]:
                 found.update(message_units.get(q, {}))
-            window_best = max(window_best, sum(found.values()) + bonus.get(mid, 0.0))
+            gain = 1.0
+            if timely and any(q in timely for q in order[p : p + PASSAGE]):
+                gain += answers.GAIN
+            window_best = max(window_best, gain * sum(found.values()) + bonus.get(mid, 0.0))
         scores[root] += CO_WEIGHT * (window_best - single)
 
 

@@ -669,7 +669,12 @@ def bench_cost(sizes: list[int], runs: int) -> None:
     from gateway.storage.vectors import WINDOW
 
     embedder = SyntheticEmbedder()
-    queries = SPEED_QUERIES + ["zzqx unknownword", "What did we decide about the cache config?"]
+    queries = SPEED_QUERIES + [
+        "zzqx unknownword",
+        "What did we decide about the cache config?",
+        "When did we fix the docker timeout?",
+        "我们什么时候改的数据库配置？",
+    ]
     for n_messages in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             db = SessionDB(Path(tmp) / "cost.db")

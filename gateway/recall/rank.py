@@ -53,9 +53,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gateway.recall import answers
+from gateway.recall import answers, semantic
 from gateway.recall import read as recall_read
-from gateway.recall import semantic
 from gateway.recall.dates import NEAR_DAYS
 from gateway.recall.query import Plan, Unit, cjk_pieces, plan_query
 from gateway.storage.fts import make_snippet
@@ -353,20 +352,26 @@ def _rank(
     if PASSAGE > 1 and scores:
         leaders = heapq.nsmallest(max(RERANK, limit), scores, key=lambda r: -scores[r])
         evidence_of = {r: _root_mids(r, per_unit) for r in leaders}
+        # each leader's weightiest evidence: where meaning and the asked-for answer are looked up
+        heavy = {
+            mid: session_of[mid]
+            for mids in evidence_of.values()
+            for mid in heapq.nlargest(semantic.PASSAGE_MESSAGES, mids, key=lambda m: (mass[m], m))
+        }
         bonus: dict[int, float] = {}
         if query_vector is not None:  # meaning where the words are (semantic.passage_bonus)
             scale = max((best.get(r, 0.0) for r in leaders), default=0.0)
-            held = {
-                mid: session_of[mid]
-                for mids in evidence_of.values()
-                for mid in heapq.nlargest(semantic.PASSAGE_MESSAGES, mids, key=lambda m: (mass[m], m))
-            }
-            bonus = semantic.passage_bonus(conn, query_vector, held, scale)
-        timely: set[int] | None = None
-        if answers.GAIN and answers.asks_when(plan.query.text):
-            timely = set()
+            bonus = semantic.passage_bonus(conn, query_vector, heavy, scale)
         _passage_rerank(
-            conn, scores, evidence_of, _message_units(leaders, per_unit, idf, short), session_of, best, bonus, timely
+            conn,
+            scores,
+            evidence_of,
+            _message_units(leaders, per_unit, idf, short),
+            session_of,
+            best,
+            bonus,
+            answers.asked(plan.query.text),
+            set(heavy),
         )
 
     if see_all and own:
@@ -461,11 +466,14 @@ def _passage_rerank(
     session_of: dict[int, str],
     best: dict[str, float],
     bonus: dict[int, float],
-    timely: set[int] | None = None,
+    kind: answers.Kind | None = None,
+    heavy: set[int] | None = None,
 ) -> None:
     """For the leading sessions (root -> its messages holding a unit), let `best` look at PASSAGE
     consecutive messages instead of one: a question and its answer are often in a turn and the
-    reply to it. A passage starting at a message also gains that message's `bonus` (meaning)."""
+    reply to it. A passage starting at a message also gains that message's `bonus` (meaning), and
+    counts 1 + answers.GAIN times when the question asks for a `kind` of answer that a message of
+    it holds (looked up in the passages of the `heavy` messages: gateway/recall/answers.py)."""
     sessions = {root: {session_of[mid] for mid in mids} for root, mids in leaders.items()}
     visible: dict[str, list[int]] = defaultdict(list)  # session -> its visible messages, in one query
     visible_sql = recall_read.VISIBLE_SQL.replace("m.", "")
@@ -476,18 +484,12 @@ def _passage_rerank(
     ):
         visible[sid].append(mid)
     orders = {root: sorted(mid for sid in sessions[root] for mid in visible.get(sid, ())) for root in leaders}
-    if timely is not None:
-        want: set[int] = set()
-        for root, mids in leaders.items():
-            order = orders[root]
-            position = {mid: i for i, mid in enumerate(order)}
-            for mid in mids:
-                p = position.get(mid)
-                if p is not None:
-                    want.update(order[p : p + PASSAGE])
-        for mid, content in _chunked(conn, "SELECT id, content FROM messages WHERE id IN ({})", sorted(want)):
-            if answers.says_when(content or ""):
-                timely.add(mid)
+    holding: set[int] = set()
+    if kind is not None and heavy:
+        starts = {root: [mid for mid in mids if mid in heavy] for root, mids in leaders.items()}
+        passages = {q for root, mids in starts.items() for q in _passages(orders[root], mids)}
+        contents = _chunked(conn, "SELECT id, content FROM messages WHERE id IN ({})", sorted(passages))
+        holding = {mid for mid, content in contents if kind.answered_by(content or "")}
     for root, mids in leaders.items():
         if not mids:
             continue
@@ -502,11 +504,16 @@ def _passage_rerank(
             found: dict[int, float] = {}
             for q in order[p : p + PASSAGE]:
                 found.update(message_units.get(q, {}))
-            gain = 1.0
-            if timely and any(q in timely for q in order[p : p + PASSAGE]):
-                gain += answers.GAIN
+            gain = 1.0 + answers.GAIN if holding.intersection(order[p : p + PASSAGE]) else 1.0
             window_best = max(window_best, gain * sum(found.values()) + bonus.get(mid, 0.0))
         scores[root] += CO_WEIGHT * (window_best - single)
+
+
+def _passages(order: list[int], starts: list[int]) -> set[int]:
+    """The messages of the PASSAGE-long passages that start at `starts` (in `order`, a session's
+    visible messages)."""
+    position = {mid: i for i, mid in enumerate(order)}
+    return {q for mid in starts if (p := position.get(mid)) is not None for q in order[p : p + PASSAGE]}
 
 
 def _chunked(conn: sqlite3.Connection, sql: str, values: list) -> list[tuple]:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import gateway.recall.read as recall_read
 from gateway.db import new_session_id
+from gateway.recall import answers
 from gateway.recall.dates import DateSpec, dates_in
 from gateway.recall.query import MAX_PREFIX_TERMS, expand_prefixes
 from gateway.recall.rank import MAX_SESSIONS, cjk_pieces, find_sessions, plan_query, recent_sessions
@@ -406,3 +407,15 @@ def test_a_whole_question_in_quotes_still_finds_its_words(db, add):
     add(FILLER)
     hits = find_sessions(db, '"What kind of cuisine do I like?"')
     assert ids(hits)[:1] == [food]
+
+
+def test_a_when_question_prefers_the_passage_that_tells_the_time(db, add, monkeypatch):
+    # both sessions say the question's words; the older one tells when it happened
+    told = add(["Last Friday the kids were at a pottery workshop.", "That sounds fun!", *FILLER])
+    retold = add(["The kids still talk of the pottery workshop.", "They loved it.", *FILLER])
+    when = "When was the kids' pottery workshop?"
+    assert ids(find_sessions(db, when, embedder=None))[0] == told
+    # a question that asks for no time keeps the order the words give (the later session first)
+    assert ids(find_sessions(db, "Was the kids' pottery workshop any good?", embedder=None))[0] == retold
+    monkeypatch.setattr(answers, "GAIN", 0.0)  # without the answer type the two tie on words
+    assert ids(find_sessions(db, when, embedder=None))[0] == retold

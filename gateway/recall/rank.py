@@ -16,6 +16,16 @@ gateway/recall_query.py for how a question becomes units):
   discounted BM25-style by its message's length: several query words in one short turn and its
   reply is the strongest sign the session answers the question.
 - a date in the query is a unit held by the sessions active that day (or, more weakly, that week).
+  A DAY the question names ("4月27号我们聊了什么", "what did we decide on Monday?") weighs
+  DAY_OVER_WORDS times all the query's word units together, about what a session can earn from
+  words at most (BM25 saturates at k1 + 1 per unit), so that day's sessions come first, ordered by
+  their words: a person who names the day remembers when, and the words of such a question are
+  often the least telling ("topics", "what did we talk about"). A month or a year keeps its idf:
+  it more often dates the event than the conversation ("camping in July"). Measured
+  (bench/recall.py, + the local model): MemoryBank-CN dev, all 56 questions, scoped any@1 0.911
+  -> 0.982, pooled any@1 0.839 -> 0.946 and any@5 0.929 -> 0.964 (0.5x changes nothing, 1x
+  half of it, 2x all; 10x the day's own idf the same); LoCoMo unchanged on both halves (48 of
+  its questions name a day); the same weight on months and years cost LoCoMo held 3 questions.
 
 Every query is OR-shaped (a session with some of the words still ranks, below one with more of
 them), so there is no separate "relax AND to OR" pass, and no input yields nothing when a content
@@ -81,6 +91,7 @@ MSG_B = 0.5
 PASSAGE = 2  # messages looked at together when judging the best evidence of a session
 RERANK = 30  # sessions whose passages are examined
 HIDDEN_SOURCES = ("tool",)
+DAY_OVER_WORDS = 2.0  # a named day's weight against all the query's words together (module docstring)
 OWN_WEIGHT = 2.0  # the asker's own sessions, in pooled recall: chosen on the tune split (1.5 -> 3 plateau)
 
 
@@ -278,7 +289,10 @@ def _rank(
             roots = meta.roots(on_date)
             by_root = {roots[sid]: [] for sid in on_date}
             df = len(by_root)
-            idf.append(math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0)
+            weight = math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0
+            if spec.day and slack == 0 and df:  # a day the question names outweighs its words
+                weight = max(weight, DAY_OVER_WORDS * sum(idf[: len(plan.units)]))
+            idf.append(weight)
             per_unit.append(by_root)
             units.append(Unit(label=spec.label, word_expr="", date=True, pair=slack > 1))
 

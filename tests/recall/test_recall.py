@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import gateway.recall.rank as rank
 import gateway.recall.read as recall_read
 from gateway.db import new_session_id
 from gateway.recall import answers
@@ -316,6 +317,21 @@ def test_dates_in_the_query_are_evidence(db, add):
     assert ids(find_sessions(db, "museum May 9, 2023", see_all=True))[0] == may9
     assert dates_in("you may go") == []
     assert dates_in("in June 2022 and 2023-05-02") == [DateSpec(2023, 5, 2), DateSpec(2022, 6, None)]
+
+
+def test_a_named_day_outweighs_the_words_of_the_question(db, add, monkeypatch):
+    # the words of "what did we talk about" are everywhere; the day the person names is the signal
+    that_day = add(["morning! shall we plan the garden today?", "yes: tomatoes and basil"], started=ts("2023-04-27"))
+    chatty = add(
+        ["we talked about so many topics", "we always talk about topics", "so many topics to talk about"],
+        started=ts("2023-04-30"),
+    )
+    for question in ("4月27号我们聊了什么话题？", "What topics did we talk about on 27 April 2023?"):
+        assert ids(find_sessions(db, question, embedder=None))[:2] == [that_day, chatty]
+    # a month names when the event was as often as when we spoke: it stays one unit among the words
+    assert ids(find_sessions(db, "What topics did we talk about in April 2023?", embedder=None))[0] == chatty
+    monkeypatch.setattr(rank, "DAY_OVER_WORDS", 0.0)  # the day as one more unit: the words win
+    assert ids(find_sessions(db, "What topics did we talk about on 27 April 2023?", embedder=None))[0] == chatty
 
 
 def test_a_date_inside_a_long_session_counts(db, add):

@@ -544,6 +544,7 @@ def _synthetic_records(n_messages: int) -> list[dict]:
     records = []
     for s_i in range(n_messages // per_session):
         sid = f"s{s_i:06d}"
+        start = 1.7e9 + s_i * 600  # a session every 10 minutes, its messages 10 s apart (not "now")
         msgs = []
         for m in range(per_session):
             text = " ".join(rng.choices(words, weights, k=rng.randint(5, 40)))
@@ -551,8 +552,8 @@ def _synthetic_records(n_messages: int) -> list[dict]:
                 text += " " + "".join(rng.choices(zh, k=4))
             if rng.random() < 0.05:
                 text += f" ERR_{rng.randint(0, 999999):06d} /etc/app/{rng.choice(words)}.conf"
-            msgs.append({"role": "user" if m % 2 == 0 else "assistant", "content": text})
-        records.append({"session": {"id": sid, "source": "local", "started_at": 1.7e9 + s_i * 600}, "messages": msgs})
+            msgs.append({"role": "user" if m % 2 == 0 else "assistant", "content": text, "timestamp": start + 10 * m})
+        records.append({"session": {"id": sid, "source": "local", "started_at": start}, "messages": msgs})
     return records
 
 

@@ -20,7 +20,8 @@ gateway/recall_query.py for how a question becomes units):
   DAY_OVER_WORDS times all the query's word units together, about what a session can earn from
   words at most (BM25 saturates at k1 + 1 per unit), so that day's sessions come first, ordered by
   their words: a person who names the day remembers when, and the words of such a question are
-  often the least telling ("topics", "what did we talk about"). A month or a year keeps its idf:
+  often the least telling ("topics", "what did we talk about"). A session much longer than the
+  day (a conversation kept going for weeks) gets that weight by its share: day / its length. A month or a year keeps its idf:
   it more often dates the event than the conversation ("camping in July"). Measured
   (bench/recall.py, + the local model): MemoryBank-CN dev, all 56 questions, scoped any@1 0.911
   -> 0.982, pooled any@1 0.839 -> 0.946 and any@5 0.929 -> 0.964 (0.5x changes nothing, 1x
@@ -269,28 +270,30 @@ def _rank(
         per_unit.append(by_root)
     units = list(plan.units)
     spans: list | None = None
+    day_share: dict[int, tuple[float, dict[str, float]]] = {}  # named day's unit -> (idf, root -> share)
     for spec in plan.dates:
         # the day itself, and (more weakly, through its lower idf) the week around it
         for slack in (0, NEAR_DAYS) if spec.day else (0,):
             window = spec.bounds(slack)
             if window is not None:  # sessions whose active span meets the window
-                on_date = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT id FROM sessions WHERE last_active_at >= ? AND started_at < ?", window
-                    )
-                ]
+                on_date = conn.execute(
+                    "SELECT id, started_at, last_active_at FROM sessions WHERE last_active_at >= ? AND started_at < ?",
+                    window,
+                ).fetchall()
             else:  # no year given: any year; check each session's ends
                 if spans is None:
                     spans = conn.execute("SELECT id, started_at, last_active_at FROM sessions").fetchall()
-                on_date = [
-                    sid for sid, started, last in spans if spec.covers(started, slack) or spec.covers(last, slack)
-                ]
-            roots = meta.roots(on_date)
-            by_root = {roots[sid]: [] for sid in on_date}
+                on_date = [span for span in spans if spec.covers(span[1], slack) or spec.covers(span[2], slack)]
+            roots = meta.roots(sid for sid, _, _ in on_date)
+            by_root = {roots[sid]: [] for sid, _, _ in on_date}
             df = len(by_root)
             weight = math.log(1 + (n_sessions - df + 0.5) / (df + 0.5)) if df else 0.0
             if spec.day and slack == 0 and df:  # a day the question names outweighs its words
+                share: dict[str, float] = {}
+                for sid, started, last in on_date:  # ... for a session about as long as the day
+                    part = min(1.0, spec.days * 86400 / max(1.0, (last or 0) - (started or 0)))
+                    share[roots[sid]] = max(part, share.get(roots[sid], 0.0))
+                day_share[len(idf)] = (weight, share)
                 weight = max(weight, DAY_OVER_WORDS * sum(idf[: len(plan.units)]))
             idf.append(weight)
             per_unit.append(by_root)
@@ -344,13 +347,15 @@ def _rank(
     mass: dict[int, float] = {}  # message -> the weight of the units it holds
     message_root: dict[int, str] = {}
     matched: dict[str, list[str]] = defaultdict(list)
-    for unit, by_root, weight in zip(units, per_unit, idf):
+    for index, (unit, by_root, weight) in enumerate(zip(units, per_unit, idf)):
+        own_idf, share = day_share.get(index, (weight, {}))
         for root, mids in by_root.items():
             if root not in keep:
                 continue
             tf = max(1, len(mids))
             norm = 1 - B + B * max(1, lengths[root]) / avg_len
-            scores[root] += weight * tf * (K1 + 1) / (tf + K1 * norm)
+            held = own_idf + (weight - own_idf) * share.get(root, 1.0)  # a named day: by its share
+            scores[root] += held * tf * (K1 + 1) / (tf + K1 * norm)
             if not unit.pair:
                 matched[root].append(unit.label)
             for mid in mids:

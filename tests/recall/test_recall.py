@@ -334,6 +334,17 @@ def test_a_named_day_outweighs_the_words_of_the_question(db, add, monkeypatch):
     assert ids(find_sessions(db, "What topics did we talk about on 27 April 2023?", embedder=None))[0] == chatty
 
 
+def test_a_named_day_lifts_a_months_long_session_only_by_its_share_of_that_day(db, add):
+    that_day = add(["shall we plan the garden today?", "yes: tomatoes and basil"], started=ts("2023-04-27"))
+    # one conversation kept going for two months: active on 27 April too, but mostly not
+    months = add(["so many topics to talk about", "we talk about topics"], started=ts("2023-03-01"))
+    db.append_message(months, "user", "still more topics", timestamp=ts("2023-05-01"))
+    assert ids(find_sessions(db, "What topics did we talk about on 27 April 2023?", embedder=None))[:2] == [
+        that_day,
+        months,
+    ]
+
+
 def test_a_date_inside_a_long_session_counts(db, add):
     spanning = add(["we kept tuning the kafka consumer"], started=ts("2023-04-28"))
     db.append_message(spanning, "user", "still tuning the kafka consumer", timestamp=ts("2023-05-06"))

@@ -101,7 +101,7 @@ COUNT = Kind(
     "count",
     re.compile(r"^\W*how\s+(?:many|much|often|old|far)\b|多少|几个|几次|几岁", re.IGNORECASE),
     re.compile(
-        rf"\d|\b(?:{_CARDINAL})\b|(?:[二两三四五六七八九十百千万几]|[十百千万]一)\s*[个次年天月周岁本只件人]",
+        rf"\d|\b(?:{_CARDINAL})\b|(?:[二两三四五六七八九十百千万几]|[十百千万]一)\s*[个次年天月周岁本只件人台张条位辆家部篇首场份块元杯]",
         re.IGNORECASE,
     ),
 )

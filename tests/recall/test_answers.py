@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.recall.answers import TIME, asked
+from gateway.recall.answers import COUNT, PLACE, TIME, asked
 
 
 @pytest.mark.parametrize(
@@ -69,3 +69,29 @@ def test_messages_telling_a_time(text):
 )
 def test_messages_telling_no_time(text):
     assert not TIME.answered_by(text)
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("How many times has Melanie gone to the beach?", COUNT),
+        ("how much did the new GPU cost", COUNT),
+        ("我们一共部署了多少台服务器？", COUNT),
+        ("Where did we host the offsite?", PLACE),
+        ("Which city did John visit in June?", PLACE),
+        ("上次团建是在哪里？", PLACE),
+    ],
+)
+def test_count_and_place_questions(question, kind):
+    assert asked(question) is kind
+
+
+def test_count_and_place_answers():
+    assert COUNT.answered_by("we went twice this summer")
+    assert COUNT.answered_by("it cost 1,200 dollars")
+    assert COUNT.answered_by("部署了三台服务器")
+    assert not COUNT.answered_by("here's one I made earlier")  # "one" is mostly a pronoun
+    assert PLACE.answered_by("we stayed in Lisbon for a week")
+    assert PLACE.answered_by("I took the kids to the park")
+    assert PLACE.answered_by("我们去了杭州西湖")
+    assert not PLACE.answered_by("see you in May")  # a month after "in" is no place

@@ -64,13 +64,15 @@ _CN_NUMBER = r"[0-9０-９一二两三四五六七八九十几]"
 class Kind:
     name: str
     question: re.Pattern[str]  # a question asking for this kind of answer
-    answer: re.Pattern[str]  # text holding one
+    answer: re.Pattern[str]  # text holding one: lower case unless `cased`
+    cased: bool = False  # the answer pattern reads capitals (a name); else it sees the text lowered
 
     def asked_by(self, question: str) -> bool:
         return bool(self.question.search(question))
 
     def answered_by(self, text: str) -> bool:
-        return bool(self.answer.search(text))
+        # lowering once is half the cost of an IGNORECASE search (13 vs 27 us a message)
+        return bool(self.answer.search(text if self.cased else text.lower()))
 
 
 TIME = Kind(
@@ -85,8 +87,7 @@ TIME = Kind(
         rf"(?:last|this|next|past|that)\s+{_SPAN}|(?:on|since|until)\s+{_WEEKDAY}|{_MONTH}\.?\s+\d|\d+(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}|"
         rf"in\s+{_MONTH}|(?:19|20)\d\d)\b"
         rf"|昨天|昨晚|前天|今天|今早|今晚|刚才|刚刚|最近|上周|上个?星期|上个?礼拜|上个?月|去年|前年|"
-        rf"{_CN_NUMBER}+\s*(?:月|号|日|天前|周前|年前|个月前)|(?:星期|周|礼拜)[一二三四五六日天末]",
-        re.IGNORECASE,
+        rf"{_CN_NUMBER}+\s*(?:月|号|日|天前|周前|年前|个月前)|(?:星期|周|礼拜)[一二三四五六日天末]"
     ),
 )
 
@@ -101,8 +102,7 @@ COUNT = Kind(
     "count",
     re.compile(r"^\W*how\s+(?:many|much|often|old|far)\b|多少|几个|几次|几岁", re.IGNORECASE),
     re.compile(
-        rf"\d|\b(?:{_CARDINAL})\b|(?:[二两三四五六七八九十百千万几]|[十百千万]一)\s*[个次年天月周岁本只件人台张条位辆家部篇首场份块元杯]",
-        re.IGNORECASE,
+        rf"\d|\b(?:{_CARDINAL})\b|(?:[二两三四五六七八九十百千万几]|[十百千万]一)\s*[个次年天月周岁本只件人台张条位辆家部篇首场份块元杯]"
     ),
 )
 
@@ -118,6 +118,7 @@ PLACE = Kind(
         r"|\b(?i:city|country|town|village|park|beach|lake|mountains?|forest|museum|island|abroad|downtown|hometown)\b"
         r"|(?:在|去|到|从|住)[\u4e00-\u9fff]{0,6}?(?:市|省|县|镇|村|公园|山|湖|海|岛|馆|国)",
     ),
+    cased=True,
 )
 
 KINDS = (TIME, COUNT, PLACE)  # the first that a question asks for is the one looked for

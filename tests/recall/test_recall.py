@@ -9,8 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import gateway.recall.rank as rank
 import gateway.recall.read as recall_read
 from gateway.db import new_session_id
+from gateway.recall import answers
 from gateway.recall.dates import DateSpec, dates_in
 from gateway.recall.query import MAX_PREFIX_TERMS, expand_prefixes
 from gateway.recall.rank import MAX_SESSIONS, cjk_pieces, find_sessions, plan_query, recent_sessions
@@ -317,6 +319,32 @@ def test_dates_in_the_query_are_evidence(db, add):
     assert dates_in("in June 2022 and 2023-05-02") == [DateSpec(2023, 5, 2), DateSpec(2022, 6, None)]
 
 
+def test_a_named_day_outweighs_the_words_of_the_question(db, add, monkeypatch):
+    # the words of "what did we talk about" are everywhere; the day the person names is the signal
+    that_day = add(["morning! shall we plan the garden today?", "yes: tomatoes and basil"], started=ts("2023-04-27"))
+    chatty = add(
+        ["we talked about so many topics", "we always talk about topics", "so many topics to talk about"],
+        started=ts("2023-04-30"),
+    )
+    for question in ("4月27号我们聊了什么话题？", "What topics did we talk about on 27 April 2023?"):
+        assert ids(find_sessions(db, question, embedder=None))[:2] == [that_day, chatty]
+    # a month names when the event was as often as when we spoke: it stays one unit among the words
+    assert ids(find_sessions(db, "What topics did we talk about in April 2023?", embedder=None))[0] == chatty
+    monkeypatch.setattr(rank, "DAY_OVER_WORDS", 0.0)  # the day as one more unit: the words win
+    assert ids(find_sessions(db, "What topics did we talk about on 27 April 2023?", embedder=None))[0] == chatty
+
+
+def test_a_named_day_lifts_a_months_long_session_only_by_its_share_of_that_day(db, add):
+    that_day = add(["shall we plan the garden today?", "yes: tomatoes and basil"], started=ts("2023-04-27"))
+    # one conversation kept going for two months: active on 27 April too, but mostly not
+    months = add(["so many topics to talk about", "we talk about topics"], started=ts("2023-03-01"))
+    db.append_message(months, "user", "still more topics", timestamp=ts("2023-05-01"))
+    assert ids(find_sessions(db, "What topics did we talk about on 27 April 2023?", embedder=None))[:2] == [
+        that_day,
+        months,
+    ]
+
+
 def test_a_date_inside_a_long_session_counts(db, add):
     spanning = add(["we kept tuning the kafka consumer"], started=ts("2023-04-28"))
     db.append_message(spanning, "user", "still tuning the kafka consumer", timestamp=ts("2023-05-06"))
@@ -406,3 +434,15 @@ def test_a_whole_question_in_quotes_still_finds_its_words(db, add):
     add(FILLER)
     hits = find_sessions(db, '"What kind of cuisine do I like?"')
     assert ids(hits)[:1] == [food]
+
+
+def test_a_when_question_prefers_the_passage_that_tells_the_time(db, add, monkeypatch):
+    # both sessions say the question's words; the older one tells when it happened
+    told = add(["Last Friday the kids were at a pottery workshop.", "That sounds fun!", *FILLER])
+    retold = add(["The kids still talk of the pottery workshop.", "They loved it.", *FILLER])
+    when = "When was the kids' pottery workshop?"
+    assert ids(find_sessions(db, when, embedder=None))[0] == told
+    # a question that asks for no time keeps the order the words give (the later session first)
+    assert ids(find_sessions(db, "Was the kids' pottery workshop any good?", embedder=None))[0] == retold
+    monkeypatch.setattr(answers, "GAIN", 0.0)  # without the answer type the two tie on words
+    assert ids(find_sessions(db, when, embedder=None))[0] == retold

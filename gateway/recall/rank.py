@@ -21,8 +21,9 @@ gateway/recall_query.py for how a question becomes units):
   words at most (BM25 saturates at k1 + 1 per unit), so that day's sessions come first, ordered by
   their words: a person who names the day remembers when, and the words of such a question are
   often the least telling ("topics", "what did we talk about"). A session much longer than the
-  day (a conversation kept going for weeks) gets that weight by its share: day / its length. A month or a year keeps its idf:
-  it more often dates the event than the conversation ("camping in July"). Measured
+  day (a conversation kept going for weeks) gets that weight by its share: day / its length. A
+  month or a year keeps its idf: it more often dates the event than the conversation ("camping
+  in July"). Measured
   (bench/recall.py, + the local model): MemoryBank-CN dev, all 56 questions, scoped any@1 0.911
   -> 0.982, pooled any@1 0.839 -> 0.946 and any@5 0.929 -> 0.964 (0.5x changes nothing, 1x
   half of it, 2x all; 10x the day's own idf the same); LoCoMo unchanged on both halves (48 of
@@ -302,10 +303,10 @@ def _rank(
             units.append(Unit(label=spec.label, word_expr="", date=True, pair=slack > 1))
 
     if plan.order:  # "the first time we talked", 上次聊天: that conversation of the asker's comes first
-        first = _ordered_conversation(conn, meta, plan.order, person_id, hidden, excluded | excluded_roots)
-        if first is not None:
+        named = _ordered_conversation(conn, meta, plan.order, person_id, hidden, excluded | excluded_roots)
+        if named is not None:
             idf.append(max(math.log(1 + n_sessions), DAY_OVER_WORDS * sum(idf[: len(plan.units)])))
-            per_unit.append({first: []})
+            per_unit.append({named: []})
             units.append(Unit(label=f"{plan.order} conversation", word_expr="", date=True))
 
     # filters are applied to roots, and to the session each hit lives in
@@ -363,8 +364,8 @@ def _rank(
                 continue
             tf = max(1, len(mids))
             norm = 1 - B + B * max(1, lengths[root]) / avg_len
-            held = own_idf + (weight - own_idf) * share.get(root, 1.0)  # a named day: by its share
-            scores[root] += held * tf * (K1 + 1) / (tf + K1 * norm)
+            unit_weight = own_idf + (weight - own_idf) * share.get(root, 1.0)  # a named day: by its share
+            scores[root] += unit_weight * tf * (K1 + 1) / (tf + K1 * norm)
             if not unit.pair:
                 matched[root].append(unit.label)
             for mid in mids:

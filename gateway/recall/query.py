@@ -57,7 +57,23 @@ MAX_NEAR_COMBINATIONS = 24
 PAIR_WINDOW = 4  # tokens between the two words of a proximity pair
 QUOTED_WORDS = 3  # a quoted phrase this long is also searched as its words ("Taxi Driver" stays a phrase)
 _STOP_WORD_LENGTHS = sorted({len(w) for w in CHINESE_STOP_WORDS}, reverse=True)
-_SUFFIXES = ("ingly", "ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ments")
+_SUFFIXES = (
+    "ships",
+    "ship",
+    "hood",
+    "ness",
+    "ingly",
+    "ings",
+    "ing",
+    "edly",
+    "ed",
+    "ies",
+    "es",
+    "s",
+    "ly",
+    "ment",
+    "ments",
+)
 
 
 # ---------------------------------------------------------------------------------------------

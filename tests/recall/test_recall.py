@@ -464,3 +464,10 @@ def test_a_when_question_prefers_the_passage_that_tells_the_time(db, add, monkey
     assert ids(find_sessions(db, "Was the kids' pottery workshop any good?", embedder=None))[0] == retold
     monkeypatch.setattr(answers, "GAIN", 0.0)  # without the answer type the two tie on words
     assert ids(find_sessions(db, when, embedder=None))[0] == retold
+
+
+def test_a_derived_noun_finds_its_root_word(db, add):
+    mentored = add(["I got mentored by a business owner yesterday", *FILLER])
+    add(["the deadline moved again", *FILLER])
+    assert ids(find_sessions(db, "Who gave Jon mentorship?", embedder=None))[0] == mentored
+    assert ids(find_sessions(db, "their friendship", embedder=None)) == []  # "friend" occurs nowhere

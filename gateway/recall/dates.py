@@ -14,6 +14,14 @@ Sunday, as both calendars count it), a month or a year. Numbers are read as digi
 A month named without a year after "in"/"during"/"since" ("camping in July") means that month of
 any year: LoCoMo tune any@1 170 -> 171 of 231 (lexical), held unchanged; a bare month word is
 left a word ("march", "may" are verbs too).
+
+A conversation can also be named by its place in time: "the first time we talked", 第一次聊天
+(the person's first conversation) and "last time we spoke", 上次我们聊 (their latest one before
+this): `conversation_order`. Only with a word for talking: "上次部署超时" is the last time
+something happened, which the words and dates answer. Recall weighs that conversation as it
+weighs a named day (gateway/recall/rank.py). MemoryBank-CN dev (bench/recall.py, + the local
+model): scoped any@1 0.982 -> 1.000, pooled 0.946 -> 0.964, pooled any@5 0.964 -> 0.982; LoCoMo
+unchanged (none of its questions names one).
 """
 
 from __future__ import annotations
@@ -115,6 +123,32 @@ class DateSpec:
         if self.month:
             return when.month == self.month and (self.year is None or when.year == self.year)
         return self.year is not None and when.year == self.year
+
+
+# "the first time we talked", 第一次聊天, "last time we spoke", 上次我们聊: the person's first or
+# latest conversation, named by its place in time rather than by a date
+_FIRST = re.compile(
+    r"\b(?:the\s+)?first\s+time\s+(?:we|i|you)\s+(?:talked|spoke|chatted|met)\b|\bour\s+(?:very\s+)?first\s+"
+    r"(?:conversation|chat|talk)\b|\bwhen\s+we\s+first\s+(?:talked|spoke|chatted|met)\b"
+    r"|第一次(?:对话|聊天|聊|谈话|交流|说话)|最早(?:的那?次)?(?:对话|聊天)|刚认识的时候",
+    re.IGNORECASE,
+)
+_LAST = re.compile(
+    r"\b(?:the\s+)?last\s+time\s+(?:we|i|you)\s+(?:talked|spoke|chatted)\b|\bour\s+(?:last|previous)\s+"
+    r"(?:conversation|chat|talk)\b"
+    r"|上一?次(?:我们|咱们)?(?:对话|聊天|聊|谈话|交流)|最近一次(?:对话|聊天)",
+    re.IGNORECASE,
+)
+
+
+def conversation_order(text: str) -> str | None:
+    """ "first" when the text asks about the person's first conversation, "last" about their latest
+    one before this, else None."""
+    if _FIRST.search(text):
+        return "first"
+    if _LAST.search(text):
+        return "last"
+    return None
 
 
 def dates_in(text: str, now: float | None = None) -> list[DateSpec]:

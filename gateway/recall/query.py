@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Callable
 
-from gateway.recall.dates import DateSpec, extract_dates
+from gateway.recall.dates import DateSpec, conversation_order, extract_dates
 from gateway.recall.forms import forms
 from gateway.storage.fts import (
     CHINESE_STOP_CHARS,
@@ -57,7 +57,23 @@ MAX_NEAR_COMBINATIONS = 24
 PAIR_WINDOW = 4  # tokens between the two words of a proximity pair
 QUOTED_WORDS = 3  # a quoted phrase this long is also searched as its words ("Taxi Driver" stays a phrase)
 _STOP_WORD_LENGTHS = sorted({len(w) for w in CHINESE_STOP_WORDS}, reverse=True)
-_SUFFIXES = ("ingly", "ings", "ing", "edly", "ed", "ies", "es", "s", "ly", "ment", "ments")
+_SUFFIXES = (
+    "ships",
+    "ship",
+    "hood",
+    "ness",
+    "ingly",
+    "ings",
+    "ing",
+    "edly",
+    "ed",
+    "ies",
+    "es",
+    "s",
+    "ly",
+    "ment",
+    "ments",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,6 +95,7 @@ class Plan:
     query: Query
     units: list[Unit]
     dates: list[DateSpec] = field(default_factory=list)
+    order: str | None = None  # "first" / "last": the question names the person's first or latest conversation
 
     @property
     def understood(self) -> str:
@@ -245,7 +262,7 @@ def plan_query(query: str | bytes | None, now: float | None = None) -> Plan:
                 pairs.append(_pair_unit(previous, unit))
             previous = unit if simple else None
     singles = list(units.values())[:MAX_UNITS]
-    return Plan(parsed, singles + pairs[: max(0, MAX_UNITS - len(singles))], dates)
+    return Plan(parsed, singles + pairs[: max(0, MAX_UNITS - len(singles))], dates, conversation_order(parsed.text))
 
 
 # ---------------------------------------------------------------------------------------------

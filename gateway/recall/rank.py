@@ -21,12 +21,15 @@ gateway/recall_query.py for how a question becomes units):
   words at most (BM25 saturates at k1 + 1 per unit), so that day's sessions come first, ordered by
   their words: a person who names the day remembers when, and the words of such a question are
   often the least telling ("topics", "what did we talk about"). A session much longer than the
-  day (a conversation kept going for weeks) gets that weight by its share: day / its length. A month or a year keeps its idf:
-  it more often dates the event than the conversation ("camping in July"). Measured
+  day (a conversation kept going for weeks) gets that weight by its share: day / its length. A
+  month or a year keeps its idf: it more often dates the event than the conversation ("camping
+  in July"). Measured
   (bench/recall.py, + the local model): MemoryBank-CN dev, all 56 questions, scoped any@1 0.911
   -> 0.982, pooled any@1 0.839 -> 0.946 and any@5 0.929 -> 0.964 (0.5x changes nothing, 1x
   half of it, 2x all; 10x the day's own idf the same); LoCoMo unchanged on both halves (48 of
   its questions name a day); the same weight on months and years cost LoCoMo held 3 questions.
+  The asker's first or latest conversation, when the question names it that way ("the first
+  time we talked", 上次我们聊; gateway/recall/dates.py), weighs the same.
 
 Every query is OR-shaped (a session with some of the words still ranks, below one with more of
 them), so there is no separate "relax AND to OR" pass, and no input yields nothing when a content
@@ -299,6 +302,13 @@ def _rank(
             per_unit.append(by_root)
             units.append(Unit(label=spec.label, word_expr="", date=True, pair=slack > 1))
 
+    if plan.order:  # "the first time we talked", 上次聊天: that conversation of the asker's comes first
+        named = _ordered_conversation(conn, meta, plan.order, person_id, hidden, excluded | excluded_roots)
+        if named is not None:
+            idf.append(max(math.log(1 + n_sessions), DAY_OVER_WORDS * sum(idf[: len(plan.units)])))
+            per_unit.append({named: []})
+            units.append(Unit(label=f"{plan.order} conversation", word_expr="", date=True))
+
     # filters are applied to roots, and to the session each hit lives in
     candidates: set[str] = set()
     for by_root in per_unit:
@@ -354,8 +364,8 @@ def _rank(
                 continue
             tf = max(1, len(mids))
             norm = 1 - B + B * max(1, lengths[root]) / avg_len
-            held = own_idf + (weight - own_idf) * share.get(root, 1.0)  # a named day: by its share
-            scores[root] += held * tf * (K1 + 1) / (tf + K1 * norm)
+            unit_weight = own_idf + (weight - own_idf) * share.get(root, 1.0)  # a named day: by its share
+            scores[root] += unit_weight * tf * (K1 + 1) / (tf + K1 * norm)
             if not unit.pair:
                 matched[root].append(unit.label)
             for mid in mids:
@@ -458,6 +468,30 @@ def _rank(
             )
         )
     return out
+
+
+def _ordered_conversation(
+    conn: sqlite3.Connection, meta: _Sessions, order: str, person_id: str | None, hidden: set[str], excluded: set[str]
+) -> str | None:
+    """The root of the person's first conversation (order "first") or of their latest one that is
+    not excluded (the current conversation is), or None. Without a person: of everyone's."""
+    who = (
+        "WHERE (user_id = ? OR id IN (SELECT session_id FROM session_participants WHERE user_id = ?))"
+        if person_id
+        else ""
+    )
+    by = "started_at ASC" if order == "first" else "last_active_at DESC"
+    rows = conn.execute(
+        f"SELECT id FROM sessions {who} ORDER BY {by} LIMIT 50", (person_id, person_id) if person_id else ()
+    )
+    ids = [r[0] for r in rows]
+    roots = meta.roots(ids)
+    for sid in ids:
+        root = roots[sid]
+        row = meta.get(root)
+        if row is not None and row["source"] not in hidden and root not in excluded and sid not in excluded:
+            return root
+    return None
 
 
 def _root_mids(root: str, per_unit: list[dict[str, list[int]]]) -> list[int]:

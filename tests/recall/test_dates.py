@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.recall.dates import DateSpec, dates_in, extract_dates
+from gateway.recall.dates import DateSpec, conversation_order, dates_in, extract_dates
 from gateway.recall.query import plan_query
 from gateway.recall.rank import find_sessions
 
@@ -168,3 +168,21 @@ def test_a_month_without_a_year_means_that_month_of_any_year(db) -> None:
         db.append_message(sid, "user", "we went camping by the lake", timestamp=started)
     assert find_sessions(db, "camping in July", embedder=None)[0].session_id == "july"
     assert find_sessions(db, "camping in June", embedder=None)[0].session_id == "june"
+
+
+@pytest.mark.parametrize(
+    ("text", "order"),
+    [
+        ("what did we discuss the first time we talked?", "first"),
+        ("Our very first conversation was about what?", "first"),
+        ("你还记得我们第一次对话的时候聊了什么吗", "first"),
+        ("what was it the last time we spoke", "last"),
+        ("上次我们聊了什么？", "last"),
+        ("最近一次聊天说到哪了", "last"),
+        ("上次部署网关超时是怎么解决的", None),  # the last time it happened, not our last talk
+        ("the first time I deployed it", None),
+        ("", None),
+    ],
+)
+def test_the_first_or_last_conversation_is_named(text, order):
+    assert conversation_order(text) == order

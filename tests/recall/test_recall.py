@@ -345,6 +345,24 @@ def test_a_named_day_lifts_a_months_long_session_only_by_its_share_of_that_day(d
     ]
 
 
+def test_the_first_or_last_conversation_is_found_by_its_place_in_time(db, add):
+    bob_first = add(["hi, we talked about topics", "so many topics"], user_id="bob", started=ts("2023-01-02"))
+    first = add(["hello! badminton with colleagues tonight"], started=ts("2023-03-01"))
+    middle = add(["we talked about topics and more topics", "topics galore"], started=ts("2023-03-05"))
+    latest = add(["my sister visits on Friday"], started=ts("2023-03-09"))
+    current = add(["what did we talk about?"], started=ts("2023-03-10"))
+    for see_all in (False, True):  # scoped, or pooled as an admin: the asker's own first one
+        for question in ("What did we talk about the first time we talked?", "我们第一次聊天的时候聊了什么话题？"):
+            hits = find_sessions(db, question, person_id="alice", see_all=see_all, embedder=None)
+            assert ids(hits)[0] == first, question
+    for question in ("What topics came up the last time we talked?", "上次我们聊了什么？"):
+        hits = find_sessions(db, question, person_id="alice", exclude_session_ids=[current], embedder=None)
+        assert ids(hits)[0] == latest, question  # not the conversation being had
+    assert bob_first not in ids(find_sessions(db, "the first time we talked", person_id="alice", embedder=None))
+    words_only = find_sessions(db, "What topics did we talk about?", person_id="alice", exclude_session_ids=[current])
+    assert ids(words_only)[0] == middle  # without naming the conversation, the words decide
+
+
 def test_a_date_inside_a_long_session_counts(db, add):
     spanning = add(["we kept tuning the kafka consumer"], started=ts("2023-04-28"))
     db.append_message(spanning, "user", "still tuning the kafka consumer", timestamp=ts("2023-05-06"))
@@ -446,3 +464,10 @@ def test_a_when_question_prefers_the_passage_that_tells_the_time(db, add, monkey
     assert ids(find_sessions(db, "Was the kids' pottery workshop any good?", embedder=None))[0] == retold
     monkeypatch.setattr(answers, "GAIN", 0.0)  # without the answer type the two tie on words
     assert ids(find_sessions(db, when, embedder=None))[0] == retold
+
+
+def test_a_derived_noun_finds_its_root_word(db, add):
+    mentored = add(["I got mentored by a business owner yesterday", *FILLER])
+    add(["the deadline moved again", *FILLER])
+    assert ids(find_sessions(db, "Who gave Jon mentorship?", embedder=None))[0] == mentored
+    assert ids(find_sessions(db, "their friendship", embedder=None)) == []  # "friend" occurs nowhere

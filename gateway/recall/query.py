@@ -57,6 +57,9 @@ MAX_NEAR_COMBINATIONS = 24
 PAIR_WINDOW = 4  # tokens between the two words of a proximity pair
 QUOTED_WORDS = 3  # a quoted phrase this long is also searched as its words ("Taxi Driver" stays a phrase)
 _STOP_WORD_LENGTHS = sorted({len(w) for w in CHINESE_STOP_WORDS}, reverse=True)
+# -ship, -hood, -ness ("mentorship" -> "mentor*" finds "mentored"): LoCoMo tune MRR 0.822 -> 0.823
+# (+ the local model), held and MemoryBank unchanged; -tion/-sion the same way ("promotion" ->
+# "promot*") cost a tune question by words alone ("question" -> "quest*"), and is not done
 _SUFFIXES = (
     "ships",
     "ship",

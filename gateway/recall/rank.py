@@ -53,6 +53,14 @@ several sessions the leader reinforces itself and any@1 falls on one half or bot
 pooled lexical, tune 0.745 -> 0.719-0.745, held 0.764 -> 0.735-0.764); from the top session's
 whole text alone it raises only any@5 (tune 0.918 -> 0.922, held 0.928 -> 0.936), and with the
 semantic stage held MRR drops 0.836 -> 0.834, for reading the whole text of ten sessions a query.
+
+Measured and not done: who says the evidence, without knowing names. A name of the question
+said as an address ("Thanks, Caroline!", "Hey Mel,") marks its message as said TO that person, so
+"What did Caroline research?" is answered by the other side's words: with that message's other
+words counting 0.4 - 0.8 in the passages, lexical held any@1 rises (0.767 -> 0.769) but + the
+local model falls a question on both halves (tune 0.753 -> 0.749); a first-person message ("I",
+"my", "we") beside one addressing the named person, counted 1.2 - 1.7x as that person's own
+account, lowers every figure (tune + local 0.753 -> 0.749 - 0.732).
 """
 
 from __future__ import annotations

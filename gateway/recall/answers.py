@@ -43,7 +43,8 @@ Both together, LoCoMo raw questions (pooled; in brackets scoped): lexical tune a
 (held pooled 0.928 -> 0.930 lexical, 0.932 -> 0.934 + local). MemoryBank-CN and -EN unchanged.
 BEFORE 1 is the same at @1 but lets two questions (one each half) out of the lexical five; 2, 3
 and 4 are the same within a rank; 0 (the passage alone) lowers held MRR. GAIN 0.2 - 0.4 move a
-rank or two either way. Apart, and not kept:
+rank or two either way; the added term with a gain of its own (0.5 - 0.9, the multiplier 0.3 or
+none) lowers lexical MRR on one half or both. Apart, and not kept:
 - the message ahead alone (BEFORE 1) without the added term: one held question up (lexical), no other.
 - the kind looked for in the passage's first message only: tune any@1 -1 on every ranking.
 - GAIN x the words of the passage's weightiest message, in place of the multiplier (0.3 - 1.0):

@@ -471,3 +471,26 @@ def test_a_derived_noun_finds_its_root_word(db, add):
     add(["the deadline moved again", *FILLER])
     assert ids(find_sessions(db, "Who gave Jon mentorship?", embedder=None))[0] == mentored
     assert ids(find_sessions(db, "their friendship", embedder=None)) == []  # "friend" occurs nowhere
+
+
+def test_the_time_told_just_before_the_words_counts_for_a_when_question(db, add, monkeypatch):
+    # an exchange tells the time first and the event after it: "Guess what happened last Saturday!"
+    told = add(
+        ["Guess what happened last Saturday!", "The kids played their piano recital at the old school hall.", "Wow!"]
+        + FILLER
+    )
+    retold = add(["The kids still hum the piano recital tunes.", "They loved it.", "Nice."] + FILLER)
+    when = "When was the kids' piano recital?"
+    assert ids(find_sessions(db, when, embedder=None))[0] == told
+    monkeypatch.setattr(answers, "BEFORE", 0)  # the passage alone: the shorter, later mention leads
+    assert ids(find_sessions(db, when, embedder=None))[0] == retold
+
+
+def test_a_time_in_the_message_with_the_words_counts_more_than_one_in_the_reply(db, add, monkeypatch):
+    # both passages tell a time; in one the words' own message tells it, in the other only the reply
+    same = add(["We took the kids to the pottery workshop in town last Friday.", "Fun!"] + FILLER)
+    reply = add(["The kids and the pottery workshop!", "That was last Friday, right?"] + FILLER)
+    when = "When was the kids' pottery workshop?"
+    assert ids(find_sessions(db, when, embedder=None))[0] == same
+    monkeypatch.setattr(answers, "GAIN", 0.0)  # on words alone the shorter message leads
+    assert ids(find_sessions(db, when, embedder=None))[0] == reply

@@ -684,6 +684,7 @@ def bench_cost(sizes: list[int], runs: int) -> None:
         "What did we decide about the cache config?",
         "When did we fix the docker timeout?",
         "我们什么时候改的数据库配置？",
+        "What did we talk about on 20 November 2023?",  # a named day (the synthetic sessions start 14 Nov)
     ]
     for n_messages in sizes:
         with tempfile.TemporaryDirectory() as tmp:

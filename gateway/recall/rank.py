@@ -81,6 +81,7 @@ from typing import Any, Iterable
 from gateway.recall import answers, semantic
 from gateway.recall import read as recall_read
 from gateway.recall.dates import NEAR_DAYS
+from gateway.recall.lineage import SessionRows, allowed_sessions, ordered_conversation
 from gateway.recall.query import Plan, Unit, cjk_pieces, plan_query
 from gateway.storage.fts import make_snippet
 
@@ -108,107 +109,6 @@ RERANK = 30  # sessions whose passages are examined
 HIDDEN_SOURCES = ("tool",)
 DAY_OVER_WORDS = 2.0  # a named day's weight against all the query's words together (module docstring)
 OWN_WEIGHT = 2.0  # the asker's own sessions, in pooled recall: chosen on the tune split (1.5 -> 3 plateau)
-
-
-# ---------------------------------------------------------------------------------------------
-# session metadata and lineage roots
-
-
-class _Sessions:
-    """Session rows loaded in batches, and cycle-safe lineage roots over them."""
-
-    COLS = "id, source, user_id, parent_session_id, title, started_at, last_active_at, message_count, preview"
-    LEAN = "id, source, parent_session_id, last_active_at, message_count"  # what ranking needs
-    NAMES = [c.strip() for c in COLS.split(",")]
-
-    def __init__(self, conn: sqlite3.Connection, cols: str = COLS) -> None:
-        self.conn = conn
-        self.cols = cols
-        self.names = [c.strip() for c in cols.split(",")]
-        self.rows: dict[str, dict | None] = {}
-        self._roots: dict[str, str] = {}
-
-    def load(self, ids: Iterable[str]) -> None:
-        missing = [i for i in dict.fromkeys(ids) if i and i not in self.rows]
-        cursor = self.conn.cursor()
-        cursor.row_factory = None  # plain tuples: thousands of rows per query on a large store
-        names = self.names
-        for start in range(0, len(missing), 500):
-            chunk = missing[start : start + 500]
-            for row in cursor.execute(
-                f"SELECT {self.cols} FROM sessions WHERE id IN ({','.join('?' * len(chunk))})", chunk
-            ):
-                self.rows[row[0]] = dict(zip(names, row))
-            for sid in chunk:
-                self.rows.setdefault(sid, None)
-
-    def get(self, sid: str) -> dict | None:
-        if sid not in self.rows:
-            self.load([sid])
-        return self.rows[sid]
-
-    def root(self, sid: str) -> str:
-        """Follow parent_session_id to the first session. In a cycle, the smallest id of the cycle
-        is the root, so every member of a broken chain maps to the same session."""
-        if sid in self._roots:
-            return self._roots[sid]
-        path: list[str] = []
-        index: dict[str, int] = {}
-        current: str | None = sid
-        result: str | None = None
-        while current is not None:
-            if current in self._roots:
-                result = self._roots[current]
-                break
-            if current in index:  # cycle: path[index[current]:] loops
-                result = min(path[index[current] :])
-                break
-            index[current] = len(path)
-            path.append(current)
-            row = self.get(current)
-            parent = row["parent_session_id"] if row else None
-            if not parent or self.get(parent) is None:
-                result = current
-                break
-            current = parent
-        assert result is not None
-        for node in path:
-            self._roots[node] = result
-        return result
-
-    def known_roots(self) -> dict[str, str]:
-        """Session -> root for every session resolved so far."""
-        return self._roots
-
-    def roots(self, ids: Iterable[str]) -> dict[str, str]:
-        ids = list(dict.fromkeys(ids))
-        self.load(ids)
-        # load parents level by level so root walks rarely hit the database one row at a time
-        frontier = {r["parent_session_id"] for i in ids if (r := self.rows.get(i)) and r["parent_session_id"]}
-        while frontier - self.rows.keys():
-            self.load(frontier)
-            frontier = {r["parent_session_id"] for i in frontier if (r := self.rows.get(i)) and r["parent_session_id"]}
-        out: dict[str, str] = {}
-        for i in ids:
-            row = self.rows.get(i)
-            if row is None or not row["parent_session_id"]:  # no lineage: its own root (the common case)
-                self._roots[i] = out[i] = i
-            else:
-                out[i] = self.root(i)
-        return out
-
-
-def allowed_sessions(conn: sqlite3.Connection, person_id: str) -> set[str]:
-    """Sessions the person started or wrote in."""
-    rows = conn.execute(
-        "SELECT id FROM sessions WHERE user_id = ? UNION SELECT session_id FROM session_participants WHERE user_id = ?",
-        (person_id, person_id),
-    )
-    return {r[0] for r in rows}
-
-
-# ---------------------------------------------------------------------------------------------
-# ranking
 
 
 @dataclass
@@ -243,7 +143,7 @@ def _rank(
     query_vector: semantic.QueryVector | None = None,
 ) -> list[SessionHit]:
     roles = [r for r in (role_filter or []) if r]
-    meta = _Sessions(conn, _Sessions.LEAN)
+    meta = SessionRows(conn, SessionRows.LEAN)
     hidden = {s for s in (exclude_sources or []) if s}
     own = allowed_sessions(conn, person_id) if person_id else None
     allowed = None if see_all else own
@@ -314,7 +214,7 @@ def _rank(
             units.append(Unit(label=spec.label, word_expr="", date=True, pair=slack > 1))
 
     if plan.order:  # "the first time we talked", 上次聊天: that conversation of the asker's comes first
-        named = _ordered_conversation(conn, meta, plan.order, person_id, hidden, excluded | excluded_roots)
+        named = ordered_conversation(conn, meta, plan.order, person_id, hidden, excluded | excluded_roots)
         if named is not None:
             idf.append(max(math.log(1 + n_sessions), DAY_OVER_WORDS * sum(idf[: len(plan.units)])))
             per_unit.append({named: []})
@@ -444,8 +344,8 @@ def _rank(
     tied = [r for r in order if top and order[r] >= top[-1]]
     ranked = sorted(tied, key=lambda r: (-order[r], -(meta.get(r) or {}).get("last_active_at", 0), r))[:limit]
     details = {
-        row[0]: dict(zip(_Sessions.NAMES, row))
-        for row in _chunked(conn, f"SELECT {_Sessions.COLS} FROM sessions WHERE id IN ({{}})", ranked)
+        row[0]: dict(zip(SessionRows.NAMES, row))
+        for row in _chunked(conn, f"SELECT {SessionRows.COLS} FROM sessions WHERE id IN ({{}})", ranked)
     }
     evidence = {
         root: sorted(((mass[mid], mid) for mid in _root_mids(root, per_unit)), key=lambda e: (-e[0], -e[1]))
@@ -479,30 +379,6 @@ def _rank(
             )
         )
     return out
-
-
-def _ordered_conversation(
-    conn: sqlite3.Connection, meta: _Sessions, order: str, person_id: str | None, hidden: set[str], excluded: set[str]
-) -> str | None:
-    """The root of the person's first conversation (order "first") or of their latest one that is
-    not excluded (the current conversation is), or None. Without a person: of everyone's."""
-    who = (
-        "WHERE (user_id = ? OR id IN (SELECT session_id FROM session_participants WHERE user_id = ?))"
-        if person_id
-        else ""
-    )
-    by = "started_at ASC" if order == "first" else "last_active_at DESC"
-    rows = conn.execute(
-        f"SELECT id FROM sessions {who} ORDER BY {by} LIMIT 50", (person_id, person_id) if person_id else ()
-    )
-    ids = [r[0] for r in rows]
-    roots = meta.roots(ids)
-    for sid in ids:
-        root = roots[sid]
-        row = meta.get(root)
-        if row is not None and row["source"] not in hidden and root not in excluded and sid not in excluded:
-            return root
-    return None
 
 
 def _root_mids(root: str, per_unit: list[dict[str, list[int]]]) -> list[int]:
@@ -665,7 +541,7 @@ def recent_sessions(
     if limit == 0:
         return []
     excluded_roots: set[str] = (
-        set(db.search_read(lambda conn: _Sessions(conn).roots(excluded)).values()) if excluded else set()
+        set(db.search_read(lambda conn: SessionRows(conn).roots(excluded)).values()) if excluded else set()
     )
     offset, page = 0, 50
     while len(out) < limit:
@@ -675,7 +551,7 @@ def recent_sessions(
         offset += len(rows)
 
         def resolve(conn: sqlite3.Connection) -> tuple[dict[str, str], dict[str, dict | None]]:
-            meta = _Sessions(conn)
+            meta = SessionRows(conn)
             roots = meta.roots(r["id"] for r in rows)
             return roots, {root: meta.get(root) for root in set(roots.values())}
 

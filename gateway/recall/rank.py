@@ -406,8 +406,8 @@ def _passage_rerank(
     session_of: dict[int, str],
     best: dict[str, float],
     bonus: dict[int, float],
-    kind: answers.Kind | None = None,
-    heavy: set[int] | None = None,
+    kind: answers.Kind | None,
+    heavy: set[int],
 ) -> None:
     """For the leading sessions (root -> its messages holding a unit), let `best` look at PASSAGE
     consecutive messages instead of one: a question and its answer are often in a turn and the
@@ -459,7 +459,7 @@ def _passage_rerank(
         scores[root] += CO_WEIGHT * (window_best - single)
 
 
-def _passages(order: list[int], starts: list[int], before: int = 0) -> set[int]:
+def _passages(order: list[int], starts: list[int], before: int) -> set[int]:
     """The messages of the PASSAGE-long passages that start at `starts` (in `order`, a session's
     visible messages), each with the `before` messages ahead of it."""
     position = {mid: i for i, mid in enumerate(order)}

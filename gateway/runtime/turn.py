@@ -245,10 +245,7 @@ class TurnRunner:
 
     async def run(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
         session_id = entry.session_id
-        received = await self.media.receive(text, msg.attachments) if self.media and msg.attachments else None
-        if received is not None:
-            for notice in received.notices:  # too big, not downloadable: said before the answer
-                await self.outbound.send(msg, notice)
+        received = await self._receive(msg, text)
         session_agent = await self._agent_for(msg, session_id)
         self.cache.acquire(session_id)
         steer: asyncio.Queue[str] = asyncio.Queue()
@@ -256,11 +253,7 @@ class TurnRunner:
         # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
         warm = self.conversations
         record = TurnRecorder(self.db, self.outbox, warm, self.clock, lane, msg, session_id, received)
-        stream = self.outbound.begin_reply(msg)
-        if stream is not None and self.leases.shared:
-            # Replicas: a draft edit goes out only while this replica knows it holds the chat
-            # (its lease's expiry, in memory); the final text only after the fenced commit.
-            stream.may_show = functools.partial(self.leases.known_held, lane.key)
+        stream = self._stream(msg, lane.key)
         feed = ReplyFeed(stream, tool_status=self.tool_status) if stream is not None else None
         typing = _Typing(self.outbound.send_typing, msg.source, stream.first_shown if stream is not None else None)
         try:
@@ -268,20 +261,8 @@ class TurnRunner:
             if history is None:
                 history = await self.db.aread("get_messages_as_conversation", session_id)
                 warm.put(session_id, lane.key, history)
-            ctx = ToolContext(
-                session_id=session_id,
-                source=msg.source,
-                db=self.db,
-                is_admin=self.access.is_admin(msg.source),
-                single_owner=self.single_owner,
-                home=self.config.home,
-                extra={
-                    "config": self.config,
-                    "recap_model": self.factory.auxiliary,
-                    "recap_client": self.factory.recap_client,
-                },
-            )
             content = received.model_content() if received is not None else text
+            ctx = self._tool_context(msg, session_id)
             result = await session_agent.agent.run_turn(history, content, ctx, record, steer, feed)
         except LeaseLost:
             if stream is not None:  # another replica answers: this one's draft is left as it is
@@ -301,11 +282,49 @@ class TurnRunner:
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:
             await self.db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
-        await self._reply(msg, stream, record, result.text or "(no reply)", result.error is not None, lane.key)
-        if result.error is None and self._near_window(session_agent.agent.system_prompt, history + result.messages):
-            notice = await self.compress(msg, session_id, auto=True)
-            if notice:
-                await self.outbound.send(msg, notice)
+        failed = result.error is not None
+        await self._reply(msg, stream, record, result.text or "(no reply)", failed, lane.key)
+        if not failed and self._near_window(session_agent.agent.system_prompt, history + result.messages):
+            await self._compress_after(msg, session_id)
+
+    async def _receive(self, msg: InboundMessage, text: str) -> Received | None:
+        """The message's attachments stored and read (None without any); what could not be taken
+        (too big, not downloadable) is said before the answer."""
+        if self.media is None or not msg.attachments:
+            return None
+        received = await self.media.receive(text, msg.attachments)
+        for notice in received.notices:
+            await self.outbound.send(msg, notice)
+        return received
+
+    async def _compress_after(self, msg: InboundMessage, session_id: str) -> None:
+        notice = await self.compress(msg, session_id, auto=True)
+        if notice:
+            await self.outbound.send(msg, notice)
+
+    def _stream(self, msg: InboundMessage, key: str) -> ReplyStream | None:
+        """The streamed reply to `msg`, or None where the reply is sent once at the end."""
+        stream = self.outbound.begin_reply(msg)
+        if stream is not None and self.leases.shared:
+            # Replicas: a draft edit goes out only while this replica knows it holds the chat
+            # (its lease's expiry, in memory); the final text only after the fenced commit.
+            stream.may_show = functools.partial(self.leases.known_held, key)
+        return stream
+
+    def _tool_context(self, msg: InboundMessage, session_id: str) -> ToolContext:
+        return ToolContext(
+            session_id=session_id,
+            source=msg.source,
+            db=self.db,
+            is_admin=self.access.is_admin(msg.source),
+            single_owner=self.single_owner,
+            home=self.config.home,
+            extra={
+                "config": self.config,
+                "recap_model": self.factory.auxiliary,
+                "recap_client": self.factory.recap_client,
+            },
+        )
 
     async def _reply(
         self,

@@ -409,17 +409,26 @@ def build_app(
             ops_url=functools.partial(_listening_url, ops),
         )
         opened.pop_all()
+    # Replicas share one backlog: the leading one polls, since the others' commits wake nothing here.
+    poll = EMBED_POLL_SECONDS if on_postgres else None
+    indexer = BackgroundIndexer(db, embedder, poll_seconds=poll) if embedder is not None else None
+    _gauges(metrics, runner, db, files, indexer)
+    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
+
+
+def _gauges(
+    metrics: Metrics, runner: GatewayRunner, db: SessionDB, files: Mirrors | None, indexer: BackgroundIndexer | None
+) -> None:
+    """The gauges read from the parts build_app assembled (the runner sets its own)."""
     metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
     if files is not None:
         metrics.set_gauge_fn("mirror_backlog", files.backlog)
     metrics.set_gauge_fn("wal_bytes", db.wal_bytes)
     metrics.set_gauge_fn("media_bytes", Sampled(db.media_bytes, every=30.0))
-    indexer = BackgroundIndexer(db, embedder) if embedder is not None else None
     if indexer is not None:
         model = str(indexer.embedder.model)
         metrics.set_gauge_fn("embedding_backlog", Sampled(lambda: index_stats(db, model)["backlog"], every=10.0))
         metrics.set_gauge_fn("embedding_failures", lambda: float(indexer.failures))
-    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
 
 
 def _open_db(config: Config, path: Path) -> SessionDB:
@@ -466,11 +475,10 @@ EMBED_POLL_SECONDS = 2.0  # how often the leading replica's indexer looks for th
 def embed_while_leading(leases: ChatLeases, indexer: BackgroundIndexer) -> None:
     """Start the indexer; on Postgres only on the replica that leads "embedding". Replicas share
     one backlog: each embedding it would spend the model's time on a batch only one of them may
-    store (gateway/storage/vectors.py); the leader polls, since the others' commits wake nothing here."""
+    store (gateway/storage/vectors.py); the leader polls (its `poll_seconds`, set where it is built)."""
     if not leases.shared:
         indexer.start()
         return
-    indexer.poll_seconds = EMBED_POLL_SECONDS
 
     async def on_change(leading: bool) -> None:
         if leading:

@@ -20,6 +20,7 @@ turn that had stored the person's message was cut short: the runner reruns or re
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import functools
 import logging
@@ -60,7 +61,7 @@ class IntakeHost(Protocol):
         """Run `coro` beside the lanes (drain waits for it)."""
 
 
-class Intake:
+class Intake(abc.ABC):
     """What both modes share: the take-up loop and the marks it leaves for the runner."""
 
     def __init__(self, host: IntakeHost, leases: ChatLeases) -> None:
@@ -69,13 +70,13 @@ class Intake:
         self.interrupted: dict[int, dict] = {}  # inbox id -> entry, for turns a crash cut short
         self._taken_up: set[int] = set()  # entries taken up, until their lane accepts them
 
+    @abc.abstractmethod
     async def start(self) -> None:
         """Start the adapters' intake, then take up what was left unfinished."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def admit(self, key: str, msg: InboundMessage) -> bool:
         """Commit `msg` to the inbox and route it to its chat; False for a redelivery."""
-        raise NotImplementedError
 
     async def accepted(self, msg: InboundMessage) -> bool:
         """Asked by the lane before it runs `msg`: is it committed (not a redelivery)?"""

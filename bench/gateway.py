@@ -34,8 +34,8 @@ Delivery (DESIGN §11) on and off, in the same run (`--delivery both`, the defau
 home: "on" is the production path (every intake commits an inbox row before it returns, the answer
 commits its outbox row and the entry's done mark with the assistant message, each sent part is
 recorded). "off" is the bench's baseline only, `without_delivery` below, never a setting: an inbox
-that admits without committing anything and a TurnRunner without an outbox (it sends the reply
-directly, the path TurnRunner keeps for `outbox=None`). That is the gateway as it was before the
+that admits without committing anything and an outbox that commits and records nothing (the turn's
+reply is sent straight away through the adapter's reply writer). That is the gateway as it was before the
 inbox, minus its old seen-mark, which rode in the user message's transaction. The comparison is
 printed as ratios beside the absolute figures.
 
@@ -82,7 +82,7 @@ from bench.stats import percentile
 from gateway.config.load import parse_config
 from gateway.db import SessionDB, new_session_id
 from gateway.runtime.agent_factory import AgentFactory
-from gateway.runtime.delivery import Inbox
+from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.runner import GatewayRunner
 from gateway.service.app import build_app, tune_gc
 from gateway.source import Platform, SessionSource
@@ -137,11 +137,29 @@ class UncommittedInbox(Inbox):
         return True
 
 
+class UnrecordedOutbox(Outbox):
+    """The bench's "off" baseline: a reply commits no outbox row (nothing to finish either: the
+    inbox holds no entries) and its send is not recorded. Never used outside this file."""
+
+    @staticmethod
+    def reply_op(target: InboundMessage, text: str, answers: Any, outcome: str = "answered") -> Any:
+        return (lambda conn, message_id=None: 0), {"id": 0}
+
+    async def commit(self, target: InboundMessage, text: str, answers: Any, outcome: str) -> int:
+        return 0
+
+    async def deliver(
+        self, row_id: int, source: SessionSource, text: str, reply_to: str | None, done: int = 0, key: Any = None
+    ) -> bool:
+        await self.adapters[source.platform.value].begin_reply(source, reply_to).finish(text)
+        return True
+
+
 def without_delivery(runner: GatewayRunner) -> None:
     """Take the inbox and the outbox out of a built runner (the "off" baseline): intake no longer
-    commits, and the turn sends its answer directly instead of committing and recording it."""
+    commits, and the turn sends its answer without committing or recording it."""
     runner.inbox = UncommittedInbox(runner.db)
-    runner.turns.outbox = None
+    runner.turns.outbox = UnrecordedOutbox(runner.db, runner.adapters)
 
 
 def thread_cpu() -> dict[str, float]:

@@ -49,9 +49,12 @@ class ChatServices(Protocol):
     db: SessionDB
     store: SessionStore
     model_settings: ModelSettings
-    ops_url: str | None  # the ops HTTP server's address, once it listens
     single_owner: bool
     clock: Callable[[], float]
+
+    @property
+    def ops_url(self) -> str | None:
+        """The ops HTTP server's address, once it listens."""
 
     async def lookup(self, msg: InboundMessage) -> SessionEntry:
         """The chat's current session, reset policy applied (the person is told of a rollover)."""

@@ -12,9 +12,10 @@ The one duplicate window: a crash after the platform accepted a part and before 
 commits; that part is sent again on start (at most one message per crash, counted by the crash
 test in tests/runtime/test_delivery_crash.py).
 
-On Postgres replicas (gateway.runtime.leases) each record of a turn takes a `guard`, run first in
-its transaction, that refuses it once another replica holds the chat; a reply is sent only after
-the lease is confirmed, and a replica taking a chat over sends that chat's unsent replies first.
+On Postgres replicas (gateway.runtime.leases) every record of a chat's job commits only while this
+replica holds the chat: the runner sets the chat's fence for the job (gateway.storage.fence) and
+the database's writes check it, so nothing here takes a guard. A reply is sent only after the
+lease is confirmed, and a replica taking a chat over sends that chat's unsent replies first.
 
 Messages are stored normalised (source, text, ids, flags: no raw platform payload), so an entry
 can be taken up again by a later process. A message without a platform id gets a random one: it
@@ -32,7 +33,8 @@ import sqlite3
 from typing import Any, Callable, Iterable
 
 from gateway.db import SessionDB
-from gateway.runtime.leases import ChatLeases, Guard, SoloLeases
+from gateway.runtime.leases import ChatLeases, SoloLeases
+from gateway.runtime.metrics import Metrics
 from gateway.source import SessionSource
 from gateway.storage import inbox, outbox
 from gateway.storage.events import Events
@@ -107,24 +109,18 @@ class Inbox:
         return True
 
     @staticmethod
-    def started(*msgs: InboundMessage, guard: Guard | None = None) -> RecordOp:
+    def started(*msgs: InboundMessage) -> RecordOp:
         """The record that goes with storing the person's message: its entries are started."""
 
         def op(conn: sqlite3.Connection, message_id: int) -> None:
-            if guard is not None:
-                guard(conn)
             for msg in msgs:
                 if msg.inbox_id is not None:
                     inbox.start(conn, msg.inbox_id, message_id)
 
         return op
 
-    async def finish(self, msgs: Iterable[InboundMessage], outcome: str, guard: Guard | None = None) -> None:
-        ids = [m.inbox_id for m in msgs if m.inbox_id is not None]
-        if ids and guard is not None:
-            await self.db.awrite(lambda conn, events: (guard(conn), inbox.finish(conn, ids, outcome))[1])
-        elif ids:
-            await self.db.ainbox_finish(ids, outcome)
+    async def finish(self, msgs: Iterable[InboundMessage], outcome: str) -> None:
+        await self.db.ainbox_finish([m.inbox_id for m in msgs if m.inbox_id is not None], outcome)
 
     async def unfinished_of(self, chat_key: str) -> list[tuple[dict, InboundMessage]]:
         """One chat's entries not done, oldest first (a replica holding the chat runs them)."""
@@ -151,7 +147,7 @@ class Outbox:
         self,
         db: SessionDB,
         adapters: dict[str, PlatformAdapter],
-        metrics: Any = None,
+        metrics: Metrics | None = None,
         leases: ChatLeases | None = None,
     ) -> None:
         self.db, self.adapters, self.metrics = db, adapters, metrics
@@ -163,7 +159,6 @@ class Outbox:
         text: str,
         answers: Iterable[InboundMessage],
         outcome: str = "answered",
-        guard: Guard | None = None,
     ):
         """The record of a reply, to run in one transaction (alone, or with the assistant message
         that carries it as `after`): the outbox row and the done marks of the entries it answers.
@@ -174,8 +169,6 @@ class Outbox:
         row: dict[str, Any] = {"id": None}
 
         def op(conn: sqlite3.Connection, message_id: int | None = None) -> int:
-            if guard is not None:
-                guard(conn)
             row["id"] = outbox.add(
                 conn,
                 platform=source.platform.value,
@@ -197,10 +190,9 @@ class Outbox:
         text: str,
         answers: Iterable[InboundMessage],
         outcome: str,
-        guard: Guard | None = None,
     ) -> int:
         """Commit a reply that is not carried by an assistant message (a command's answer, an apology)."""
-        op, _ = self.reply_op(target, text, answers, outcome, guard)
+        op, _ = self.reply_op(target, text, answers, outcome)
         return await self.db.awrite(lambda conn, events: op(conn))
 
     async def deliver(

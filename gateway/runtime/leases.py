@@ -1,11 +1,11 @@
 """Who runs a chat: the one seam between one process per home (SQLite) and N replicas (Postgres).
 
 A chat's inbox entries are run by the one process holding its lease, and every commit of its
-turns carries a `guard` that refuses the commit once the lease has gone to another replica
-(gateway/storage/postgres/replicas.py has the SQL and the figures).
+jobs checks a `guard` that refuses the commit once the lease has gone to another replica
+(gateway.storage.fence carries it; gateway/storage/postgres/replicas.py has the SQL and the figures).
 
 - `SoloLeases` (SQLite): the home lock already makes this the only process, so it holds every
-  chat; no guard, no check, nothing stored. The runner's single-process path is unchanged.
+  chat; no guard, no check, nothing stored (gateway.runtime.intake.SoloIntake takes messages in).
 - `SharedLeases` (Postgres): a registry identity, then one beat loop on the registry connection:
   wait for notifications (an entry admitted elsewhere for a chat held here), and every heartbeat
   renew the held leases in one UPDATE (a lease missing from its answer was taken over: the runner
@@ -32,9 +32,9 @@ server restarted, the backend was terminated) lets a takeover start at once, and
 may then still go out within the margin; it is a draft (never the final text), as a crash mid-
 stream leaves one. The duplicate window of a send and its record is unchanged.
 
-The runner is the `LeaseHost`: `take_up(key, fresh)` reads the chat's unfinished entries into its
-lane (after sending the chat's unsent replies when `fresh`: the lease was just claimed), and
-`lease_lost(key)` drops the chat's queue.
+The `LeaseHost` is the runner's intake (gateway.runtime.intake.SharedIntake): `take_up(key, fresh)`
+reads the chat's unfinished entries into its lane (after sending the chat's unsent replies when
+`fresh`: the lease was just claimed), and `lease_lost(key)` drops the chat's queue.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
+from gateway.runtime.metrics import Metrics
 from gateway.source import SessionSource
 from gateway.text import valid_text
 from platforms.base import InboundMessage, PlatformAdapter, ReplyStream
@@ -26,7 +26,7 @@ class Outbound:
     def __init__(
         self,
         adapters: list[PlatformAdapter],
-        metrics: Any = None,  # gateway.service.metrics
+        metrics: Metrics | None = None,
         streaming: dict[str, bool] | None = None,  # platform -> streams replies (absent: no)
     ) -> None:
         self.adapters: dict[str, PlatformAdapter] = {a.platform.value: a for a in adapters}

@@ -12,33 +12,34 @@ of their chat: a turn a crash cut short is run again or reported (`gateway.inter
 order and applies the busy mode; different chats run concurrently. The agent turn itself is in
 gateway.runtime.turn, the commands in gateway.commands.
 
-Replicas on Postgres (`leases.shared`, gateway.runtime.leases): a chat's entries run on the replica
-holding its lease. An admitted message is not queued at once: the receiver runs the chat if it
-holds or can claim the lease, else it wakes the holder. Either way the holder reads the chat's
-unfinished entries from the inbox in order (`take_up`), so entries admitted on any replica run in
-the order they were committed. A turn whose lease went elsewhere is dropped at its next commit
-(LeaseLost); its chat's queue here is dropped too (`lease_lost`), the new holder runs them. There
-is no start-up pass over the whole inbox: the first poll claims the chats nobody live holds.
+How an admitted message reaches its lane, and how unfinished entries are taken up again, depends
+on the mode (one process per home, or replicas on Postgres): the runner hands both to its
+`Intake` (gateway.runtime.intake), one object per mode, and only routes. On replicas every write of
+a chat's job, and of a reply or a drop outside one, commits only while this replica holds the
+chat: the runner sets the chat's fence around it (gateway.storage.fence); a turn whose lease went
+elsewhere is dropped at its next commit (LeaseLost) and its chat's queue here with it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import logging
 import sys
 import time
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine, Iterable, Iterator
 
 from agent.llm import ModelSettings
 from gateway.commands import COMMANDS, CommandContext, ParsedCommand, command_menu, parse_command, run_command
 from gateway.commands.sessions import resume_choices
+from gateway.config.load import Config
 from gateway.db import SessionDB
 from gateway.errors import LeaseLost
 from gateway.runtime.delivery import Inbox, Outbox
+from gateway.runtime.intake import intake_for
 from gateway.runtime.lanes import ChatLane, Job
-from gateway.runtime.leases import Guard
+from gateway.runtime.metrics import Metrics
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.turn import TurnRunner
 from gateway.sessions.access import AccessControl
@@ -46,7 +47,7 @@ from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform, SessionSource
 from gateway.storage import fence
 from gateway.text import valid_text
-from platforms.base import AdapterHealth, InboundMessage
+from platforms.base import AdapterHealth, InboundMessage, PlatformAdapter
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,13 @@ INTERRUPTED_MODES = ("rerun", "notify")
 
 
 class GatewayRunner:
-    """Implements `LaneHost` (for the lanes) and `ChatServices` (for the commands). Built by
-    gateway.service.app (`build_runner`), which makes its collaborators."""
+    """Implements `LaneHost` (for the lanes) and `ChatServices` (for the commands), and is the
+    host of its `Intake`. Built by gateway.service.app (`build_runner`), which makes its
+    collaborators."""
 
     def __init__(
         self,
-        config: Any,  # gateway.config.Config
+        config: Config,
         db: SessionDB,
         store: SessionStore,
         outbound: Outbound,
@@ -75,7 +77,8 @@ class GatewayRunner:
         outbox: Outbox,
         *,
         clock: Callable[[], float] = time.time,
-        metrics: Any = None,  # gateway.service.metrics.Metrics
+        metrics: Metrics | None = None,
+        ops_url: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.config = config
         self.db = db
@@ -90,16 +93,8 @@ class GatewayRunner:
         self.access = access
         self.inbox = inbox
         self.outbox = outbox
-        self.leases = outbox.leases  # the one seam: SoloLeases on SQLite, SharedLeases on Postgres
-        self._pushed: dict[str, set[int]] = {}  # replicas: chat key -> entries read into its lane
-        self._pumps: dict[str, asyncio.Lock] = {}
-        self._holding: list[tuple[str, InboundMessage, asyncio.Future]] | None = (
-            None  # intake during start-up waits here
-        )
-        self._interrupted: dict[int, dict] = {}  # inbox id -> entry, for turns a crash cut short
-        self._resumed: set[int] = set()
-        self._taken_up: set[int] = set()  # entries taken up at start, until their lane accepts them
-        self._admissions: dict[int, tuple[InboundMessage, asyncio.Future]] = {}  # id(msg) -> its commit
+        self.leases = outbox.leases  # who runs which chat: SoloLeases on SQLite, SharedLeases on Postgres
+        self.intake = intake_for(self, self.leases)
         mode = getattr(config.gateway, "interrupted_turns", "rerun")  # read defensively: a newer config key
         self.interrupted_mode = mode if mode in INTERRUPTED_MODES else "rerun"
         self.clock = clock
@@ -113,7 +108,7 @@ class GatewayRunner:
         self._refused: OrderedDict[str, float] = OrderedDict()
         self._lane_sources: dict[str, SessionSource] = {}  # key -> the chat a lane serves (for chat_idle)
         self._stopping = False
-        self.ops_url: str | None = None  # the ops HTTP server's address once it listens (/status shows it)
+        self._ops_url = ops_url  # the ops HTTP server's address once it listens (/status shows it)
         if metrics is not None:
             metrics.set_gauge_fn("queue_depth", self.queue_depth)
             metrics.set_gauge_fn("agent_cache_size", self.cache_size)
@@ -131,139 +126,18 @@ class GatewayRunner:
         # the middle of the first conversation while other chats wait.
         self.factory.client
         menu = command_menu()
-        if self.leases.shared:
-            await self._start_replica(menu)
-            return
-        self._holding = []
-        try:
-            for adapter in self.adapters.values():
-                adapter.bot_commands(menu)
-                adapter.command_suggestions(self.suggest)
-                await adapter.start(self.handle_inbound)
-            await self.outbox.deliver_unsent()
-            await self._resume()
-        finally:
-            # What arrived meanwhile goes behind what was taken up, in arrival order; new arrivals
-            # keep joining the held list until it is empty, so none overtakes an older one.
-            while self._holding:
-                key, msg, admission = self._holding.pop(0)
-                try:
-                    stored = await admission
-                except Exception:
-                    stored = False  # not acknowledged: the platform sends it again
-                if stored and msg.inbox_id not in self._resumed:
-                    self._enqueue(key, msg)
-            self._holding = None
-            self._resumed = set()
-
-    async def _start_replica(self, menu: Any) -> None:
-        """Register, then start the adapters: those that must run once per bot (a Telegram poller, a
-        Discord shard) only while this replica holds their leadership. The beat loop's first poll
-        takes up the chats nobody live holds (a dead replica's, this one's before a restart)."""
-        await self.leases.start(self)
         for adapter in self.adapters.values():
             adapter.bot_commands(menu)
             adapter.command_suggestions(self.suggest)
-            name = adapter.leader_key()
-            if name is None:
-                await adapter.start(self.handle_inbound)
-                continue
-            adapter.await_leadership()
-            if not adapter.led_by_start:
-                await adapter.start(self.handle_inbound)  # sending now; its intake once it leads
-            self.leases.lead(name, functools.partial(self._lead, adapter))
+        await self.intake.start()
 
-    async def _lead(self, adapter: Any, leading: bool) -> None:
-        log.info("%s %s on this replica", adapter.leader_key(), "starts" if leading else "stops")
-        if not adapter.led_by_start:
-            await adapter.lead(leading)
-        elif leading:
-            await adapter.start(self.handle_inbound)
-        else:
-            await adapter.stop()
+    @property
+    def ops_url(self) -> str | None:
+        return self._ops_url()
 
-    async def take_up(self, key: str, fresh: bool) -> None:
-        """LeaseHost: read the chat's unfinished entries into its lane, in inbox order, skipping
-        those already there. `fresh` (the lease was just claimed): the warm copy of its conversation
-        may be behind what another replica wrote, and its unsent replies go out first."""
-        if self._stopping:
-            return
-        lock = self._pumps.setdefault(key, asyncio.Lock())
-        async with lock:
-            if fresh:
-                self.conversations.drop_owner(key)
-                await self.outbox.deliver_unsent_of(key)
-            entries = await self.inbox.unfinished_of(key)
-            if not self.leases.holds(key) or self._stopping:
-                return
-            pushed = self._pushed.setdefault(key, set())
-            pushed &= {row["id"] for row, _ in entries}  # the others are done: never read again
-            for row, msg in entries:
-                if row["id"] in pushed:
-                    continue
-                pushed.add(row["id"])
-                adapter = self.adapters.get(msg.source.platform.value)
-                if adapter is not None:
-                    for attachment in msg.attachments:
-                        attachment.open = adapter.reopen(msg, attachment)
-                if (
-                    fresh or row["started_at"] is not None
-                ):  # accepted under an earlier holder: never refused for the cap
-                    self._taken_up.add(row["id"])
-                if row["started_at"] is not None and parse_command(msg.text) is None:
-                    self._interrupted[row["id"]] = row  # cut short on the replica that held it
-                self._enqueue(key, msg)
-            if not pushed:
-                self._pushed.pop(key, None)
-                self._pumps.pop(key, None)
-
-    def lease_lost(self, key: str) -> None:
-        """LeaseHost: another replica runs this chat now. What waits here is dropped (not finished:
-        the holder runs it); a running turn is refused at its next commit."""
-        lane = self.lanes.get(key)
-        if lane is not None:
-            lane.clear_pending()
-            lane.inbox.clear()
-        self._pushed.pop(key, None)
-
-    async def _arrived(self, key: str) -> None:
-        """Replicas: an entry of `key` was admitted here."""
-        if self.leases.holds(key):
-            await self.take_up(key, False)
-        elif await self.leases.claim(key):
-            await self.take_up(key, True)
-        else:
-            await self.leases.nudge(key)
-
-    def _guard(self, msg: InboundMessage) -> Guard | None:
-        if not self.leases.shared:
-            return None
-        try:
-            return self.leases.guard(self.store.key_for(msg.source))
-        except InvalidSessionSource:
-            return None
-
-    async def _resume(self) -> None:
-        """Take up the entries a previous process left unfinished, oldest first. One whose turn had
-        stored the person's message was cut short: rerun or reported when its job runs."""
-        entries = await asyncio.to_thread(self.inbox.unfinished)
-        for row, msg in entries:
-            adapter = self.adapters.get(msg.source.platform.value)
-            if adapter is not None:
-                for attachment in msg.attachments:
-                    attachment.open = adapter.reopen(msg, attachment)
-            self._resumed.add(row["id"])
-            self._taken_up.add(row["id"])
-            if row["started_at"] is not None and parse_command(msg.text) is None:
-                self._interrupted[row["id"]] = row
-            self._enqueue(row["chat_key"], msg)
-        if entries:
-            log.info(
-                "taking up %d message(s) left unanswered by the previous run (%d cut short: %s)",
-                len(entries),
-                len(self._interrupted),
-                self.interrupted_mode,
-            )
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     async def suggest(self, source: SessionSource, command: str, typed: str) -> list[tuple[str, str]]:
         """Choices for a platform's command picker (Discord's /resume autocomplete): only for someone
@@ -314,7 +188,7 @@ class GatewayRunner:
         await self.factory.close()
 
     def readiness(self) -> dict[str, AdapterHealth]:
-        return {name: adapter.health() for name, adapter in self.adapters.items()}
+        return adapter_health(self.adapters.values())
 
     def queue_depth(self) -> int:
         """Messages waiting: the running one in each chat is not counted."""
@@ -351,28 +225,11 @@ class GatewayRunner:
         except InvalidSessionSource as exc:
             log.warning("dropped message on %s: %s", platform, exc)
             return
-        # The commit starts now; the message joins its lane at once (so a chat's order is the
-        # order of arrival) and the lane waits for the commit before it runs it (`accept`).
-        admission = asyncio.ensure_future(self.inbox.admit(msg, key))
-        if self.leases.shared:
-            if not await admission:
-                log.info("duplicate delivery of %s message %s refused", platform, msg.message_id)
-                self.inc("duplicates_total", {"platform": platform})
-            elif not self._stopping:
-                self._spawn(self._arrived(key))
-            return
-        if self._stopping:
-            pass  # stored, not run: the next start answers it
-        elif self._holding is not None:
-            self._holding.append((key, msg, admission))  # start-up: behind the entries being taken up again
-        else:
-            self._admissions[id(msg)] = (msg, admission)
-            self._enqueue(key, msg)
-        if not await admission:
+        if not await self.intake.admit(key, msg):
             log.info("duplicate delivery of %s message %s refused", platform, msg.message_id)
             self.inc("duplicates_total", {"platform": platform})
 
-    def _enqueue(self, key: str, msg: InboundMessage) -> None:
+    def enqueue(self, key: str, msg: InboundMessage) -> None:
         source = msg.source
         platform = source.platform.value
         lane = self.lanes.get(key)
@@ -434,24 +291,20 @@ class GatewayRunner:
 
     # -- LaneHost: called by the lanes -----------------------------------------------------------
     async def accept(self, lane: ChatLane, msg: InboundMessage) -> Job | None:
-        admission = self._admissions.pop(id(msg), None)
-        if admission is not None:
-            try:
-                if not await admission[1]:
-                    return None  # a redelivery: the inbox refused it
-            except Exception:
-                return None  # not stored (the adapter did not acknowledge it): the platform sends it again
+        if not await self.intake.accepted(msg):
+            return None
         command = parse_command(msg.text)
-        taken_up = msg.inbox_id in self._taken_up
-        self._taken_up.discard(msg.inbox_id or 0)
+        taken_up = self.intake.taken_up(msg)
         if command is None:
             return Job(msg, "turn", taken_up)
         if command.name == "stop":
-            await self.reply(msg, await self._stop_lane(lane))
+            with self._fenced(lane.key):
+                await self.reply(msg, await self._stop_lane(lane))
             return None
         spec = COMMANDS.get(command.name)
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
-            self._spawn(self._run_command(lane, msg, command))
+            with self._fenced(lane.key):  # the task takes the fence with it
+                self.spawn(self._run_command(lane, msg, command))
             return None
         return Job(msg, "command", taken_up)
 
@@ -468,19 +321,20 @@ class GatewayRunner:
         try:
             # Every write of the job (a command's session move, a turn's messages, a reset on
             # lookup) commits only while this replica still holds the chat (gateway.storage.fence).
-            with fence.fenced(self.leases.guard(lane.key)):
+            with self._fenced(lane.key):
                 await self._execute(lane, job)
         except asyncio.CancelledError:
             if not self._stopping:  # /stop or an interrupting message: this one is finished with
                 try:
-                    await asyncio.shield(self.inbox.finish([job.msg], "stopped", self._guard(job.msg)))
+                    with self._fenced(lane.key):
+                        await asyncio.shield(self.inbox.finish([job.msg], "stopped"))
                 except LeaseLost:
                     pass
             raise  # at shutdown it stays unfinished: the next start takes it up again
         except LeaseLost:
             log.info("chat %s is held by another replica now: this turn is dropped there", lane.key)
             self.inc("turns_fenced_total")
-            self.lease_lost(lane.key)
+            self.intake.lease_lost(lane.key)
         except Exception:
             log.exception("handling a message for %s failed", lane.key)
             await self.reply(job.msg, ERROR_TEXT, outcome="failed")
@@ -493,7 +347,7 @@ class GatewayRunner:
             command = parse_command(job.msg.text) if job.kind == "command" else None
             if command is not None:
                 await self._run_command(lane, job.msg, command)
-            elif job.msg.inbox_id in self._interrupted:
+            elif job.msg.inbox_id in self.intake.interrupted:
                 await self._take_up_interrupted(lane, job.msg)
             else:
                 entry = await self.lookup(job.msg)
@@ -503,7 +357,7 @@ class GatewayRunner:
         """A turn a crash cut short after it stored the person's message. `rerun`: hide what it
         stored (flags only: it stays searchable) and run it again, so the person sees one answer
         (the model may be called twice). `notify`: say so and offer /retry."""
-        row = self._interrupted.pop(msg.inbox_id or 0)
+        row = self.intake.interrupted.pop(msg.inbox_id or 0)
         if self.interrupted_mode == "notify":
             self.inc("interrupted_turns_total", {"action": "notify"})
             await self.reply(msg, INTERRUPTED_TEXT.format(text=_excerpt(msg.text)), outcome="interrupted")
@@ -523,7 +377,8 @@ class GatewayRunner:
 
     async def refuse(self, lane: ChatLane, msg: InboundMessage, text: str) -> None:
         """The lane will not run `msg` (its chat has too many waiting): say so; it is done."""
-        await self.reply(msg, text, outcome="refused")
+        with self._fenced(lane.key):
+            await self.reply(msg, text, outcome="refused")
 
     def lane_idle(self, lane: ChatLane) -> None:
         if self.lanes.get(lane.key) is lane:
@@ -584,18 +439,17 @@ class GatewayRunner:
     async def reply(self, msg: InboundMessage, text: str, *, outcome: str = "answered") -> None:
         """The answer to `msg` (a command's, an error's): committed to the outbox with its inbox
         entry's done mark, then delivered. Nothing to say: the entry is just done."""
-        guard = self._guard(msg)
         if not text:
-            await self.inbox.finish([msg], outcome, guard)
+            await self.inbox.finish([msg], outcome)
             return
         text = valid_text(text)
-        row_id = await self.outbox.commit(msg, text, [msg], outcome, guard)
+        row_id = await self.outbox.commit(msg, text, [msg], outcome)
         if msg.reply_target is not None:  # an interaction (a Discord slash command) is answered in place
             await self.outbound.send(msg, text)
             await self.db.aoutbox_record(row_id, 1, [], True)
             return
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
-        key = self.store.key_for(msg.source) if guard is not None else None
+        key = self.store.key_for(msg.source)  # (its lease is confirmed before the send, on replicas)
         await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to, key=key))
 
     def inc(self, name: str, labels: dict[str, str] | None = None) -> None:
@@ -610,7 +464,7 @@ class GatewayRunner:
         running = lane.cancel_current()
         waiting = [job.msg for job in lane.pending] + list(lane.steered)
         dropped = lane.clear_pending()
-        await self.inbox.finish(waiting, "dropped", self.leases.guard(lane.key))
+        await self.inbox.finish(waiting, "dropped")
         if not running and not dropped:
             return "Nothing to stop."
         parts = ["Stopped."] if running else []
@@ -634,10 +488,27 @@ class GatewayRunner:
             self.observe("command_seconds", time.monotonic() - started)
         await self.reply(msg, reply or "")
 
-    def _spawn(self, coro: Any) -> None:
+    def drop_queue(self, key: str) -> None:
+        lane = self.lanes.get(key)
+        if lane is not None:
+            lane.clear_pending()
+            lane.inbox.clear()
+
+    @contextlib.contextmanager
+    def _fenced(self, key: str) -> Iterator[None]:
+        """The writes inside commit only while this replica holds the chat (gateway.storage.fence)."""
+        with fence.fenced(self.leases.guard(key)):
+            yield
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._side.add(task)
         task.add_done_callback(self._side.discard)
+
+
+def adapter_health(adapters: Iterable[PlatformAdapter]) -> dict[str, AdapterHealth]:
+    """Each platform's health, by name (/readyz, the console, the adapter_ready gauge)."""
+    return {adapter.platform.value: adapter.health() for adapter in adapters}
 
 
 def _excerpt(text: str, limit: int = 60) -> str:

@@ -7,9 +7,11 @@ hint meanwhile, then reply. When the conversation nears the model's context wind
 is summarised (agent.compress) and the chat continues in a child session (SessionStore.compress,
 one transaction).
 
-The TurnRunner is built with its collaborators (agent cache, factory, DB, conversation cache,
-store, a send callable, the clock, the model settings) rather than the runner, so it can be read,
-and tested, on its own; the factory is seen through the `AgentFactory` Protocol below.
+The TurnRunner is built with its collaborators (agent cache, factory, DB, store, the outbound
+side and the outbox, the clock, the model settings) rather than the runner, so it can be read, and
+tested, on its own; the factory is seen through the `AgentFactory` Protocol below. A turn's
+persistence is its `TurnRecorder`; its reply is committed to the outbox with the answer, always
+(gateway.runtime.delivery), and every write is fenced by the job's scope on replicas.
 
 Streaming (`begin_reply` gives a ReplyStream for the message, or None): the model's text goes to the
 reply as it is written (gateway.runtime.reply_feed), the typing hint stops once text is visible, and
@@ -33,6 +35,7 @@ from agent.compress import estimate_tokens, needs_compression, summarise
 from agent.llm import NOT_CONFIGURED_TEXT, ModelSettings, describe_error
 from agent.loop import EMPTY_REPLY_TEXT, db_fields
 from agent.tools import ToolContext
+from gateway.config.load import Config
 from gateway.db import SessionDB
 from gateway.errors import LeaseLost
 from gateway.runtime.agent_cache import AgentCache
@@ -40,7 +43,9 @@ from gateway.runtime.agent_factory import SessionAgent
 from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.lanes import ChatLane
-from gateway.runtime.media import MediaIntake
+from gateway.runtime.media import MediaIntake, Received
+from gateway.runtime.metrics import Metrics
+from gateway.runtime.outbound import Outbound
 from gateway.runtime.reply_feed import ReplyFeed
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
@@ -57,10 +62,7 @@ TYPING_INTERVAL = 4.0  # seconds: platforms show "typing…" for about five
 TYPING_DELAY = 0.0
 COMPRESS_THRESHOLD = 0.8  # of the context window
 
-Send = Callable[[InboundMessage, str], Awaitable[None]]
 SendTyping = Callable[[SessionSource], Awaitable[None]]
-BeginReply = Callable[[InboundMessage], "ReplyStream | None"]
-CountOut = Callable[[InboundMessage, int], None]
 CLOSE_TIMEOUT = 15.0  # seconds a stopped turn's reply may take to settle (a platform's rate limit)
 
 
@@ -135,6 +137,59 @@ class _Typing:
                 await self.task
 
 
+class TurnRecorder:
+    """The persistence of one turn: the agent's callback, appending every message it produces as it
+    goes. The person's message starts its inbox entry in the same transaction (a message steered
+    into the running turn joins it: its entry is answered by the same reply); the answer commits
+    its outbox row and the done marks with it. Every append is fenced by the job's scope
+    (gateway.storage.fence), and the warm copy follows the DB, in order."""
+
+    def __init__(
+        self,
+        db: SessionDB,
+        outbox: Outbox,
+        conversations: ConversationCache,
+        clock: Callable[[], float],
+        lane: ChatLane,
+        msg: InboundMessage,
+        session_id: str,
+        received: Received | None,
+    ) -> None:
+        self.db, self.outbox, self.conversations, self.clock = db, outbox, conversations, clock
+        self.lane, self.msg, self.session_id, self.received = lane, msg, session_id, received
+        self.answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
+        self.committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
+        self._first_user = True
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        fields = db_fields(message)
+        fields["timestamp"] = self.clock()  # the reset policy compares activity with this clock
+        after = None
+        attachments: list[AttachmentRow] = []
+        if message["role"] == "user":
+            origin = self.msg
+            if not self._first_user:
+                origin = self.lane.take_steered() or self.msg  # a steered message joins the running turn
+                if origin is not self.msg:
+                    self.answered.append(origin)
+            elif self.received is not None:  # stored and searched as text; the files as rows
+                message = {**message, "content": self.received.text}
+                attachments = self.received.rows
+            self._first_user = False
+            fields["user_id"] = origin.source.person_id
+            fields["platform_message_id"] = origin.message_id or None
+            after = Inbox.started(origin)  # its inbox entry is started in the same transaction
+        elif message["role"] == "assistant" and not message.get("tool_calls"):
+            # The answer: its reply is committed with it, and its inbox entries are done.
+            text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
+            after, row = self.outbox.reply_op(self.msg, text, list(self.answered))
+            self.committed.update(row=row, text=text)
+        await self.db.aappend_message(
+            self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
+        )
+        self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
+
+
 class TurnRunner:
     def __init__(
         self,
@@ -142,40 +197,31 @@ class TurnRunner:
         cache: AgentCache,
         factory: AgentFactory,
         db: SessionDB,
-        conversations: ConversationCache,
         store: SessionStore,
-        send: Send,
+        outbound: Outbound,  # notices, typing hints and streamed replies
+        outbox: Outbox,  # the reply, committed with the answer (gateway.runtime.delivery)
         clock: Callable[[], float],
         model_settings: ModelSettings,
         access: AccessControl,
-        single_owner: bool = False,
-        config: Any = None,  # gateway.config.Config, handed to the tools (session_search reads it)
-        send_typing: SendTyping | None = None,
+        config: Config,  # handed to the tools (session_search reads it)
         media: MediaIntake | None = None,  # attachments -> stored files, text and image parts
-        outbox: Outbox | None = None,
-        begin_reply: BeginReply | None = None,  # a streamed reply for a message, or None
-        count_out: CountOut | None = None,  # messages a streamed reply sent (metrics)
         tool_status: bool = True,  # show "searching past conversations…" while a tool runs
-        metrics: Any = None,  # gateway.service.metrics.Metrics: failed model calls are counted
+        metrics: Metrics | None = None,  # failed model calls are counted
     ) -> None:
         self.cache = cache
         self.factory = factory
         self.db = db
-        self.conversations = conversations
+        self.conversations = ConversationCache()
         self.store = store
-        self.send = send
+        self.outbound = outbound
+        self.outbox = outbox
+        self.leases = outbox.leases
         self.clock = clock
         self.model_settings = model_settings
         self.access = access
-        self.single_owner = single_owner
+        self.single_owner = bool(config.single_owner)
         self.config = config
-        self.send_typing = send_typing
         self.media = media
-        # The reply goes through the outbox, committed with the answer (gateway.runtime.delivery);
-        # without one (a bare TurnRunner in a test) it is sent straight away.
-        self.outbox = outbox
-        self.begin_reply = begin_reply
-        self.count_out = count_out
         self.tool_status = tool_status
         self.metrics = metrics
 
@@ -199,83 +245,25 @@ class TurnRunner:
 
     async def run(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
         session_id = entry.session_id
-        db = self.db
-        received = await self.media.receive(text, msg.attachments) if self.media and msg.attachments else None
-        if received is not None:
-            for notice in received.notices:  # too big, not downloadable: said before the answer
-                await self.send(msg, notice)
+        received = await self._receive(msg, text)
         session_agent = await self._agent_for(msg, session_id)
         self.cache.acquire(session_id)
         steer: asyncio.Queue[str] = asyncio.Queue()
         lane.steer_queue = steer
-        first_user = True
         # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
         warm = self.conversations
-        answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
-        committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
-        # Replicas: every message of the turn commits only while this replica still holds the
-        # chat's lease as it did when the turn began (gateway.runtime.leases); SQLite: None.
-        guard = self.outbox.leases.guard(lane.key) if self.outbox is not None else None
-
-        async def persist(message: dict[str, Any]) -> None:
-            nonlocal first_user
-            fields = db_fields(message)
-            fields["timestamp"] = self.clock()  # the reset policy compares activity with this clock
-            after = None
-            attachments: list[AttachmentRow] = []
-            if message["role"] == "user":
-                origin = msg
-                if not first_user:
-                    origin = lane.take_steered() or msg  # a steered message joins the running turn
-                    if origin is not msg:
-                        answered.append(origin)
-                elif received is not None:  # stored and searched as text; the files as rows
-                    message = {**message, "content": received.text}
-                    attachments = received.rows
-                first_user = False
-                fields["user_id"] = origin.source.person_id
-                fields["platform_message_id"] = origin.message_id or None
-                after = Inbox.started(origin, guard=guard)  # its inbox entry is started in the same transaction
-            elif message["role"] == "assistant" and not message.get("tool_calls") and self.outbox is not None:
-                # The answer: its reply is committed with it, and its inbox entries are done.
-                text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
-                after, row = self.outbox.reply_op(msg, text, list(answered), guard=guard)
-                committed.update(row=row, text=text)
-            elif guard is not None:  # a tool call or result: not written once the chat moved on
-                after = _guarded(guard)
-            await db.aappend_message(
-                session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
-            )
-            warm.append(session_id, lane.key, _as_stored(message))  # the copy follows the DB, in order
-
-        stream = self.begin_reply(msg) if self.begin_reply is not None else None
-        leases = self.outbox.leases if self.outbox is not None else None
-        if stream is not None and leases is not None and leases.shared:
-            # Replicas: a draft edit goes out only while this replica knows it holds the chat
-            # (its lease's expiry, in memory); the final text only after the fenced commit.
-            stream.may_show = functools.partial(leases.known_held, lane.key)
+        record = TurnRecorder(self.db, self.outbox, warm, self.clock, lane, msg, session_id, received)
+        stream = self._stream(msg, lane.key)
         feed = ReplyFeed(stream, tool_status=self.tool_status) if stream is not None else None
-        typing = _Typing(self.send_typing, msg.source, stream.first_shown if stream is not None else None)
+        typing = _Typing(self.outbound.send_typing, msg.source, stream.first_shown if stream is not None else None)
         try:
             history = warm.get(session_id, lane.key)
             if history is None:
-                history = await db.aread("get_messages_as_conversation", session_id)
+                history = await self.db.aread("get_messages_as_conversation", session_id)
                 warm.put(session_id, lane.key, history)
-            ctx = ToolContext(
-                session_id=session_id,
-                source=msg.source,
-                db=db,
-                is_admin=self.access.is_admin(msg.source),
-                single_owner=self.single_owner,
-                home=self.config.home if self.config is not None else None,
-                extra={
-                    "config": self.config,
-                    "recap_model": self.factory.auxiliary,
-                    "recap_client": self.factory.recap_client,
-                },
-            )
             content = received.model_content() if received is not None else text
-            result = await session_agent.agent.run_turn(history, content, ctx, persist, steer, feed)
+            ctx = self._tool_context(msg, session_id)
+            result = await session_agent.agent.run_turn(history, content, ctx, record, steer, feed)
         except LeaseLost:
             if stream is not None:  # another replica answers: this one's draft is left as it is
                 await _settle(stream.abandon())
@@ -293,49 +281,77 @@ class TurnRunner:
             self._model_failed()
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:
-            await db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
+            await self.db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
         failed = result.error is not None
-        await self._reply(msg, stream, committed, result.text or "(no reply)", answered, failed, lane.key, guard)
-        if result.error is None and self._near_window(session_agent.agent.system_prompt, history + result.messages):
-            notice = await self.compress(msg, session_id, auto=True)
-            if notice:
-                await self.send(msg, notice)
+        await self._reply(msg, stream, record, result.text or "(no reply)", failed, lane.key)
+        if not failed and self._near_window(session_agent.agent.system_prompt, history + result.messages):
+            await self._compress_after(msg, session_id)
+
+    async def _receive(self, msg: InboundMessage, text: str) -> Received | None:
+        """The message's attachments stored and read (None without any); what could not be taken
+        (too big, not downloadable) is said before the answer."""
+        if self.media is None or not msg.attachments:
+            return None
+        received = await self.media.receive(text, msg.attachments)
+        for notice in received.notices:
+            await self.outbound.send(msg, notice)
+        return received
+
+    async def _compress_after(self, msg: InboundMessage, session_id: str) -> None:
+        notice = await self.compress(msg, session_id, auto=True)
+        if notice:
+            await self.outbound.send(msg, notice)
+
+    def _stream(self, msg: InboundMessage, key: str) -> ReplyStream | None:
+        """The streamed reply to `msg`, or None where the reply is sent once at the end."""
+        stream = self.outbound.begin_reply(msg)
+        if stream is not None and self.leases.shared:
+            # Replicas: a draft edit goes out only while this replica knows it holds the chat
+            # (its lease's expiry, in memory); the final text only after the fenced commit.
+            stream.may_show = functools.partial(self.leases.known_held, key)
+        return stream
+
+    def _tool_context(self, msg: InboundMessage, session_id: str) -> ToolContext:
+        return ToolContext(
+            session_id=session_id,
+            source=msg.source,
+            db=self.db,
+            is_admin=self.access.is_admin(msg.source),
+            single_owner=self.single_owner,
+            home=self.config.home,
+            extra={
+                "config": self.config,
+                "recap_model": self.factory.auxiliary,
+                "recap_client": self.factory.recap_client,
+            },
+        )
 
     async def _reply(
         self,
         msg: InboundMessage,
         stream: ReplyStream | None,
-        committed: dict[str, Any],
+        record: TurnRecorder,
         text: str,
-        answered: list[InboundMessage],
-        failed: bool = False,
-        key: str | None = None,
-        guard: Any = None,
+        failed: bool,
+        key: str,
     ) -> None:
         """Deliver the turn's reply: the outbox row committed with the answer, or (an apology, no
         model) one committed now; a streamed reply is finished in place and then recorded as sent
         (`failed`: the text is an apology, shown under what was streamed). Shielded: a cancel must
         not cut a reply between its parts."""
-        if self.outbox is None:
-            if stream is not None:
-                await self._finish(stream, msg, text, failed)
-            else:
-                await self.send(msg, text)
-            return
-        if committed:
-            row_id, text = committed["row"]["id"], committed["text"]
+        if record.committed:
+            row_id, text = record.committed["row"]["id"], record.committed["text"]
         else:
             try:
-                row_id = await self.outbox.commit(msg, valid_text(text), answered, "answered", guard)
+                row_id = await self.outbox.commit(msg, valid_text(text), record.answered, "answered")
             except LeaseLost:
                 if stream is not None:  # as in `run`: another replica answers
                     await _settle(stream.abandon())
                 raise
-        if stream is not None and key is not None and self.outbox.leases.shared:
-            if not await self.outbox.leases.confirm(key):  # the new holder sends the committed reply
-                await _settle(stream.abandon())
-                log.info("outbox row %s not shown here: chat %s is held by another replica now", row_id, key)
-                return
+        if stream is not None and self.leases.shared and not await self.leases.confirm(key):
+            await _settle(stream.abandon())  # the new holder sends the committed reply
+            log.info("outbox row %s not shown here: chat %s is held by another replica now", row_id, key)
+            return
         if stream is not None:
             ids = await self._finish(stream, msg, text, failed)
             if ids is not None:
@@ -357,8 +373,7 @@ class TurnRunner:
         except Exception:  # as a failed send: logged, and the turn (already stored) stands
             log.exception("finishing a streamed reply on %s failed", msg.source.platform.value)
             return None
-        if self.count_out is not None:
-            self.count_out(msg, len(ids))
+        self.outbound.count_out(msg, len(ids))
         return ids
 
     def _model_failed(self) -> None:
@@ -427,11 +442,6 @@ async def _settle(closing: Awaitable[Any]) -> None:
         raise
     except Exception:
         log.warning("a stopped turn's reply could not be settled", exc_info=True)
-
-
-def _guarded(guard: Callable[[Any], None]) -> Callable[[Any, int], None]:
-    """An append's `after` that only checks the lease."""
-    return lambda conn, message_id: guard(conn)
 
 
 def _as_stored(message: dict[str, Any]) -> dict[str, Any]:

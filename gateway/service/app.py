@@ -16,6 +16,8 @@ the mirrors, close the DB — in that order, so nothing is written to a closed s
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import gc
 import importlib
 import logging
@@ -39,13 +41,12 @@ from gateway.recall.index import BackgroundIndexer
 from gateway.recall.index import stats as index_stats
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, default_tools
-from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.leases import ChatLeases, SharedLeases
 from gateway.runtime.media import MediaIntake, vision_enabled
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.reply_feed import streaming_enabled, tool_status_enabled
-from gateway.runtime.runner import GatewayRunner
+from gateway.runtime.runner import GatewayRunner, adapter_health
 from gateway.runtime.turn import AgentFactory as AgentFactoryProtocol
 from gateway.runtime.turn import TurnRunner
 from gateway.service.http import OpsServer
@@ -152,7 +153,6 @@ class App:
                 log.warning("%s; running without the ops HTTP server", exc)
                 self.ops = None
         if self.ops is not None:
-            self.runner.ops_url = self.ops.url
             if self.ops.requested_port == 0 and self.announce is not None:  # picked now: say where
                 self.announce(f"chinwag: ops http on {self.ops.url} (/healthz, /readyz, /metrics)")
         tune_gc()  # a process-wide choice: made here, where the process is assembled
@@ -259,11 +259,15 @@ def build_runner(
     agent_factory: AgentFactoryProtocol | None = None,
     http_client: httpx2.AsyncClient | None = None,
     leases: ChatLeases | None = None,
+    cache: AgentCache | None = None,
+    ops_url: Callable[[], str | None] = lambda: None,
 ) -> GatewayRunner:
     """The runtime over an open DB and store: access rules, the agent factory and cache, the
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
     `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it).
-    `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all)."""
+    `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all).
+    `cache`: the agent cache whose running turns the store must not reset under (build_agent_cache);
+    `ops_url`: the ops HTTP server's address once it listens (/status shows it)."""
     # The config already resolved the environment fallbacks; don't consult os.environ twice.
     model_settings = ModelSettings.from_config(config.as_dict(), env={})
     factory = agent_factory or AgentFactory(
@@ -276,11 +280,7 @@ def build_runner(
         http_client=http_client,
         notes=note_place(config.home, db),
     )
-    limits = config.gateway.agent_cache
-    ttl = limits.idle_ttl_minutes * 60 if limits.idle_ttl_minutes > 0 else math.inf
-    cache = AgentCache(limits.max_agents, ttl, clock=clock)
-    # A session with a turn running is "busy": the store does not reset it under the turn.
-    store.is_busy = cache.is_running
+    cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
     # Replicas stream too: drafts only while the lease is known held, the final text after the
     # fenced commit (gateway.runtime.leases).
@@ -291,24 +291,28 @@ def build_runner(
         cache=cache,
         factory=factory,
         db=db,
-        conversations=ConversationCache(),
         store=store,
-        send=outbound.send,
+        outbound=outbound,
+        outbox=outbox,
         clock=clock,
         model_settings=model_settings,
         access=access,
-        single_owner=bool(config.single_owner),
         config=config,
-        send_typing=outbound.send_typing,
         media=build_media_intake(config),
-        outbox=outbox,
-        begin_reply=outbound.begin_reply,
-        count_out=outbound.count_out,
         tool_status=tool_status_enabled(config),
         metrics=metrics,
     )
     inbox = Inbox(db, leases)
-    return GatewayRunner(config, db, store, outbound, turns, access, inbox, outbox, clock=clock, metrics=metrics)
+    return GatewayRunner(
+        config, db, store, outbound, turns, access, inbox, outbox, clock=clock, metrics=metrics, ops_url=ops_url
+    )
+
+
+def build_agent_cache(config: Config, clock: Callable[[], float] = time.time) -> AgentCache:
+    """The cache of warm agents, sized by gateway.agent_cache."""
+    limits = config.gateway.agent_cache
+    ttl = limits.idle_ttl_minutes * 60 if limits.idle_ttl_minutes > 0 else math.inf
+    return AgentCache(limits.max_agents, ttl, clock=clock)
 
 
 def build_media_intake(config: Config) -> MediaIntake:
@@ -328,14 +332,17 @@ def build_store(
     db: SessionDB,
     policies: ResetPolicies | None = None,
     clock: Callable[[], float] = time.time,
+    is_busy: Callable[[str], bool] = lambda session_id: False,
 ) -> SessionStore:
-    """A SessionStore with the config's session options; `policies` default to the config's."""
+    """A SessionStore with the config's session options; `policies` default to the config's.
+    `is_busy`: a session with a turn running, which the store does not reset under the turn."""
     return SessionStore(
         db,
         policies if policies is not None else config.session.reset_policies(),
         group_sessions_per_user=config.session.group_sessions_per_user,
         thread_sessions_per_user=config.session.thread_sessions_per_user,
         clock=clock,
+        is_busy=is_busy,
     )
 
 
@@ -373,71 +380,93 @@ def build_app(
     embedder = build_embedder(config)  # before the database: a missing extra is a clear error, nothing opened
     path = db_path or home.db_path
     on_postgres = config.storage.backend == "postgres"
+    with contextlib.ExitStack() as opened:  # what is open so far is closed if a later step fails
+        db = _open_db(config, path)
+        opened.callback(db.close)
+        # on Postgres no disk is shared by the replicas: no transcript files or sessions.json (DESIGN §14)
+        files = Mirrors(home, db) if mirrors and not on_postgres else None
+        if files is not None:
+            opened.callback(files.close)
+            files.reconcile()  # the DB wins; Mirrors logs what it fixed
+        cache = build_agent_cache(config, clock)
+        # A session with a turn running is "busy": the store does not reset it under the turn.
+        store = build_store(config, db, policies, clock, is_busy=cache.is_running)
+        metrics = Metrics()
+        use_http = config.http.enabled if http is None else http
+        ops = _build_ops(config, adapters, metrics, db) if use_http else None
+        runner = build_runner(
+            config,
+            db,
+            store,
+            adapters,
+            clock=clock,
+            metrics=metrics,
+            agent_factory=agent_factory,
+            http_client=http_client,
+            # N replicas share the database: the registry replaces the home lock (DESIGN §14)
+            leases=SharedLeases(db, config.storage.postgres_dsn) if on_postgres else None,
+            cache=cache,
+            ops_url=functools.partial(_listening_url, ops),
+        )
+        opened.pop_all()
+    # Replicas share one backlog: the leading one polls, since the others' commits wake nothing here.
+    poll = EMBED_POLL_SECONDS if on_postgres else None
+    indexer = BackgroundIndexer(db, embedder, poll_seconds=poll) if embedder is not None else None
+    _gauges(metrics, runner, db, files, indexer)
+    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
+
+
+def _gauges(
+    metrics: Metrics, runner: GatewayRunner, db: SessionDB, files: Mirrors | None, indexer: BackgroundIndexer | None
+) -> None:
+    """The gauges read from the parts build_app assembled (the runner sets its own)."""
+    metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
+    if files is not None:
+        metrics.set_gauge_fn("mirror_backlog", files.backlog)
+    metrics.set_gauge_fn("wal_bytes", db.wal_bytes)
+    metrics.set_gauge_fn("media_bytes", Sampled(db.media_bytes, every=30.0))
+    if indexer is not None:
+        model = str(indexer.embedder.model)
+        metrics.set_gauge_fn("embedding_backlog", Sampled(lambda: index_stats(db, model)["backlog"], every=10.0))
+        metrics.set_gauge_fn("embedding_failures", lambda: float(indexer.failures))
+
+
+def _open_db(config: Config, path: Path) -> SessionDB:
     try:
-        db = open_db(config.storage.backend, path, config.storage.postgres_dsn, synchronous=config.storage.synchronous)
+        return open_db(
+            config.storage.backend, path, config.storage.postgres_dsn, synchronous=config.storage.synchronous
+        )
     except StorageUnavailable as exc:
         raise AppError(str(exc)) from None
     except (SchemaTooNew, sqlite3.DatabaseError, OSError) as exc:
         raise AppError(
             f"cannot open the database {path}: {exc} (`chinwag doctor` checks it; restore a backup or set another home)"
         ) from None
-    try:
-        # on Postgres no disk is shared by the replicas: no transcript files or sessions.json (DESIGN §14)
-        files = Mirrors(home, db) if mirrors and not on_postgres else None
-        try:
-            if files is not None:
-                files.reconcile()  # the DB wins; Mirrors logs what it fixed
-            store = build_store(config, db, policies, clock)
-            metrics = Metrics()
-            runner = build_runner(
-                config,
-                db,
-                store,
-                adapters,
-                clock=clock,
-                metrics=metrics,
-                agent_factory=agent_factory,
-                http_client=http_client,
-                # N replicas share the database: the registry replaces the home lock (DESIGN §14)
-                leases=SharedLeases(db, config.storage.postgres_dsn) if on_postgres else None,
-            )
-        except BaseException:
-            if files is not None:
-                files.close()
-            raise
-    except BaseException:
-        db.close()
-        raise
-    metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
-    if files is not None:
-        metrics.set_gauge_fn("mirror_backlog", files.backlog)
-    metrics.set_gauge_fn("wal_bytes", db.wal_bytes)
-    metrics.set_gauge_fn("media_bytes", Sampled(db.media_bytes, every=30.0))
-    indexer = BackgroundIndexer(db, embedder) if embedder is not None else None
-    if indexer is not None:
-        model = str(indexer.embedder.model)
-        metrics.set_gauge_fn("embedding_backlog", Sampled(lambda: index_stats(db, model)["backlog"], every=10.0))
-        metrics.set_gauge_fn("embedding_failures", lambda: float(indexer.failures))
-    use_http = config.http.enabled if http is None else http
-    ops = None
-    if use_http:
-        webhooks: dict[str, Any] = {}
-        for adapter in adapters:
-            for route, handler in adapter.webhook_handlers().items():
-                if route in webhooks:
-                    raise AppError(f"two adapters want the webhook path {route}")
-                webhooks[route] = handler
-        ops = OpsServer(
-            config.http.host,
-            config.http.port,
-            metrics=metrics,
-            readiness=runner.readiness,
-            webhooks=webhooks,
-            db=db,
-            # http.console_token is being declared in gateway.config; until then no token is set
-            console_token=getattr(config.http, "console_token", None) or None,
-        )
-    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
+
+
+def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: SessionDB) -> OpsServer:
+    """The ops HTTP server: probes, metrics, the console and the adapters' webhooks."""
+    webhooks: dict[str, Any] = {}
+    for adapter in adapters:
+        for route, handler in adapter.webhook_handlers().items():
+            if route in webhooks:
+                raise AppError(f"two adapters want the webhook path {route}")
+            webhooks[route] = handler
+    return OpsServer(
+        config.http.host,
+        config.http.port,
+        metrics=metrics,
+        readiness=functools.partial(adapter_health, adapters),
+        webhooks=webhooks,
+        db=db,
+        # http.console_token is being declared in gateway.config; until then no token is set
+        console_token=getattr(config.http, "console_token", None) or None,
+    )
+
+
+def _listening_url(ops: OpsServer | None) -> str | None:
+    """The ops server's address once it listens; None before, or when it could not."""
+    return ops.url if ops is not None and ops.port is not None else None
 
 
 EMBED_POLL_SECONDS = 2.0  # how often the leading replica's indexer looks for the others' messages
@@ -446,11 +475,10 @@ EMBED_POLL_SECONDS = 2.0  # how often the leading replica's indexer looks for th
 def embed_while_leading(leases: ChatLeases, indexer: BackgroundIndexer) -> None:
     """Start the indexer; on Postgres only on the replica that leads "embedding". Replicas share
     one backlog: each embedding it would spend the model's time on a batch only one of them may
-    store (gateway/storage/vectors.py); the leader polls, since the others' commits wake nothing here."""
+    store (gateway/storage/vectors.py); the leader polls (its `poll_seconds`, set where it is built)."""
     if not leases.shared:
         indexer.start()
         return
-    indexer.poll_seconds = EMBED_POLL_SECONDS
 
     async def on_change(leading: bool) -> None:
         if leading:

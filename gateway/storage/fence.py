@@ -1,13 +1,16 @@
 """The fence of the job running now: every write made while a chat's job runs checks, in its own
 transaction, that this replica still holds the chat (DESIGN §14; gateway/runtime/leases.py).
 
-A job (a turn, a command, a turn a crash cut short) writes through many paths: the turn's appends,
-a reset the policy makes on lookup, `/new`'s and `/resume`'s key moves, `/undo`, `/retry`,
-`/title`, compression, the token counts, a tool's memory write. Rather than a guard argument on
-each of them (and a command that forgets it), the runner sets the chat's guard once for the job
-(`fenced`), and both backends' `write`/`awrite` bind it to the op they are handed (`bind`): the
-guard runs first, in the op's transaction, and its LeaseLost rolls the whole op back. Outside a
-job (admission, claims, polls, the CLI) and on SQLite (no guard) nothing changes.
+This is the one fence mechanism. A job (a turn, a command, a turn a crash cut short) writes
+through many paths: the turn's appends and its reply's record, a reset the policy makes on lookup,
+`/new`'s and `/resume`'s key moves, `/undo`, `/retry`, `/title`, compression, the token counts, a
+tool's memory write. Rather than a guard argument on each of them (and a command that forgets it),
+the runner sets the chat's guard once for the job (`fenced`), and for the few writes of a chat
+outside one (a `/stop`'s drops and reply, a read-only command answered at once, a refusal for
+the pending cap, a stopped turn's done mark); both backends' `write`/`awrite` bind it to the op they
+are handed (`bind`): the guard runs first, in the op's transaction, once, and its LeaseLost rolls
+the whole op back. Outside a chat (admission, claims, polls, the CLI) and on SQLite (no guard)
+nothing changes.
 
 The one write a job makes that is not fenced: the record of a reply already sent (`unfenced`).
 Refusing it would not unsend the message; it would only make the chat's new holder send it again.

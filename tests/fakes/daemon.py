@@ -116,6 +116,18 @@ async def post_until_acknowledged(
         await asyncio.sleep(pause)
 
 
+def settled(tmp: Path) -> bool:
+    """Nothing left to answer or to send: every inbox entry done and every outbox row sent. Once
+    so, a reply that was to go out twice has gone (a test may then count what arrived)."""
+    conn = sqlite3.connect(tmp / "home" / "state.db")
+    try:
+        open_entries = conn.execute("SELECT count(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
+        unsent = conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
+    finally:
+        conn.close()
+    return open_entries == 0 and unsent == 0
+
+
 def diagnose(tmp: Path, missing: set[str]) -> str:
     """Where some unanswered replies ("echo: <text>") are in the daemon's inbox and outbox."""
     conn = sqlite3.connect(tmp / "home" / "state.db")

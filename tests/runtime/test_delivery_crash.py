@@ -15,7 +15,7 @@ from typing import Callable
 
 import aiohttp
 
-from tests.fakes.daemon import Daemon, diagnose
+from tests.fakes.daemon import Daemon, diagnose, settled
 from tests.fakes.daemon import post_until_acknowledged as resend_until_acknowledged
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
@@ -95,7 +95,7 @@ async def test_sigkill_at_random_moments_loses_nothing_and_answers_once(tmp_path
                 await wait_until(lambda: set(answers(tg)) >= set(expected), 30)
             except AssertionError:
                 raise AssertionError(f"unanswered: {diagnose(tmp_path, set(expected) - set(answers(tg)))}") from None
-            await asyncio.sleep(0.3)  # anything more that would be sent twice shows up now
+            await wait_until(lambda: settled(tmp_path), 30)  # anything that would be sent twice has been
             got = answers(tg)
             duplicates = sum(count - 1 for count in got.values() if count > 1)
             refused = sum(1 for s in statuses if not 200 <= s < 300)
@@ -132,7 +132,7 @@ async def test_sigterm_with_messages_queued_behind_a_running_turn_loses_none(tmp
             llm.gate = None
             await daemon.start()
             await wait_until(lambda: set(answers(tg)) >= set(texts), 30)
-            await asyncio.sleep(0.2)
+            await wait_until(lambda: settled(tmp_path), 30)  # a reply sent twice would have been
             got = answers(tg)
             assert [got[t] for t in texts] == [1, 1, 1, 1]
             ordered = [m["text"] for m in tg.sent(2000)]

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import aiohttp
 
-from tests.fakes.daemon import Daemon, MakeRequest, diagnose, post_until_acknowledged
+from tests.fakes.daemon import Daemon, MakeRequest, diagnose, post_until_acknowledged, settled
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
@@ -164,7 +164,7 @@ async def test_sigkill_at_random_moments_under_load_loses_nothing_and_answers_on
                 raise AssertionError(
                     f"unanswered: {diagnose(tmp_path, set(expected) - set(answers(feishu)))}"
                 ) from None
-            await asyncio.sleep(0.3)
+            await wait_until(lambda: settled(tmp_path), 30)  # anything that would be sent twice has been
             got = answers(feishu)
             duplicates = sum(count - 1 for count in got.values() if count > 1)
             redelivered = sum(1 for s in statuses if not 200 <= s < 300)

@@ -118,20 +118,16 @@ def op_release_all(replica_id: str) -> Op:
 
 def check_fence(conn: Connection, chat_key: str, replica_id: str, fence: int | None) -> None:
     """In a commit's transaction: raise LeaseLost unless this replica still holds the chat at
-    `fence`. The share lock makes a takeover wait for this commit. Checked once per transaction
-    (a turn's append is fenced both by its own record and by its job's scope, gateway.storage.fence)."""
+    `fence`. The share lock makes a takeover wait for this commit. Run once per transaction: the
+    job's scope binds it to each write (gateway.storage.fence)."""
     if fence is None:
         raise LeaseLost(chat_key)
-    checked = (chat_key, replica_id, int(fence))
-    if getattr(conn, "fence_checked", None) == checked:
-        return
     row = conn.execute(
         "SELECT 1 FROM chat_leases WHERE chat_key = ? AND replica_id = ? AND fence = ? FOR SHARE",
         (chat_key, replica_id, int(fence)),
     ).fetchone()
     if row is None:
         raise LeaseLost(chat_key)
-    conn.fence_checked = checked  # type: ignore[attr-defined]  # the lock is held to the commit
 
 
 def holds(conn: Connection, chat_key: str, replica_id: str, fence: int) -> bool:

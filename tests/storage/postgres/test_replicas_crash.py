@@ -144,7 +144,7 @@ async def test_replicas_sigkilled_mid_turn_answer_every_update_once_in_order(tmp
             except AssertionError:
                 missing = sorted(set(wanted) - set(answers(tg)))
                 raise AssertionError(f"unanswered: {missing[:5]} ({len(missing)})\n{logs(victim)[-3000:]}") from None
-            await asyncio.sleep(1.0)  # anything sent twice shows up now
+            await wait_until(lambda: _settled(pg_dsn), 30)  # anything sent twice has been
             got = answers(tg)
             duplicates = sum(count - 1 for count in got.values() if count > 1)
             with psycopg.connect(pg_dsn) as conn:
@@ -203,7 +203,7 @@ async def test_a_replica_frozen_past_its_lease_has_its_late_commit_refused(tmp_p
                 sent.append(answer)
                 await deliver(http, [frozen, other], update, rng, statuses)
             await wait_until(lambda: all(answers(tg)[a] >= 1 for a in sent), 30)
-            await asyncio.sleep(1.0)
+            await wait_until(lambda: _settled(pg_dsn), 30)  # anything sent twice or out of order has been
             assert [m["text"] for m in tg.sent(chat) if m["text"].startswith("echo: ")] == sent
             with psycopg.connect(pg_dsn) as conn:
                 rows = conn.execute("SELECT count(*) FROM outbox WHERE text = %s", (sent[1],)).fetchone()[0]
@@ -238,6 +238,13 @@ def busiest(dsn: str, daemons: list[Daemon]) -> Daemon | None:
         except psycopg.errors.UndefinedTable:  # no replica has created the schema yet
             return None
     return next((by_pid[pid] for pid, _ in rows if pid in by_pid), None)
+
+
+def _settled(dsn: str) -> bool:
+    """Nothing left to answer or to send on any replica: every inbox entry done, every outbox row sent."""
+    with psycopg.connect(dsn) as conn:
+        open_entries = conn.execute("SELECT count(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
+    return int(open_entries) == 0 and _unsent(dsn) == 0
 
 
 def _unsent(dsn: str) -> int:
@@ -282,7 +289,7 @@ async def test_telegram_polling_runs_on_one_replica_and_moves_when_it_dies(tmp_p
             tg.push_message(tg.private_chat(user), user, "second")
             await wait_until(lambda: answers(tg)["echo: second"] == 1, 30)
             assert "polling starts on this replica" in logs(survivor)
-            await asyncio.sleep(0.5)
+            await wait_until(lambda: _settled(pg_dsn), 30)  # a reply sent twice would have been
             assert answers(tg)["echo: first"] == 1 and answers(tg)["echo: second"] == 1
             assert await survivor.terminate() == 0
     finally:
@@ -323,7 +330,7 @@ async def test_replicas_stream_and_one_frozen_past_its_lease_edits_no_more(tmp_p
             resume.set()  # the frozen replica's model call goes on: it finds the rest when it wakes
             frozen.signal(signal.SIGCONT)
             await wait_until(lambda: "this turn is dropped" in logs(frozen), 20)
-            await asyncio.sleep(1.0)  # a late edit or send would show now
+            await wait_until(lambda: _settled(pg_dsn), 30)  # its dropped turn's late edit or send would have been
 
             late = [c for c in tg.calls[calls:] if c.method.lower() in ("editmessagetext", "sendmessage")]
             assert late == []

@@ -73,7 +73,7 @@ def blocked_on_a_lock(dsn: str) -> bool:
 async def test_one_replica_embeds_the_shared_backlog_and_another_takes_over(pg_dsn: str) -> None:
     from gateway.recall.index import BackgroundIndexer
     from gateway.runtime.leases import SharedLeases
-    from gateway.service.app import embed_while_leading
+    from gateway.service.app import EMBED_POLL_SECONDS, embed_while_leading
     from tests.storage.postgres.test_replicas import QuietHost
 
     served = Endpoint()
@@ -82,7 +82,7 @@ async def test_one_replica_embeds_the_shared_backlog_and_another_takes_over(pg_d
     dbs = [PostgresSessionDB(pg_dsn) for _ in range(3)]
     writer = dbs[2]  # a third replica's commits: they reach no commit listener of the other two
     leases = [SharedLeases(db, pg_dsn) for db in dbs[:2]]
-    indexers = [BackgroundIndexer(db, served.embedder()) for db in dbs[:2]]
+    indexers = [BackgroundIndexer(db, served.embedder(), poll_seconds=EMBED_POLL_SECONDS) for db in dbs[:2]]
     model = str(indexers[0].embedder.model)
     try:
         for lease, indexer in zip(leases, indexers):

@@ -320,7 +320,7 @@ def repair_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def db_fields(message: dict[str, Any]) -> dict[str, Any]:
-    """Keyword fields for `SessionDB.append_message(session_id, role, content, **fields)`
+    """Keyword fields for `StorageFace.append_message(session_id, role, content, **fields)`
     from a message passed to on_message (tool "name" becomes `tool_name`)."""
     fields: dict[str, Any] = {}
     for key in ("tool_calls", "tool_call_id", "finish_reason", "reasoning", "token_count"):

@@ -27,7 +27,7 @@ class ToolContext:
 
     session_id: str
     source: SessionSource | None = None
-    db: Any = None  # gateway.db.SessionDB (typed loosely: tools must not depend on its import)
+    db: Any = None  # gateway.db.StorageFace (typed loosely: tools must not depend on its import)
     is_admin: bool = False
     single_owner: bool = False  # one person owns this install: they may see every session
     home: Path | None = None  # the chinwag home directory (MEMORY.md, USER.md live here)

@@ -254,7 +254,6 @@ def time_postgres(dsn: str, rounds: int) -> None:
 def compare(dsn: str, against: str, rounds: int) -> None:
     """p50/p99 of search_messages and recall with the search module at `against` and with this one,
     interleaved, through the same PostgresSessionDB (its reads, pool and settings)."""
-    from gateway.storage.postgres import search as current
 
     before = load_module(against)
     pg = PostgresSessionDB(dsn)
@@ -269,8 +268,8 @@ def compare(dsn: str, against: str, rounds: int) -> None:
             runs = {"before": recall_before, "after": lambda q: find_sessions(pg, q, see_all=True)}
         else:
             runs = {
-                name: lambda q, m=module: pg.read(lambda c: m.search_messages(c, q, limit=20))
-                for name, module in (("before", before), ("after", current))
+                "before": lambda q: pg.read(lambda c: before.search_messages(c, q, limit=20)),
+                "after": lambda q: pg.search_messages(q, limit=20),
             }
         got = interleaved(runs, queries, max(20, rounds // 5) if shape.startswith("recall") else rounds)
         b, a = got["before"], got["after"]

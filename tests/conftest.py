@@ -2,10 +2,55 @@ import pytest
 
 from gateway.db import SessionDB, new_session_id
 
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "both_backends: the module's tests that take `db` run on SQLite and on Postgres (`backend`)"
+    )
+    config.addinivalue_line("markers", "sqlite_only(reason): tests SQLite's own machinery; runs on SQLite alone")
+
+
+def pytest_generate_tests(metafunc):
+    """`backend` over both databases for the storage suites (`pytestmark = pytest.mark.both_backends`),
+    as Starlette parametrizes its `anyio_backend`; a test marked sqlite_only says why it is not."""
+    marked = metafunc.definition.get_closest_marker
+    if "backend" in metafunc.fixturenames and marked("both_backends") and not marked("sqlite_only"):
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
 
 @pytest.fixture
-def db(tmp_path):
-    database = SessionDB(tmp_path / "state.db")
+def backend(request):
+    """The database `db` runs on: SQLite unless the suite asks for both."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One private PostgreSQL per test session (tests/storage/postgres/server.py)."""
+    from tests.storage.postgres.server import PrivatePostgres
+
+    server = PrivatePostgres().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_dsn(postgres_server):
+    """A fresh database on it, per test."""
+    return postgres_server.create_database()
+
+
+@pytest.fixture
+def db(backend, tmp_path, request):
+    """The storage face: SessionDB on a fresh file, or PostgresSessionDB on a fresh database."""
+    if backend == "postgres":
+        from gateway.storage.postgres.db import PostgresSessionDB
+
+        database = PostgresSessionDB(request.getfixturevalue("pg_dsn"))
+    else:
+        database = SessionDB(tmp_path / "state.db")
     yield database
     database.close()
 

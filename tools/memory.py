@@ -27,9 +27,12 @@ import re
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agent.tools import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from gateway.db import StorageFace
 
 SEPARATOR = "§"
 FILES = {"memory": "MEMORY.md", "user": "USER.md"}
@@ -126,7 +129,7 @@ class NoteFiles:
 
 class NoteTable:
     """The two files as rows of the database's `notes` table (Postgres mode: the replicas share no
-    disk). Reached through the SessionDB face; an edit holds the row locked from its read to its
+    disk). Reached through the StorageFace face; an edit holds the row locked from its read to its
     commit, so edits from two replicas both land (gateway/storage/postgres/notes.py)."""
 
     def __init__(self, db: Any) -> None:
@@ -142,10 +145,10 @@ class NoteTable:
 NotePlace = NoteFiles | NoteTable
 
 
-def note_place(home: str | os.PathLike[str] | None, db: Any = None) -> NotePlace | None:
+def note_place(home: str | os.PathLike[str] | None, db: StorageFace | None = None) -> NotePlace | None:
     """Where the notes live: the database's table when it keeps them (`notes_in_database`), else the
     files in `home` (None: neither is known)."""
-    if db is not None and getattr(db, "notes_in_database", False):
+    if db is not None and db.notes_in_database:
         return NoteTable(db)
     return NoteFiles(home) if home is not None else None
 

@@ -3,7 +3,7 @@ gateway/cli/transfer.py, export|import|migrate).
 
 Readable tables by default, `--json` for scripts. Bad input gets a one-line error naming what is
 wrong and exit code 2, and changes nothing (gateway/cli/store.py). This module is argparse and
-printing only: what it reads and writes goes through SessionDB.
+printing only: what it reads and writes goes through StorageFace.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from gateway.cli.store import (
     print_json,
     usage,
 )
-from gateway.db import SessionDB, TitleTaken, sanitize_title
+from gateway.db import StorageFace, TitleTaken, sanitize_title
 from gateway.recall import find_sessions
 
 
@@ -184,7 +184,7 @@ def _embedder(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _search_hits(db: SessionDB, query: str, limit: int, user: str | None, embedder: Any = None) -> list[dict]:
+def _search_hits(db: StorageFace, query: str, limit: int, user: str | None, embedder: Any = None) -> list[dict]:
     hits = find_sessions(db, query, limit=limit, person_id=user, see_all=user is None, embedder=embedder)
     return [h.as_dict() for h in hits]
 

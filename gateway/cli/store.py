@@ -12,13 +12,12 @@ import argparse
 import difflib
 import json
 import os
-import re
 import sqlite3
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from gateway.db import SessionDB
+from gateway.db import SessionDB, StorageFace
 from gateway.errors import SchemaTooNew
 from gateway.sessions.mirrors import Mirrors
 from gateway.source import Platform
@@ -92,7 +91,7 @@ def storage_config(args: argparse.Namespace) -> Any:
 @contextmanager
 def open_store(
     args: argparse.Namespace, mirrors: bool = False, create: bool = False
-) -> Iterator[tuple[Home, SessionDB, Mirrors | None]]:
+) -> Iterator[tuple[Home, StorageFace, Mirrors | None]]:
     """The DB of this home (or the Postgres database its config names); with `mirrors`, changes are
     mirrored to the files as the daemon does (on SQLite: Postgres has none, DESIGN §14). Only
     `create` (import) may make a home that is not there: asking must never leave data behind."""
@@ -130,42 +129,24 @@ def open_store(
 AMBIGUOUS_SHOWN = 10
 
 
-def find_session(db: SessionDB, ref: str) -> Session:
-    """An id, a unique id prefix (6+), the unique random part at an id's end (4+ hex), or a title.
-    Several matches are named, never taken as none."""
-    row = db.find_session(ref)
+def find_session(db: StorageFace, ref: str) -> Session:
+    """The session `ref` names (the storage face's one rule: an id, a unique id prefix (6+), a
+    title, or the unique random part at an id's end (4+ hex)). Several matches are named, never
+    taken as none."""
+    row, several = db.match_session(ref)
     if row is not None:
         return row
     ref = ref.strip()
-    if re.fullmatch(r"[0-9a-f_]{4,}", ref):
-        prefixed, suffixed = db.read(
-            lambda conn: (
-                [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT id FROM sessions WHERE id >= ? AND id < ? ORDER BY id", (ref, ref + "\uffff")
-                    )
-                ],
-                [r[0] for r in conn.execute("SELECT id FROM sessions WHERE id LIKE '%' || ? ORDER BY id", (ref,))]
-                if re.fullmatch(r"[0-9a-f]{4,}", ref)
-                else [],
-            )
-        )
-        if not prefixed and len(suffixed) == 1:
-            found = db.get_session(suffixed[0])
-            if found is not None:
-                return found
-        several = prefixed if len(prefixed) > 1 else suffixed
-        if len(several) > 1:
-            shown = ", ".join(several[:AMBIGUOUS_SHOWN]) + (" …" if len(several) > AMBIGUOUS_SHOWN else "")
-            raise CliError(f"{ref!r} is ambiguous: {len(several)} sessions match ({shown}); give more of the id")
+    if several:
+        shown = ", ".join(several[:AMBIGUOUS_SHOWN]) + (" …" if len(several) > AMBIGUOUS_SHOWN else "")
+        raise CliError(f"{ref!r} is ambiguous: {len(several)} sessions match ({shown}); give more of the id")
     raise CliError(f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title)")
 
 
 KNOWN_SOURCES = (*(p.value for p in Platform), "tool")
 
 
-def check_source(db: SessionDB, source: str | None) -> None:
+def check_source(db: StorageFace, source: str | None) -> None:
     """A --source nobody has is a typo far more often than a question: name the valid ones."""
     if source is None:
         return

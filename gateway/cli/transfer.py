@@ -20,7 +20,7 @@ from typing import IO, Any, Iterator
 
 from gateway.cli.format import Progress, human_bytes, worth_telling
 from gateway.cli.store import CliError, check_source, find_session, guarded, open_store, print_json
-from gateway.db import SessionDB, TitleTaken
+from gateway.db import SessionDB, StorageFace, TitleTaken
 from gateway.errors import ImportRecordError
 from gateway.storage.home import Home, home_from_args
 from gateway.storage.media import MediaStore
@@ -138,7 +138,7 @@ def _read_media_lines(path: str, files: MediaImport) -> list[str]:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
 
 
-def parse_import(lines: list[str], db: SessionDB, skip_existing: bool) -> tuple[list[dict], list[int]]:
+def parse_import(lines: list[str], db: StorageFace, skip_existing: bool) -> tuple[list[dict], list[int]]:
     """Validate every line; return the records and the line number of each. Raises CliError.
     (Whether a title is free is the database's to say, when the records are written.)"""
     records: list[dict] = []

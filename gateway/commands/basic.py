@@ -26,7 +26,7 @@ async def cmd_title(ctx: CommandContext) -> str:
     entry = await ctx.session()
     db = ctx.services.db
     if not ctx.args:
-        session = await db.aread("get_session", entry.session_id)
+        session = await db.aread(db.get_session, entry.session_id)
         title = session.get("title") if session else None
         return (
             f"This conversation is titled “{title}”."
@@ -113,7 +113,7 @@ async def cmd_status(ctx: CommandContext) -> str:
     if entry is None:
         lines.append("No conversation yet in this chat: send a message to start one.")
     else:
-        s = await services.db.aread("get_session", entry.session_id)
+        s = await services.db.aread(services.db.get_session, entry.session_id)
         if s is None:
             lines.append("No conversation yet in this chat: send a message to start one.")
         else:
@@ -147,7 +147,7 @@ async def cmd_whoami(ctx: CommandContext) -> str:
         f"Reset policy: {policy.describe()}.",
     ]
     entry = ctx.existing()
-    session = await services.db.aread("get_session", entry.session_id) if entry else None
+    session = await services.db.aread(services.db.get_session, entry.session_id) if entry else None
     if session is not None:
         lines.append(f"Current session: {label(session)}")
         due = policy.next_reset_why(float(session["last_active_at"]))

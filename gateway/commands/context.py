@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Protocol
 
 from agent.llm import ModelSettings
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
 from gateway.storage.schema import TITLE_MAX
@@ -46,7 +46,7 @@ def parse_command(text: str) -> ParsedCommand | None:
 class ChatServices(Protocol):
     """What commands use of the runtime (the runner implements it)."""
 
-    db: SessionDB
+    db: StorageFace
     store: SessionStore
     model_settings: ModelSettings
     single_owner: bool

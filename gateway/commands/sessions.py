@@ -13,7 +13,7 @@ from typing import Any
 from gateway.commands.context import CommandContext, ascii_number, numeric_title_refusal
 from gateway.commands.context import label as _label
 from gateway.commands.context import when as _when
-from gateway.db import VISIBLE, SessionDB, TitleTaken, sanitize_title
+from gateway.db import VISIBLE, StorageFace, TitleTaken, sanitize_title
 from gateway.recall.rank import find_sessions, recent_sessions
 from gateway.sessions.access import may_see_session, title_refusal
 from gateway.source import SessionSource
@@ -50,7 +50,7 @@ async def cmd_new(ctx: CommandContext) -> str:
         await services.forget(old.session_id)
     text = f"Started a new conversation{f' “{title}”' if title else ''}."
     if old is not None and old.session_id != entry.session_id:
-        previous = await services.db.aread("get_session", old.session_id)
+        previous = await services.db.aread(services.db.get_session, old.session_id)
         if previous and previous.get("message_count"):
             ref = previous.get("title") or previous["id"]
             text += f" The previous one is kept: /resume {ref}"
@@ -60,7 +60,7 @@ async def cmd_new(ctx: CommandContext) -> str:
 async def _visible(ctx: CommandContext, session: dict[str, Any]) -> bool:
     if ctx.see_all:
         return True
-    participants = await ctx.services.db.aread("session_participants", session["id"])
+    participants = await ctx.services.db.aread(ctx.services.db.session_participants, session["id"])
     return may_see_session(session, participants, ctx.source, is_admin=ctx.is_admin, single_owner=False)
 
 
@@ -71,20 +71,20 @@ async def _listing(ctx: CommandContext) -> list[dict[str, Any]]:
     return [r for r in rows if current is None or r["id"] != current.session_id][:RESUME_LIST]
 
 
-async def titled_sessions(db: SessionDB, source: SessionSource, see_all: bool, limit: int) -> list[dict[str, Any]]:
+async def titled_sessions(db: StorageFace, source: SessionSource, see_all: bool, limit: int) -> list[dict[str, Any]]:
     """The titled sessions `source`'s person may resume, newest first: the one rule for /resume's
     list and for a platform's /resume picker."""
     person = None if see_all else source.person_id
     if person is None and not see_all:
         return []
     rows: list[dict[str, Any]] = await db.aread(
-        "list_sessions_rich", user_id=person, limit=limit, exclude_sources=["tool"], titled_only=True
+        db.list_sessions_rich, user_id=person, limit=limit, exclude_sources=["tool"], titled_only=True
     )
     return rows
 
 
 async def resume_choices(
-    db: SessionDB, source: SessionSource, see_all: bool, typed: str, limit: int = 25
+    db: StorageFace, source: SessionSource, see_all: bool, typed: str, limit: int = 25
 ) -> list[tuple[str, str]]:
     """(label, value) pairs for a /resume picker: the person's titled sessions matching `typed`."""
     typed = typed.strip().lower()
@@ -108,7 +108,11 @@ async def _title_matches(ctx: CommandContext, ref: str) -> list[dict[str, Any]]:
     if person is None and not ctx.see_all:
         return []
     rows: list[dict[str, Any]] = await ctx.services.db.aread(
-        "list_sessions_rich", user_id=person, limit=TITLE_MATCH_SCAN, exclude_sources=["tool"], titled_only=True
+        ctx.services.db.list_sessions_rich,
+        user_id=person,
+        limit=TITLE_MATCH_SCAN,
+        exclude_sources=["tool"],
+        titled_only=True,
     )
     wanted = " ".join(ref.split()).casefold()
     prefix = [r for r in rows if str(r["title"]).casefold().startswith(wanted)]
@@ -118,7 +122,7 @@ async def _title_matches(ctx: CommandContext, ref: str) -> list[dict[str, Any]]:
     return inside[:RESUME_LIST]
 
 
-def _latest_in_chain(db: SessionDB, session_id: str) -> str:
+def _latest_in_chain(db: StorageFace, session_id: str) -> str:
     """A compressed conversation continues in its newest child: resume that one."""
     seen = {session_id}
     current = session_id
@@ -159,9 +163,9 @@ async def cmd_resume(ctx: CommandContext) -> str:
             listing = [r["id"] for r in await _listing(ctx)]
         if not 1 <= index <= len(listing):
             return f"There is no number {index} in your list. Send /resume to see it."
-        session = await db.aread("get_session", listing[index - 1])
+        session = await db.aread(db.get_session, listing[index - 1])
     if session is None:
-        session = await db.aread("find_session", ref)
+        session = await db.aread(db.find_session, ref)
         if session is not None and not await _visible(ctx, session):
             session = None
     if session is None:
@@ -179,7 +183,7 @@ async def cmd_resume(ctx: CommandContext) -> str:
 
     target_id = await asyncio.to_thread(_latest_in_chain, db, session["id"])
     if target_id != session["id"]:
-        target = await db.aread("get_session", target_id)
+        target = await db.aread(db.get_session, target_id)
         if target is None or not await _visible(ctx, target):
             target_id, target = session["id"], session
         session = target
@@ -206,7 +210,7 @@ async def cmd_search(ctx: CommandContext) -> str:
     db = services.db
     query = ctx.args.strip()
     current = ctx.existing()
-    lineage = await db.aread("get_lineage", current.session_id) if current else []
+    lineage = await db.aread(db.get_lineage, current.session_id) if current else []
     person = ctx.source.person_id
     if not ctx.see_all and person is None:
         return "I can't tell who you are here, so I can't search your conversations."
@@ -247,7 +251,7 @@ async def cmd_search(ctx: CommandContext) -> str:
     return "\n".join(lines)
 
 
-def _answers(db: SessionDB, best: list[list[int]]) -> list[str | None]:
+def _answers(db: StorageFace, best: list[list[int]]) -> list[str | None]:
     """For each hit whose best match is something the person wrote, the reply it got (one line):
     what was found is usually the answer, not the question."""
 

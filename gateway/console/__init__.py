@@ -6,7 +6,7 @@ Served by the ops HTTP server (gateway.service.http) at /console/, with its JSON
 build step), each also available as JSON.
 
     auth       who may use it (loopback rule, token, login cookie, CSRF guard)
-    reads      what each page shows, as data (no SQL: SessionDB methods and recall)
+    reads      what each page shows, as data (no SQL: StorageFace methods and recall)
     routes     the HTTP handlers, pages and API
     markdown   message text as safe HTML
     highlight  where the query's words are in a snippet
@@ -22,7 +22,7 @@ from aiohttp import web
 from gateway.console.auth import Access, is_loopback
 from gateway.console.reads import MetricsView
 from gateway.console.routes import ConsoleRoutes
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.storage.media import MediaStore
 
 __all__ = ["Access", "ConsoleRoutes", "is_loopback", "mount_console"]
@@ -30,7 +30,7 @@ __all__ = ["Access", "ConsoleRoutes", "is_loopback", "mount_console"]
 
 def mount_console(
     app: web.Application,
-    db: SessionDB,
+    db: StorageFace,
     *,
     bind_host: str,
     token: str | None = None,

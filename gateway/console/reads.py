@@ -1,7 +1,7 @@
 """What the console shows, as plain JSON-ready data: one function per page, shared by the HTML
 pages and the JSON API so the two can never disagree.
 
-Everything goes through the storage face (`SessionDB` methods) and recall (`find_sessions`,
+Everything goes through the storage face (`StorageFace` methods) and recall (`find_sessions`,
 `plan_query`), as the CLI does; no SQL here. Request parameters are parsed here too, into typed
 filters, with a `BadParam` (a 400) for anything malformed: lone surrogates and NULs are dropped
 from text (SQLite cannot store them, and a page cannot encode them), ids that cannot exist are
@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Protocol
 from urllib.parse import quote
 
 from gateway.console import highlight
-from gateway.db import SessionDB, TitleTaken, UnknownSession
+from gateway.db import StorageFace, TitleTaken, UnknownSession
 from gateway.recall import find_sessions, plan_query
 from gateway.source import Platform
 from gateway.storage.fts import MAX_QUERY_CHARS
@@ -151,7 +151,7 @@ class ListFilters:
         return {k: v for k, v in out.items() if v}
 
 
-def sessions_page(db: SessionDB, filters: ListFilters) -> dict[str, Any]:
+def sessions_page(db: StorageFace, filters: ListFilters) -> dict[str, Any]:
     start, end = filters.bounds()
     rows = db.list_sessions_page(
         source=filters.platform,
@@ -171,12 +171,12 @@ def sessions_page(db: SessionDB, filters: ListFilters) -> dict[str, Any]:
     }
 
 
-def _hit_message(db: SessionDB, ids: list[int]) -> dict | None:
+def _hit_message(db: StorageFace, ids: list[int]) -> dict | None:
     found = db.get_messages_by_id(ids[:1]) if ids else {}
     return found.get(ids[0]) if ids else None
 
 
-def search(db: SessionDB, query: str) -> dict[str, Any]:
+def search(db: StorageFace, query: str) -> dict[str, Any]:
     """The sessions `query` is about, ranked as `/search` ranks them, with highlighted snippets."""
     text = clean_text(query).strip()
     plan = plan_query(text)
@@ -306,7 +306,7 @@ def tool_calls_shown(calls: Any) -> list[dict[str, str]]:
     return shown
 
 
-def _brief(db: SessionDB, session_id: str | None) -> dict | None:
+def _brief(db: StorageFace, session_id: str | None) -> dict | None:
     if not session_id:
         return None
     row = db.get_session(session_id)
@@ -314,7 +314,7 @@ def _brief(db: SessionDB, session_id: str | None) -> dict | None:
 
 
 def transcript(
-    db: SessionDB, session_id: str, after: int | None = None, media: MediaStore | None = None
+    db: StorageFace, session_id: str, after: int | None = None, media: MediaStore | None = None
 ) -> dict[str, Any] | None:
     """A session, its messages (hidden ones flagged, in order, each with its attachments), its
     lineage and its key's history. `media`: the store, to tell a kept file from a missing one."""
@@ -345,7 +345,7 @@ def transcript(
     }
 
 
-def rename(db: SessionDB, session_id: str, body: Any) -> dict[str, Any] | None:
+def rename(db: StorageFace, session_id: str, body: Any) -> dict[str, Any] | None:
     """Set or clear a session's title from a PATCH body `{"title": ...}`; None if no such session."""
     if not isinstance(body, dict) or "title" not in body or set(body) - {"title"}:
         raise BadParam('send a JSON object {"title": "new title"} (null or "" clears it)')
@@ -367,12 +367,12 @@ def rename(db: SessionDB, session_id: str, body: Any) -> dict[str, Any] | None:
     return dict(session) if session is not None else None
 
 
-def delete(db: SessionDB, session_id: str) -> bool:
+def delete(db: StorageFace, session_id: str) -> bool:
     sid = plausible_id(session_id)
     return bool(sid) and db.delete_session(sid)  # type: ignore[arg-type]
 
 
-def export_jsonl(db: SessionDB, session_id: str) -> str | None:
+def export_jsonl(db: StorageFace, session_id: str) -> str | None:
     """The session as one line of the import/export format (DESIGN §10), or None."""
     sid = plausible_id(session_id)
     if sid is None:
@@ -391,7 +391,9 @@ def _file_size(path: str) -> int | None:
         return None
 
 
-def status(db: SessionDB, metrics: MetricsView | None, adapters: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+def status(
+    db: StorageFace, metrics: MetricsView | None, adapters: Callable[[], dict[str, Any]] | None
+) -> dict[str, Any]:
     """Adapters' readiness, queue depth, agent cache, file sizes and the last hour's series."""
     try:
         readiness = adapters() if adapters else {"ready": False, "adapters": {}, "detail": "no adapter is running"}

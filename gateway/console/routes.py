@@ -37,7 +37,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from gateway.console import auth, charts, highlight, markdown, reads
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.storage.media import MediaStore
 
 log = logging.getLogger(__name__)
@@ -113,11 +113,11 @@ def static_dir() -> Path:
 
 
 class ConsoleRoutes:
-    """The handlers, over one SessionDB, the metrics and the adapters' readiness report."""
+    """The handlers, over one StorageFace, the metrics and the adapters' readiness report."""
 
     def __init__(
         self,
-        db: SessionDB,
+        db: StorageFace,
         access: auth.Access,
         metrics: reads.MetricsView | None = None,
         adapters: Callable[[], dict[str, Any]] | None = None,

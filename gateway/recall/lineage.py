@@ -10,8 +10,9 @@ one by its place in time ("the first time we talked", 上次我们聊; gateway/r
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Iterable
+
+from gateway.storage.conn import Conn
 
 
 class SessionRows:
@@ -21,7 +22,7 @@ class SessionRows:
     LEAN = "id, source, parent_session_id, last_active_at, message_count"  # what ranking needs
     NAMES = [c.strip() for c in COLS.split(",")]
 
-    def __init__(self, conn: sqlite3.Connection, cols: str = COLS) -> None:
+    def __init__(self, conn: Conn, cols: str = COLS) -> None:
         self.conn = conn
         self.cols = cols
         self.names = [c.strip() for c in cols.split(",")]
@@ -98,7 +99,7 @@ class SessionRows:
         return out
 
 
-def allowed_sessions(conn: sqlite3.Connection, person_id: str) -> set[str]:
+def allowed_sessions(conn: Conn, person_id: str) -> set[str]:
     """Sessions the person started or wrote in."""
     rows = conn.execute(
         "SELECT id FROM sessions WHERE user_id = ? UNION SELECT session_id FROM session_participants WHERE user_id = ?",
@@ -108,7 +109,7 @@ def allowed_sessions(conn: sqlite3.Connection, person_id: str) -> set[str]:
 
 
 def ordered_conversation(
-    conn: sqlite3.Connection, meta: SessionRows, order: str, person_id: str | None, hidden: set[str], excluded: set[str]
+    conn: Conn, meta: SessionRows, order: str, person_id: str | None, hidden: set[str], excluded: set[str]
 ) -> str | None:
     """The root of the person's first conversation (order "first") or of their latest one that is
     not excluded (the current conversation is), or None. Without a person: of everyone's."""

@@ -40,6 +40,7 @@ from typing import Callable
 
 from gateway.recall.dates import DateSpec, conversation_order, extract_dates
 from gateway.recall.forms import forms
+from gateway.storage.conn import Conn
 from gateway.storage.fts import (
     CHINESE_STOP_CHARS,
     CHINESE_STOP_WORDS,
@@ -327,7 +328,7 @@ class PrefixTerms:
 
     TABLE = "messages_vocab"
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Conn) -> None:
         self.conn = conn
         self.ready: bool | None = None
 

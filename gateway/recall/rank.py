@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -83,6 +82,7 @@ from gateway.recall import read as recall_read
 from gateway.recall.dates import NEAR_DAYS
 from gateway.recall.lineage import SessionRows, allowed_sessions, ordered_conversation
 from gateway.recall.query import Plan, Unit, cjk_pieces, plan_query
+from gateway.storage.conn import Conn
 from gateway.storage.fts import make_snippet
 
 __all__ = [
@@ -130,7 +130,7 @@ class SessionHit:
 
 
 def _rank(
-    conn: sqlite3.Connection,
+    conn: Conn,
     plan: Plan,
     *,
     limit: int,
@@ -399,7 +399,7 @@ def _message_units(
 
 
 def _passage_rerank(
-    conn: sqlite3.Connection,
+    conn: Conn,
     scores: dict[str, float],
     leaders: dict[str, list[int]],
     message_units: dict[int, dict[int, float]],
@@ -468,7 +468,7 @@ def _passages(order: list[int], starts: list[int], before: int) -> set[int]:
     }
 
 
-def _chunked(conn: sqlite3.Connection, sql: str, values: list) -> list[tuple]:
+def _chunked(conn: Conn, sql: str, values: list) -> list[tuple]:
     out: list[tuple] = []
     for start in range(0, len(values), 500):
         chunk = values[start : start + 500]
@@ -550,7 +550,7 @@ def recent_sessions(
             break
         offset += len(rows)
 
-        def resolve(conn: sqlite3.Connection) -> tuple[dict[str, str], dict[str, dict | None]]:
+        def resolve(conn: Conn) -> tuple[dict[str, str], dict[str, dict | None]]:
             meta = SessionRows(conn)
             roots = meta.roots(r["id"] for r in rows)
             return roots, {root: meta.get(root) for root in set(roots.values())}

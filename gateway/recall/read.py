@@ -20,12 +20,11 @@ budgets (the labelled dev and held data) nothing changes: all matches are read e
 from __future__ import annotations
 
 import math
-import sqlite3
 from typing import Callable
 
 from gateway.db import visible_sql
 from gateway.recall.query import PrefixTerms, Unit, expand_prefixes
-from gateway.storage.postgres import is_postgres
+from gateway.storage.conn import Conn, RecallMatch
 
 PROBE = 150  # newest matching messages every unit looks at (fewer when the query has many units)
 PROBE_BUDGET = 1500  # the probes of all units together, at most (each keeps at least MIN_PROBE)
@@ -40,60 +39,25 @@ class Matches:
 
     def __init__(self, table: str, expr: str) -> None:
         self.table, self.expr = table, expr
-        self.rows: list[tuple[int, str, int, int]] = []  # message id, session id, wanted, length
+        self.rows: list[RecallMatch] = []  # message id, session id, wanted, length
         self.done = False  # every match has been read
         self.beside_anchor = False  # matches of the unit in messages that hold the anchor unit
 
-    def read(self, conn: sqlite3.Connection, roles: list[str], limit: int) -> None:
+    def read(self, conn: Conn, roles: list[str], limit: int) -> None:
         if self.done or limit <= 0:
             return
-        if is_postgres(conn):  # the same read over that backend's word and identifier columns
-            from gateway.storage.postgres.search import recall_matches
+        before_id = self.rows[-1][0] if self.rows else None
+        found = conn.dialect.recall_matches(conn, self.table, self.expr, roles, before_id, limit)
+        self.rows.extend(found)
+        self.done = len(found) < limit
 
-            before_id = self.rows[-1][0] if self.rows else None
-            found = recall_matches(conn, self.table, self.expr, roles, before_id, limit)  # type: ignore[arg-type]
-            self.rows.extend(found)
-            self.done = len(found) < limit
-            return
-        role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
-        before = " AND rowid < ?" if self.rows else ""
-        sql = f"""
-            SELECT c.rowid, m.session_id, ({VISIBLE_SQL}{role_sql}) AS wanted, length(m.content)
-            FROM (SELECT rowid FROM {self.table} WHERE {self.table} MATCH ?{before}
-                  ORDER BY rowid DESC LIMIT ?) AS c
-            JOIN messages m ON m.id = c.rowid"""
-        params = [*roles, self.expr, *([self.rows[-1][0]] if self.rows else []), limit]
-        cursor = conn.cursor()
-        cursor.row_factory = None  # plain tuples: thousands of rows per query on a large store
-        try:
-            rows = cursor.execute(sql, params).fetchall()
-        except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
-            rows = []
-        self.rows.extend(rows)
-        self.done = len(rows) < limit
-
-    def read_within(self, conn: sqlite3.Connection, whole: "Matches", limit: int) -> None:
+    def read_within(self, conn: Conn, whole: "Matches", limit: int) -> None:
         """Read this expression's matches among the messages `whole` (read to its end) holds,
         taking their rows from it: only the index is walked, no message row is looked up again
         (at 1M messages an anchor read of 2,000 rows joined to messages took 8 ms, alone 1-3 ms)."""
         known = {row[0]: row for row in whole.rows}
-        if is_postgres(conn):  # the expression checked on the anchor's own rows (postgres/search.py)
-            from gateway.storage.postgres.search import matches_among
-
-            ids = matches_among(conn, self.expr, list(known), limit)  # type: ignore[arg-type]
-            self.rows.extend(known[mid] for (mid,) in ids)
-            self.done = len(ids) < limit
-            return
-        cursor = conn.cursor()
-        cursor.row_factory = None
-        try:
-            ids = cursor.execute(
-                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
-                (self.expr, limit),
-            ).fetchall()
-        except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
-            ids = []
-        self.rows.extend(known[mid] for (mid,) in ids if mid in known)
+        ids = conn.dialect.matches_among(conn, self.expr, list(known), limit)
+        self.rows.extend(known[mid] for mid in ids if mid in known)
         self.done = len(ids) < limit
 
     def estimate(self, newest_id: int) -> float:
@@ -112,14 +76,14 @@ def session_idf(df: float, n_sessions: int) -> float:
 
 
 def read_units(
-    conn: sqlite3.Connection, units: list[Unit], roles: list[str], cap: int, newest_id: int, n_sessions: int
+    conn: Conn, units: list[Unit], roles: list[str], cap: int, newest_id: int, n_sessions: int
 ) -> list[list[Matches]]:
     """Read each unit's newest matches: PROBE of each first, then more for the units that carry
     weight. A unit found in most sessions adds next to nothing to any score (its idf is tiny), so a
     few hundred of its newest matches serve as well as thousands; a rarer unit reads up to `cap`.
     Over all units at most HIT_BUDGET matches are read beyond the probes, shared by weight."""
-    # Postgres answers a prefix from its GIN index directly: nothing to expand
-    terms: Callable[[str], list[str] | None] = (lambda prefix: None) if is_postgres(conn) else PrefixTerms(conn)
+    # a database whose index answers a prefix itself (Postgres's GIN) has nothing to expand
+    terms: Callable[[str], list[str] | None] = PrefixTerms(conn) if conn.dialect.expands_prefixes else (lambda p: None)
     readers: list[list[Matches]] = []
     for unit in units:
         sources = []
@@ -169,7 +133,7 @@ def read_units(
 
 
 def _read_beside_anchor(
-    conn: sqlite3.Connection,
+    conn: Conn,
     units: list[Unit],
     readers: list[list[Matches]],
     roles: list[str],

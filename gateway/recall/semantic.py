@@ -58,13 +58,13 @@ from __future__ import annotations
 import importlib
 import logging
 import math
-import sqlite3
 import threading
 from dataclasses import dataclass
 from operator import mul
 from typing import Any, Iterable, Mapping, Sequence
 
 from gateway.storage import vectors as stored_vectors
+from gateway.storage.conn import Conn
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +126,7 @@ def best_similarity(query: QueryVector, blobs: Sequence[bytes]) -> float:
     return max(_cosines(query, usable)) if usable else 0.0
 
 
-def similarities(
-    conn: sqlite3.Connection, query: QueryVector, members: Mapping[str, Iterable[str]]
-) -> dict[str, float]:
+def similarities(conn: Conn, query: QueryVector, members: Mapping[str, Iterable[str]]) -> dict[str, float]:
     """root -> best window similarity over the sessions of its lineage (`members`); roots without
     any stored window are left out (not yet embedded: they keep their lexical place)."""
     all_ids = [sid for ids in members.values() for sid in ids]
@@ -141,9 +139,7 @@ def similarities(
     return out
 
 
-def passage_bonus(
-    conn: sqlite3.Connection, query: QueryVector, messages: Mapping[int, str], scale: float
-) -> dict[int, float]:
+def passage_bonus(conn: Conn, query: QueryVector, messages: Mapping[int, str], scale: float) -> dict[int, float]:
     """message id -> what its passage gains for meaning: PASSAGE_WEIGHT * `scale` * the similarity
     of the window holding the message, min-max scaled over the windows of the `messages` (message
     id -> its session). A message in no stored window gains nothing. Each window is found by one
@@ -213,7 +209,7 @@ def fuse(lexical: Mapping[str, float], semantic: Mapping[str, float]) -> dict[st
     return out
 
 
-def scan_newest(conn: sqlite3.Connection, query: QueryVector, limit: int = VECTOR_SCAN) -> dict[str, float]:
+def scan_newest(conn: Conn, query: QueryVector, limit: int = VECTOR_SCAN) -> dict[str, float]:
     """session -> best similarity over the newest `limit` windows (the vector-only stage)."""
     by_session: dict[str, list[bytes]] = {}
     for sid, blob in stored_vectors.newest_vectors(conn, query.model, limit):

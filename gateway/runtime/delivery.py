@@ -29,20 +29,20 @@ import functools
 import json
 import logging
 import secrets
-import sqlite3
 from typing import Any, Callable, Iterable
 
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.runtime.leases import ChatLeases, SoloLeases
 from gateway.runtime.metrics import Metrics
 from gateway.source import SessionSource
 from gateway.storage import inbox, outbox
+from gateway.storage.conn import Conn
 from gateway.storage.events import Events
 from platforms.base import Attachment, InboundMessage, PlatformAdapter
 
 log = logging.getLogger(__name__)
 
-RecordOp = Callable[[sqlite3.Connection, int], Any]
+RecordOp = Callable[[Conn, int], Any]
 
 
 def encode_message(msg: InboundMessage) -> str:
@@ -93,7 +93,7 @@ def decode_message(text: str, inbox_id: int | None = None) -> InboundMessage:
 
 
 class Inbox:
-    def __init__(self, db: SessionDB, leases: ChatLeases | None = None) -> None:
+    def __init__(self, db: StorageFace, leases: ChatLeases | None = None) -> None:
         self.db = db
         self.leases: ChatLeases = leases or SoloLeases()
 
@@ -112,7 +112,7 @@ class Inbox:
     def started(*msgs: InboundMessage) -> RecordOp:
         """The record that goes with storing the person's message: its entries are started."""
 
-        def op(conn: sqlite3.Connection, message_id: int) -> None:
+        def op(conn: Conn, message_id: int) -> None:
             for msg in msgs:
                 if msg.inbox_id is not None:
                     inbox.start(conn, msg.inbox_id, message_id)
@@ -145,7 +145,7 @@ class Inbox:
 class Outbox:
     def __init__(
         self,
-        db: SessionDB,
+        db: StorageFace,
         adapters: dict[str, PlatformAdapter],
         metrics: Metrics | None = None,
         leases: ChatLeases | None = None,
@@ -168,7 +168,7 @@ class Outbox:
         reply_to = target.message_id if source.chat_type != "dm" and target.message_id else None
         row: dict[str, Any] = {"id": None}
 
-        def op(conn: sqlite3.Connection, message_id: int | None = None) -> int:
+        def op(conn: Conn, message_id: int | None = None) -> int:
             row["id"] = outbox.add(
                 conn,
                 platform=source.platform.value,
@@ -270,5 +270,5 @@ class Outbox:
         return sent
 
 
-def _finish_unreadable(entry_id: int, conn: sqlite3.Connection, events: Events) -> int:
+def _finish_unreadable(entry_id: int, conn: Conn, events: Events) -> int:
     return inbox.finish(conn, [entry_id], "unreadable")

@@ -34,7 +34,7 @@ from agent.llm import ModelSettings
 from gateway.commands import COMMANDS, CommandContext, ParsedCommand, command_menu, parse_command, run_command
 from gateway.commands.sessions import resume_choices
 from gateway.config.load import Config
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.errors import LeaseLost
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.intake import intake_for
@@ -68,7 +68,7 @@ class GatewayRunner:
     def __init__(
         self,
         config: Config,
-        db: SessionDB,
+        db: StorageFace,
         store: SessionStore,
         outbound: Outbound,
         turns: TurnRunner,

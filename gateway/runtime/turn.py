@@ -36,7 +36,7 @@ from agent.llm import NOT_CONFIGURED_TEXT, ModelSettings, describe_error
 from agent.loop import EMPTY_REPLY_TEXT, db_fields
 from agent.tools import ToolContext
 from gateway.config.load import Config
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.errors import LeaseLost
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import SessionAgent
@@ -146,7 +146,7 @@ class TurnRecorder:
 
     def __init__(
         self,
-        db: SessionDB,
+        db: StorageFace,
         outbox: Outbox,
         conversations: ConversationCache,
         clock: Callable[[], float],
@@ -196,7 +196,7 @@ class TurnRunner:
         *,
         cache: AgentCache,
         factory: AgentFactory,
-        db: SessionDB,
+        db: StorageFace,
         store: SessionStore,
         outbound: Outbound,  # notices, typing hints and streamed replies
         outbox: Outbox,  # the reply, committed with the answer (gateway.runtime.delivery)
@@ -259,7 +259,7 @@ class TurnRunner:
         try:
             history = warm.get(session_id, lane.key)
             if history is None:
-                history = await self.db.aread("get_messages_as_conversation", session_id)
+                history = await self.db.aread(self.db.get_messages_as_conversation, session_id)
                 warm.put(session_id, lane.key, history)
             content = received.model_content() if received is not None else text
             ctx = self._tool_context(msg, session_id)
@@ -424,7 +424,7 @@ class TurnRunner:
             self._model_failed()
             return "" if auto else f"Sorry, compressing failed: {describe_error(exc)}. Nothing was changed."
         await self.forget(session_id)
-        session = await self.db.aread("get_session", child)
+        session = await self.db.aread(self.db.get_session, child)
         title = session.get("title") if session else None
         name = f"“{title}” ({child})" if title else child
         lead = "This conversation was getting long, so I" if auto else "I"

@@ -2,7 +2,7 @@
 Config, and its life cycle. Tests (tests/fakes/gateway_harness.py) and bench/ build through it too,
 passing their own adapters, model transport or agent factory, so what they run is what ships.
 
-    home dir -> SessionDB -> Mirrors (reconciled with the DB) -> SessionStore (reset policies)
+    home dir -> StorageFace -> Mirrors (reconciled with the DB) -> SessionStore (reset policies)
     -> adapters (each SDK imported only when its platform is configured)
     -> the runtime (access, agent factory and cache, conversations, the inbox and outbox, TurnRunner) -> GatewayRunner
     -> ops HTTP server (health, readiness, metrics, webhooks) -> upkeep (gateway.service.maintenance)
@@ -34,7 +34,7 @@ import httpx2
 from agent.llm import ModelSettings
 from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
-from gateway.db import SchemaTooNew, SessionDB, StorageUnavailable, open_db
+from gateway.db import SchemaTooNew, StorageFace, StorageUnavailable, open_db
 from gateway.embeddings import EmbeddingSettings, EmbeddingUnavailable, make_embedder
 from gateway.recall import semantic
 from gateway.recall.index import BackgroundIndexer
@@ -120,7 +120,7 @@ def create_adapter(
 class App:
     config: Config
     home: Home
-    db: SessionDB
+    db: StorageFace
     mirrors: Mirrors | None
     store: SessionStore
     adapters: list[PlatformAdapter]
@@ -250,7 +250,7 @@ class App:
 
 def build_runner(
     config: Config,
-    db: SessionDB,
+    db: StorageFace,
     store: SessionStore,
     adapters: list[PlatformAdapter],
     *,
@@ -329,7 +329,7 @@ def build_media_intake(config: Config) -> MediaIntake:
 
 def build_store(
     config: Config,
-    db: SessionDB,
+    db: StorageFace,
     policies: ResetPolicies | None = None,
     clock: Callable[[], float] = time.time,
     is_busy: Callable[[str], bool] = lambda session_id: False,
@@ -417,7 +417,7 @@ def build_app(
 
 
 def _gauges(
-    metrics: Metrics, runner: GatewayRunner, db: SessionDB, files: Mirrors | None, indexer: BackgroundIndexer | None
+    metrics: Metrics, runner: GatewayRunner, db: StorageFace, files: Mirrors | None, indexer: BackgroundIndexer | None
 ) -> None:
     """The gauges read from the parts build_app assembled (the runner sets its own)."""
     metrics.set_gauge_fn("adapter_ready", lambda: {n: int(h.ready) for n, h in runner.readiness().items()})
@@ -431,7 +431,7 @@ def _gauges(
         metrics.set_gauge_fn("embedding_failures", lambda: float(indexer.failures))
 
 
-def _open_db(config: Config, path: Path) -> SessionDB:
+def _open_db(config: Config, path: Path) -> StorageFace:
     try:
         return open_db(
             config.storage.backend, path, config.storage.postgres_dsn, synchronous=config.storage.synchronous
@@ -444,7 +444,7 @@ def _open_db(config: Config, path: Path) -> SessionDB:
         ) from None
 
 
-def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: SessionDB) -> OpsServer:
+def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: StorageFace) -> OpsServer:
     """The ops HTTP server: probes, metrics, the console and the adapters' webhooks."""
     webhooks: dict[str, Any] = {}
     for adapter in adapters:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 from aiohttp import web
 
 from gateway.console import mount_console
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.service.metrics import Metrics
 from platforms.base import AdapterHealth, WebhookHandler
 
@@ -59,9 +59,9 @@ def readiness_report(
     return ready, body
 
 
-async def check_database(db: Any, timeout: float = DB_CHECK_SECONDS) -> dict[str, Any]:
+async def check_database(db: StorageFace, timeout: float = DB_CHECK_SECONDS) -> dict[str, Any]:
     """Whether the storage face answers a read of its schema version within `timeout` seconds."""
-    backend = getattr(db, "backend", "sqlite")
+    backend = db.backend
     try:
         version = await asyncio.wait_for(asyncio.to_thread(db.ping, timeout), timeout + 1.0)
     except (asyncio.TimeoutError, TimeoutError):
@@ -81,7 +81,7 @@ class OpsServer:
         metrics: Metrics | None = None,
         readiness: Readiness | None = None,
         webhooks: Mapping[str, WebhookHandler] | None = None,
-        db: SessionDB | None = None,
+        db: StorageFace | None = None,
         console_token: str | None = None,
     ) -> None:
         self.host = host

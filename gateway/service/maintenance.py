@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.storage import inbox, outbox
 from gateway.storage.media import MediaStore
 
@@ -35,7 +35,7 @@ class MaintenanceReport:
 
 
 def run_maintenance(
-    db: SessionDB,
+    db: StorageFace,
     retention_days: float,
     stop: Callable[[], bool] = lambda: False,
     media: MediaStore | None = None,
@@ -58,7 +58,7 @@ def run_maintenance(
     return MaintenanceReport(forgotten, deleted, removed, inbox_pruned, outbox_pruned)
 
 
-def _in_batches(db: SessionDB, prune: Callable[[Any], int], stop: Callable[[], bool]) -> int:
+def _in_batches(db: StorageFace, prune: Callable[[Any], int], stop: Callable[[], bool]) -> int:
     """Run one batch per transaction until a batch comes back short (or shutdown asks)."""
     total = 0
     while not stop():
@@ -74,7 +74,7 @@ class Maintenance:
 
     def __init__(
         self,
-        db: SessionDB,
+        db: StorageFace,
         retention_days: float,
         interval_seconds: float,
         media: MediaStore | None = None,

@@ -30,7 +30,7 @@ from gateway.errors import TitleTaken
 from gateway.source import Platform, SessionSource
 
 if TYPE_CHECKING:
-    from gateway.db import SessionDB
+    from gateway.db import StorageFace
 
 GROUP_POLICIES = ("open", "allowlist", "blacklist", "admin_only", "disabled")
 
@@ -202,7 +202,7 @@ TITLE_UNUSABLE = "That title can't be used here; pick another."
 
 
 def title_refusal(
-    db: "SessionDB",
+    db: "StorageFace",
     taken: TitleTaken,
     source: SessionSource,
     *,

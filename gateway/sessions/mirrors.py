@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gateway.db import SessionDB
+from gateway.db import StorageFace
 from gateway.sessions.mirror_files import (
     RepairReport,
     atomic_write,
@@ -67,7 +67,7 @@ class Mirrors:
     def __init__(
         self,
         home: Home | str | os.PathLike,
-        db: SessionDB,
+        db: StorageFace,
         *,
         max_open_files: int = 64,
         index_interval: float = 0.5,

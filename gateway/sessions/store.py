@@ -9,7 +9,8 @@ the person can be told.
 Every session move is one transaction here (all or nothing, one commit): a chat's first message and
 a reset (create + move the key + end the previous), `/new` (the same), `/resume` (reopen + touch +
 move + end) and compression (create the child + its summary + compact and end the parent + move
-the key). The steps are the DB's own write ops composed into one write.
+the key). Each is one method of the storage face (gateway/storage/base.py `amove_key`,
+`aswitch_key`, `acontinue_in_child`): the store composes no SQL of its own.
 
 Concurrency: the runner holds `store.lock(key)` for a whole turn, so one chat runs one turn at a
 time. `get_or_create` is also single-flight per key on its own: two concurrent calls for a new key
@@ -22,17 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from gateway.db import SessionDB, UnknownSession, new_session_id
+from gateway.db import StorageFace, UnknownSession, new_session_id
 from gateway.sessions.reset import ResetPolicies
 from gateway.source import SessionSource, build_session_key
-from gateway.storage import queries
-from gateway.storage.writer import WriteOp
 
 __all__ = ["SessionStore", "SessionEntry", "SessionLookup", "ResetNotice", "SUMMARY_PREFIX"]
 
@@ -42,18 +40,6 @@ log = logging.getLogger(__name__)
 SUMMARY_PREFIX = "Summary of the earlier part of this conversation (continued from session {parent}):\n\n"
 # What a compressed session's child carries over from it.
 _CARRIED = ("user_id", "session_key", "chat_id", "chat_type", "chat_name", "thread_id", "user_name", "model")
-
-
-def _quietly(step: WriteOp) -> WriteOp:
-    """A step whose session may have been deleted meanwhile: nothing to do then."""
-
-    def op(conn: sqlite3.Connection, events: list) -> None:
-        try:
-            step(conn, events)
-        except UnknownSession:
-            pass
-
-    return op
 
 
 @dataclass(frozen=True)
@@ -105,7 +91,7 @@ class SessionLookup:
 class SessionStore:
     def __init__(
         self,
-        db: SessionDB,
+        db: StorageFace,
         policies: ResetPolicies | None = None,
         *,
         group_sessions_per_user: bool = True,
@@ -251,22 +237,21 @@ class SessionStore:
         the resumed session on the very next message: its last activity is old by definition).
         One transaction. Raises UnknownSession."""
         key = self.key_for(source)
-        target = await self.db.aread("get_session", session_id)
+        target = await self.db.aread(self.db.get_session, session_id)
         if target is None:
             raise UnknownSession(session_id)
         entry, _ = self._current(key)
         previous = entry["session_id"] if entry else None
-        now = self.clock()
-        ops = self.db.ops  # the write ops of the db's backend
-        steps: list[WriteOp] = []
-        if target.get("ended_at") is not None:
-            steps.append(ops.op_reopen(session_id))
-        steps.append(ops.op_touch(session_id, now))
-        steps.append(ops.op_set_key(key, session_id, source.to_dict(), reason))
-        if previous and previous != session_id:
-            steps.append(_quietly(ops.op_end(previous, reason)))
-        steps.append(lambda conn, events: queries.key_row(conn, key))
-        return SessionEntry.from_row(await self._transaction(steps))
+        row = await self.db.aswitch_key(
+            key,
+            session_id,
+            source.to_dict(),
+            reason,
+            now=self.clock(),
+            reopen=target.get("ended_at") is not None,
+            end_previous=previous,
+        )
+        return SessionEntry.from_row(row)
 
     async def compress(
         self,
@@ -287,13 +272,13 @@ class SessionStore:
         and the key (`key`, else the parent's own) moves to the child if it still points at the
         parent. Raises UnknownSession, or ValueError when there is nothing to compress."""
         db = self.db
-        session = await db.aread("get_session", session_id)
+        session = await db.aread(db.get_session, session_id)
         if session is None:
             raise UnknownSession(session_id)
-        messages = await db.aread("get_messages", session_id)
+        messages = await db.aread(db.get_messages, session_id)
         if not messages:
             raise ValueError(f"session {session_id} has no messages to compress")
-        conversation = await db.aread("get_messages_as_conversation", session_id)
+        conversation = await db.aread(db.get_messages_as_conversation, session_id)
         summary = await summarise(conversation)
 
         child = new_session_id(self.clock())
@@ -302,39 +287,20 @@ class SessionStore:
         if model:
             fields["model"] = model
         if title:
-            fields["title"] = await db.aread("next_lineage_title", title)
+            fields["title"] = await db.aread(db.next_lineage_title, title)
         key = key or session.get("session_key")
-        last_id = messages[-1]["id"]
-        ops = db.ops  # the write ops of the db's backend
-        steps: list[WriteOp] = [
-            ops.op_create_session(child, session["source"], {**fields, "parent_session_id": session_id}),
-            ops.op_append(child, "system", SUMMARY_PREFIX.format(parent=session_id) + summary, {}),
-            ops.op_mark_compacted(session_id, last_id),
-            ops.op_end(session_id, "compressed"),
-        ]
-        if key:
-            move = ops.op_set_key(key, child, origin, "compressed")
-
-            def move_if_current(conn: sqlite3.Connection, events: list) -> None:
-                row = conn.execute("SELECT session_id FROM session_keys WHERE session_key = ?", (key,)).fetchone()
-                if row is None or row[0] == session_id:
-                    move(conn, events)
-
-            steps.append(move_if_current)
-        await self._transaction(steps)
+        await db.acontinue_in_child(
+            session_id,
+            child,
+            session["source"],
+            fields,
+            SUMMARY_PREFIX.format(parent=session_id) + summary,
+            messages[-1]["id"],
+            key,
+            origin,
+        )
         log.info("compressed session %s into %s (%d messages)", session_id, child, len(messages))
         return child
-
-    async def _transaction(self, steps: list[WriteOp]) -> Any:
-        """Run the steps as one write (one transaction, all or nothing); the last step's result."""
-
-        def op(conn: sqlite3.Connection, events: list) -> Any:
-            result = None
-            for step in steps:
-                result = step(conn, events)
-            return result
-
-        return await self.db.awrite(op)
 
     async def suspend(self, source: SessionSource, reason: str = "suspended") -> None:
         """Forget the key's current session; the next message starts a new one."""

@@ -30,6 +30,9 @@
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
+
+from gateway.storage.search import SQLITE, SqliteDialect
 
 BUSY_TIMEOUT_MS = 30_000
 PAGE_SIZE = 2048  # for new databases only: see the module docstring
@@ -52,9 +55,23 @@ def check_synchronous(level: str) -> str:
     return level
 
 
-def connect(path: str, synchronous: str = "full") -> sqlite3.Connection:
+class Connection(sqlite3.Connection):
+    """sqlite3's connection, carrying its `Dialect` (gateway/storage/conn.py): a class attribute,
+    so statements cost what they did."""
+
+    dialect: SqliteDialect = SQLITE
+
+    def tuples(self, sql: str, params: Any = ()) -> list[Any]:
+        cursor = self.cursor()
+        cursor.row_factory = None
+        return cursor.execute(sql, params).fetchall()
+
+
+def connect(path: str, synchronous: str = "full") -> Connection:
     """An autocommit connection (transactions are explicit) usable from any one thread at a time."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000, factory=Connection
+    )
     conn.row_factory = sqlite3.Row
     for pragma in PRAGMAS:
         conn.execute(f"PRAGMA {pragma}")

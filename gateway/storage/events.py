@@ -10,9 +10,10 @@ remove a deleted session's file (`SessionDeleted`) and patch sessions.json (`Key
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, Union
+
+from gateway.storage.conn import Conn
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,4 +84,4 @@ Events = list[CommitEvent]
 
 T = TypeVar("T")
 # A write: runs inside the writer's transaction, reports what it changed in `events`.
-WriteOp = Callable[[sqlite3.Connection, Events], T]
+WriteOp = Callable[[Conn, Events], T]

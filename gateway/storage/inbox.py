@@ -15,16 +15,17 @@ redelivery horizon, then pruned in batches.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from typing import Iterable
+
+from gateway.storage.conn import Conn
 
 DONE_TTL_SECONDS = 2 * 24 * 3600  # Feishu redelivers for ~6 h, Telegram keeps an update 24 h
 PRUNE_BATCH = 5000
 
 
 def add(
-    conn: sqlite3.Connection,
+    conn: Conn,
     platform: str,
     event_id: str,
     chat_key: str,
@@ -44,7 +45,7 @@ def add(
     return int(row[0]) if row else None
 
 
-def start(conn: sqlite3.Connection, entry_id: int, user_message_id: int | None, now: float | None = None) -> None:
+def start(conn: Conn, entry_id: int, user_message_id: int | None, now: float | None = None) -> None:
     """The entry's turn stored the person's message (`user_message_id`): from here a crash leaves
     a turn cut short, which start-up reruns or reports (gateway.interrupted_turns)."""
     conn.execute(
@@ -54,9 +55,7 @@ def start(conn: sqlite3.Connection, entry_id: int, user_message_id: int | None, 
     )
 
 
-def finish(
-    conn: sqlite3.Connection, entry_ids: Iterable[int], outcome: str = "answered", now: float | None = None
-) -> int:
+def finish(conn: Conn, entry_ids: Iterable[int], outcome: str = "answered", now: float | None = None) -> int:
     """Mark entries done (answered, refused, stopped ...); returns how many were still open."""
     ids = [int(i) for i in entry_ids]
     if not ids:
@@ -68,23 +67,23 @@ def finish(
     ).rowcount
 
 
-def unfinished(conn: sqlite3.Connection) -> list[dict]:
+def unfinished(conn: Conn) -> list[dict]:
     """Every entry not done, oldest first: the work a start-up takes up again."""
     rows = conn.execute("SELECT * FROM inbox WHERE done_at IS NULL ORDER BY id")
     return [dict(r) for r in rows]
 
 
-def unfinished_of_chat(conn: sqlite3.Connection, chat_key: str) -> list[dict]:
+def unfinished_of_chat(conn: Conn, chat_key: str) -> list[dict]:
     """One chat's entries not done, oldest first (what a replica runs when it holds the chat)."""
     rows = conn.execute("SELECT * FROM inbox WHERE done_at IS NULL AND chat_key = ? ORDER BY id", (chat_key,))
     return [dict(r) for r in rows]
 
 
-def backlog(conn: sqlite3.Connection) -> int:
+def backlog(conn: Conn) -> int:
     return conn.execute("SELECT COUNT(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
 
 
-def prune(conn: sqlite3.Connection, cutoff: float, limit: int = PRUNE_BATCH) -> int:
+def prune(conn: Conn, cutoff: float, limit: int = PRUNE_BATCH) -> int:
     """Forget up to `limit` done entries finished before `cutoff` (one batch of upkeep)."""
     return conn.execute(
         "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox WHERE done_at IS NOT NULL AND done_at < ? LIMIT ?)",

@@ -28,25 +28,26 @@ of its own), when the writer is idle, on close, and before any `SessionDB.read` 
 from __future__ import annotations
 
 import collections
-import sqlite3
 import threading
 
+from gateway.storage.conn import Conn
+from gateway.storage.connect import Connection
 from gateway.storage.events import Events, Indexed, IndexPending, WriteOp
 from gateway.storage.fts import index_texts
 
 INDEX_BATCH = 256  # messages waiting before a batch is indexed without waiting for idle
 
 
-def indexed_upto(conn: sqlite3.Connection) -> int:
+def indexed_upto(conn: Conn) -> int:
     row = conn.execute("SELECT indexed_upto FROM fts_state").fetchone()
     return int(row[0]) if row else 0
 
 
-def set_indexed_upto(conn: sqlite3.Connection, message_id: int) -> None:
+def set_indexed_upto(conn: Conn, message_id: int) -> None:
     conn.execute("UPDATE fts_state SET indexed_upto = ?", (int(message_id),))
 
 
-def remove_from_indexes(conn: sqlite3.Connection, message_id: int, content: str | None) -> None:
+def remove_from_indexes(conn: Conn, message_id: int, content: str | None) -> None:
     """Contentless FTS5: a delete must repeat exactly the text that was indexed. Only for a message
     at or below the mark (one above it was never indexed)."""
     words, idents = index_texts(content)
@@ -85,7 +86,7 @@ class DeferredIndex:
                     while self._pending and self._pending[0] <= event.upto:
                         self._pending.popleft()
 
-    def catch_up(self, conn: sqlite3.Connection, events: Events) -> int:
+    def catch_up(self, conn: Conn, events: Events) -> int:
         """An op (inside the caller's transaction): index every message above the mark. Returns
         the new mark."""
         mark = indexed_upto(conn)
@@ -112,7 +113,7 @@ class DeferredIndex:
         """Writer rider: once a batch's worth waits, index it in the next append transaction."""
         return self.catch_up if len(self._pending) >= self.batch else None
 
-    def upkeep(self, conn: sqlite3.Connection, idle: bool) -> bool:
+    def upkeep(self, conn: Connection, idle: bool) -> bool:
         """Writer upkeep, when idle: index whatever waits (a full batch rides with the appends)."""
         if not self._pending or not idle:
             return False
@@ -121,7 +122,7 @@ class DeferredIndex:
         return True
 
 
-def run_catch_up(conn: sqlite3.Connection, index: DeferredIndex | None = None) -> int:
+def run_catch_up(conn: Connection, index: DeferredIndex | None = None) -> int:
     """`catch_up` in a transaction of its own (the writer's upkeep, or a connection at open)."""
     events: Events = []
     conn.execute("BEGIN IMMEDIATE")

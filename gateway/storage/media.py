@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable
+
+from gateway.storage.conn import Conn
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 SWEEP_GRACE = 3600.0  # seconds: a file this young may belong to a row not yet committed
@@ -175,7 +176,7 @@ def _fsync_dir(path: Path) -> None:
 # -- SQL ----------------------------------------------------------------------------------------
 
 
-def insert_attachments(conn: sqlite3.Connection, message_id: int, rows: Iterable[AttachmentRow]) -> int:
+def insert_attachments(conn: Conn, message_id: int, rows: Iterable[AttachmentRow]) -> int:
     """Add the attachment rows of one message (in the caller's transaction)."""
     now = time.time()
     count = 0
@@ -191,7 +192,7 @@ def insert_attachments(conn: sqlite3.Connection, message_id: int, rows: Iterable
     return count
 
 
-def attachments_of(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict[int, list[dict]]:
+def attachments_of(conn: Conn, message_ids: Iterable[int]) -> dict[int, list[dict]]:
     """message id -> its attachment rows, in the order they were stored."""
     ids = list(message_ids)
     found: dict[int, list[dict]] = {}
@@ -219,7 +220,7 @@ def attachments_of(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict
     return found
 
 
-def attachment_in_session(conn: sqlite3.Connection, session_id: str, sha256: str) -> dict | None:
+def attachment_in_session(conn: Conn, session_id: str, sha256: str) -> dict | None:
     """The first kept (not dropped) attachment with this file on a message of this session."""
     row = conn.execute(
         "SELECT a.id, a.kind, a.mime_type, a.bytes, a.file_name FROM attachments a"
@@ -232,7 +233,7 @@ def attachment_in_session(conn: sqlite3.Connection, session_id: str, sha256: str
     return {"id": row[0], "kind": row[1], "mime_type": row[2], "bytes": row[3], "file_name": row[4]}
 
 
-def referenced_hashes(conn: sqlite3.Connection) -> set[str]:
+def referenced_hashes(conn: Conn) -> set[str]:
     """Hashes some kept (not dropped) attachment row still points at."""
     return {
         r[0]
@@ -240,7 +241,7 @@ def referenced_hashes(conn: sqlite3.Connection) -> set[str]:
     }
 
 
-def delete_attachments_of_session(conn: sqlite3.Connection, session_id: str) -> None:
+def delete_attachments_of_session(conn: Conn, session_id: str) -> None:
     """Remove the rows of a session's messages (in the caller's transaction, before the messages);
     the files go at the next sweep unless another message still references them."""
     conn.execute(
@@ -248,7 +249,7 @@ def delete_attachments_of_session(conn: sqlite3.Connection, session_id: str) -> 
     )
 
 
-def stored_bytes(conn: sqlite3.Connection) -> int:
+def stored_bytes(conn: Conn) -> int:
     """Bytes held for kept attachments, each file counted once."""
     row = conn.execute(
         "SELECT COALESCE(SUM(bytes), 0) FROM (SELECT sha256, MAX(bytes) AS bytes FROM attachments"
@@ -257,7 +258,7 @@ def stored_bytes(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
-def drop_oldest_of_ended_sessions(conn: sqlite3.Connection, over_bytes: int, now: float | None = None) -> list[str]:
+def drop_oldest_of_ended_sessions(conn: Conn, over_bytes: int, now: float | None = None) -> list[str]:
     """Mark as dropped the oldest attachments of ended sessions until `over_bytes` are freed (in the
     caller's transaction). The rows stay -- the transcript still says a photo was sent -- but the
     bytes may go. Returns the hashes no kept row references any more."""

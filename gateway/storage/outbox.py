@@ -17,15 +17,16 @@ Plain SQL functions of a connection, run in the single writer's transaction.
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
+
+from gateway.storage.conn import Conn
 
 SENT_TTL_SECONDS = 2 * 24 * 3600
 PRUNE_BATCH = 5000
 
 
 def add(
-    conn: sqlite3.Connection,
+    conn: Conn,
     *,
     platform: str,
     chat_key: str,
@@ -46,7 +47,7 @@ def add(
 
 
 def record_parts(
-    conn: sqlite3.Connection,
+    conn: Conn,
     row_id: int,
     parts_sent: int,
     platform_ids: list[str],
@@ -61,12 +62,12 @@ def record_parts(
     )
 
 
-def unsent(conn: sqlite3.Connection) -> list[dict]:
+def unsent(conn: Conn) -> list[dict]:
     rows = conn.execute("SELECT * FROM outbox WHERE sent_at IS NULL ORDER BY id")
     return [dict(r) for r in rows]
 
 
-def unsent_of_chat(conn: sqlite3.Connection, chat_key: str) -> list[dict]:
+def unsent_of_chat(conn: Conn, chat_key: str) -> list[dict]:
     """The unsent replies answering one chat's inbox entries (`chat_key` as the inbox has it),
     oldest first: what a replica taking the chat over sends before anything else."""
     rows = conn.execute(
@@ -77,11 +78,11 @@ def unsent_of_chat(conn: sqlite3.Connection, chat_key: str) -> list[dict]:
     return [dict(r) for r in rows]
 
 
-def backlog(conn: sqlite3.Connection) -> int:
+def backlog(conn: Conn) -> int:
     return conn.execute("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
 
 
-def prune(conn: sqlite3.Connection, cutoff: float, limit: int = PRUNE_BATCH) -> int:
+def prune(conn: Conn, cutoff: float, limit: int = PRUNE_BATCH) -> int:
     """Forget up to `limit` rows sent before `cutoff` (one batch of upkeep)."""
     return conn.execute(
         "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE sent_at IS NOT NULL AND sent_at < ? LIMIT ?)",

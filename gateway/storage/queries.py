@@ -13,6 +13,7 @@ import re
 import sqlite3
 from typing import Any, Iterable, Mapping, TypedDict, cast
 
+from gateway.storage.conn import Conn
 from gateway.storage.schema import SCHEMA_VERSION, TITLE_MAX
 
 
@@ -41,18 +42,18 @@ class Session(TypedDict):
     preview: str | None
 
 
-def session_row(conn: sqlite3.Connection, session_id: str) -> Session | None:
+def session_row(conn: Conn, session_id: str) -> Session | None:
     row = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
     return cast(Session, dict(row)) if row else None
 
 
-def _key_entry(row: sqlite3.Row | dict) -> dict:
+def _key_entry(row: Any) -> dict:
     entry = dict(row)
     entry["origin"] = json.loads(entry["origin"]) if entry["origin"] else None
     return entry
 
 
-def key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
+def key_row(conn: Conn, session_key: str) -> dict | None:
     row = conn.execute("SELECT * FROM session_keys WHERE session_key = ?", (session_key,)).fetchone()
     return _key_entry(row) if row else None
 
@@ -60,7 +61,7 @@ def key_row(conn: sqlite3.Connection, session_key: str) -> dict | None:
 KEY_COLUMNS = ("session_key", "session_id", "origin", "created_at", "updated_at", "reason")
 
 
-def key_row_with_session(conn: sqlite3.Connection, session_key: str) -> tuple[dict | None, dict | None]:
+def key_row_with_session(conn: Conn, session_key: str) -> tuple[dict | None, dict | None]:
     """A key's entry and its session's row in one lookup (the runner's per-message read)."""
     cur = conn.execute(
         f"SELECT {', '.join('k.' + c for c in KEY_COLUMNS)}, s.* FROM session_keys k "
@@ -77,7 +78,7 @@ def key_row_with_session(conn: sqlite3.Connection, session_key: str) -> tuple[di
     return entry, session
 
 
-def event_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
+def event_seen(conn: Conn, platform: str, event_id: str) -> bool:
     return (
         conn.execute(
             "SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?", (platform, event_id)
@@ -86,34 +87,52 @@ def event_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
     )
 
 
-def key_rows(conn: sqlite3.Connection) -> list[dict]:
+def key_rows(conn: Conn) -> list[dict]:
     """Every routing entry, by key (one query: sessions.json is written from this)."""
     return [_key_entry(row) for row in conn.execute("SELECT * FROM session_keys ORDER BY session_key")]
 
 
-def find_session(conn: sqlite3.Connection, ref: str) -> Session | None:
-    """An exact id, a unique id prefix (>= 6 characters), or a title: the exact title first, then
-    the same title in another letter case (titles are unique in any case; the exact match comes first
-    for a database that held case-duplicates before they were made unique)."""
+def find_session(conn: Conn, ref: str) -> tuple[Session | None, list[str]]:
+    """THE rule for the session a person names (the face's find_session, the CLI, /resume): an
+    exact id, a unique id prefix (>= 6 characters), a title (the exact title first, then the same
+    title in another letter case: titles are unique in any case; the exact match comes first for a
+    database that held case-duplicates before they were made unique), else the unique random part
+    at an id's end (>= 4 hex digits) that no id starts with. With no session: the ids a prefix or
+    an end matched several of (prefix first), for the caller to name; else []."""
     ref = (ref or "").strip()
     if not ref:
-        return None
+        return None, []
     row = session_row(conn, ref)
     if row:
-        return row
+        return row, []
+    d = conn.dialect
     if len(ref) >= 6 and re.fullmatch(r"[0-9a-f_]+", ref):
-        ids = conn.execute("SELECT id FROM sessions WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "\uffff")).fetchall()
+        prefix, params = d.id_prefix(ref)
+        ids = conn.execute(f"SELECT id FROM sessions WHERE {prefix} LIMIT 2", params).fetchall()
         if len(ids) == 1:
-            return session_row(conn, ids[0][0])
+            return session_row(conn, ids[0][0]), []
     hit = conn.execute(
-        "SELECT id FROM sessions WHERE title = ? COLLATE NOCASE ORDER BY title = ? COLLATE BINARY DESC, started_at LIMIT 1",
-        (ref, ref),
+        f"SELECT id FROM sessions WHERE {d.same_title} ORDER BY {d.exact_title} DESC, started_at LIMIT 1", (ref, ref)
     ).fetchone()
-    return session_row(conn, hit[0]) if hit else None
+    if hit:
+        return session_row(conn, hit[0]), []
+    if not re.fullmatch(r"[0-9a-f_]{4,}", ref):
+        return None, []
+    prefix, params = d.id_prefix(ref)
+    prefixed = [r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE {prefix} ORDER BY id", params)]
+    suffixed = (
+        [r[0] for r in conn.execute("SELECT id FROM sessions WHERE id LIKE '%' || ? ORDER BY id", (ref,))]
+        if re.fullmatch(r"[0-9a-f]{4,}", ref)
+        else []
+    )
+    if not prefixed and len(suffixed) == 1:
+        return session_row(conn, suffixed[0]), []
+    several = prefixed if len(prefixed) > 1 else suffixed
+    return None, several if len(several) > 1 else []
 
 
 def list_sessions(
-    conn: sqlite3.Connection,
+    conn: Conn,
     source: str | None = None,
     user_id: str | None = None,
     limit: int = 20,
@@ -143,12 +162,12 @@ def list_sessions(
     return [cast(Session, dict(r)) for r in conn.execute(sql, [*params, int(limit), int(offset)])]
 
 
-def count_by_source(conn: sqlite3.Connection) -> dict[str, int]:
+def count_by_source(conn: Conn) -> dict[str, int]:
     """Sessions per platform, most first."""
     return dict(conn.execute("SELECT source, COUNT(*) FROM sessions GROUP BY source ORDER BY 2 DESC").fetchall())
 
 
-def session_ids(conn: sqlite3.Connection, source: str | None = None) -> list[str]:
+def session_ids(conn: Conn, source: str | None = None) -> list[str]:
     """Every session id (of one platform), oldest first."""
     sql, params = "SELECT id FROM sessions", []
     if source:
@@ -156,18 +175,18 @@ def session_ids(conn: sqlite3.Connection, source: str | None = None) -> list[str
     return [r[0] for r in conn.execute(sql + " ORDER BY started_at, id", params)]
 
 
-def idle_sessions(conn: sqlite3.Connection, cutoff: float) -> list[str]:
+def idle_sessions(conn: Conn, cutoff: float) -> list[str]:
     """Sessions whose last activity is before `cutoff` (epoch seconds), longest idle first."""
     rows = conn.execute("SELECT id FROM sessions WHERE last_active_at < ? ORDER BY last_active_at", (cutoff,))
     return [r[0] for r in rows]
 
 
-def children(conn: sqlite3.Connection, session_id: str) -> list[str]:
+def children(conn: Conn, session_id: str) -> list[str]:
     rows = conn.execute("SELECT id FROM sessions WHERE parent_session_id = ? ORDER BY started_at, id", (session_id,))
     return [r[0] for r in rows]
 
 
-def root_of(conn: sqlite3.Connection, session_id: str) -> str:
+def root_of(conn: Conn, session_id: str) -> str:
     """The first session of a compression/delegation chain. A cycle stops the walk."""
     seen, current = {session_id}, session_id
     while True:
@@ -179,7 +198,7 @@ def root_of(conn: sqlite3.Connection, session_id: str) -> str:
         current = parent
 
 
-def chain_of(conn: sqlite3.Connection, session_id: str) -> list[str]:
+def chain_of(conn: Conn, session_id: str) -> list[str]:
     """The whole chain `session_id` belongs to: its root and every descendant, root first."""
     root = root_of(conn, session_id)
     chain, seen, frontier = [root], {root}, [root]
@@ -197,17 +216,18 @@ def chain_of(conn: sqlite3.Connection, session_id: str) -> list[str]:
     return chain
 
 
-def title_holder(conn: sqlite3.Connection, title: str, except_id: str | None = None) -> str | None:
+def title_holder(conn: Conn, title: str, except_id: str | None = None) -> str | None:
     """THE title rule: the session (other than `except_id`) that has `title` in any letter case, so
     that a title typed to /resume or the CLI names one session. The unique index on
     sessions(title COLLATE NOCASE) enforces the same rule on every write."""
+    d = conn.dialect
     row = conn.execute(
-        "SELECT id FROM sessions WHERE title = ? COLLATE NOCASE AND id IS NOT ? LIMIT 1", (title, except_id)
+        f"SELECT id FROM sessions WHERE {d.same_title} AND {d.other_id} LIMIT 1", (title, except_id)
     ).fetchone()
     return row[0] if row else None
 
 
-def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
+def next_lineage_title(conn: Conn, title: str) -> str:
     """ "x" -> "x #2", "x #2" -> "x #3", skipping numbers already taken."""
     m = re.fullmatch(r"(.*?) #(\d+)", title.strip())
     base, n = (m.group(1), int(m.group(2)) + 1) if m else (title.strip(), 2)
@@ -217,7 +237,7 @@ def next_lineage_title(conn: sqlite3.Connection, title: str) -> str:
     return f"{base} #{n}"
 
 
-def stats(conn: sqlite3.Connection) -> dict[str, Any]:
+def stats(conn: Conn) -> dict[str, Any]:
     count = lambda sql: conn.execute(sql).fetchone()[0]
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -246,7 +266,7 @@ PAGE_COLUMNS = (
 
 
 def list_sessions_page(
-    conn: sqlite3.Connection,
+    conn: Conn,
     *,
     source: str | None = None,
     user_id: str | None = None,
@@ -293,9 +313,7 @@ def list_sessions_page(
     return [dict(r) for r in conn.execute(sql, [*params, int(limit)])]
 
 
-def sessions_with_key(
-    conn: sqlite3.Connection, session_key: str, user_id: str | None = None, limit: int = 50
-) -> list[dict]:
+def sessions_with_key(conn: Conn, session_key: str, user_id: str | None = None, limit: int = 50) -> list[dict]:
     """The newest `limit` sessions a conversation key has pointed at, oldest first: its reset
     history. sessions.session_key has no index of its own; pass the session's `user_id` (a key
     belongs to one person's chat) and the walk is over that person's sessions only."""
@@ -308,7 +326,7 @@ def sessions_with_key(
     return [dict(r) for r in reversed(rows)]
 
 
-def messages_by_id(conn: sqlite3.Connection, message_ids: Iterable[int]) -> dict[int, dict]:
+def messages_by_id(conn: Conn, message_ids: Iterable[int]) -> dict[int, dict]:
     """Messages by id (session, role, content, time, flags); ids that do not exist are left out."""
     ids = [int(i) for i in message_ids][:500]
     if not ids:
@@ -338,3 +356,12 @@ def as_conversation(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 msg["name"] = row["tool_name"]
         out.append(msg)
     return out
+
+
+def message_session(conn: Conn, message_id: int) -> str | None:
+    row = conn.execute("SELECT session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return row[0] if row else None
+
+
+def participants(conn: Conn, session_id: str) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT user_id FROM session_participants WHERE session_id = ?", (session_id,))}

@@ -11,6 +11,7 @@ import sqlite3
 import time
 from typing import Callable, Iterable
 
+from gateway.storage.conn import Conn
 from gateway.storage.events import Events, KeyDeleted, SessionDeleted, WriteOp
 from gateway.storage.fts import index_texts
 from gateway.storage.indexer import indexed_upto, remove_from_indexes, set_indexed_upto
@@ -21,7 +22,7 @@ PRUNE_BATCH = 200  # sessions deleted per transaction
 FORGET_BATCH = 5000  # seen event ids forgotten per transaction
 
 
-def delete_session_rows(conn: sqlite3.Connection, session_id: str, events: Events) -> bool:
+def delete_session_rows(conn: Conn, session_id: str, events: Events) -> bool:
     """Delete a session, its messages (and their index entries), participants and key entries;
     its children hang from its parent instead. False if there was no such session."""
     indexed = conn.execute(  # messages above the mark were never indexed (gateway/storage/indexer.py)
@@ -73,7 +74,7 @@ def op_forget_seen_batch(now: float | None = None) -> WriteOp[int]:
     cutoff = (time.time() if now is None else now) - EVENT_TTL_SECONDS
     limit = FORGET_BATCH
 
-    def op(conn: sqlite3.Connection, events: Events) -> int:
+    def op(conn: Conn, events: Events) -> int:
         return conn.execute(
             "DELETE FROM processed_events WHERE (platform, event_id) IN "
             "(SELECT platform, event_id FROM processed_events WHERE seen_at < ? LIMIT ?)",
@@ -83,7 +84,7 @@ def op_forget_seen_batch(now: float | None = None) -> WriteOp[int]:
     return op
 
 
-def optimize_op(conn: sqlite3.Connection, events: Events) -> None:
+def optimize_op(conn: Conn, events: Events) -> None:
     conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
     conn.execute("INSERT INTO messages_ident (messages_ident) VALUES ('optimize')")
     conn.execute("PRAGMA optimize")
@@ -100,7 +101,7 @@ def vacuum(conn: sqlite3.Connection) -> None:
 
 
 def rebuild_fts_op(progress: Callable[[int], None] | None = None) -> WriteOp[int]:
-    def op(conn: sqlite3.Connection, events: Events) -> int:
+    def op(conn: Conn, events: Events) -> int:
         conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('delete-all')")
         conn.execute("INSERT INTO messages_ident (messages_ident) VALUES ('delete-all')")
         n = 0

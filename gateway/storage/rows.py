@@ -14,10 +14,11 @@ import json
 import re
 import sqlite3
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 from gateway.errors import TitleTaken, UnknownSession
 from gateway.storage import queries
+from gateway.storage.conn import Conn
 from gateway.storage.events import (
     Events,
     IndexPending,
@@ -51,7 +52,7 @@ def json_or_none(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _title_taken(conn: sqlite3.Connection, title: str | None, session_id: str) -> TitleTaken:
+def _title_taken(conn: Conn, title: str | None, session_id: str) -> TitleTaken:
     """The unique title index refused `title`: say which session holds it."""
     return TitleTaken(title, queries.title_holder(conn, title, except_id=session_id) if title else None)
 
@@ -107,7 +108,7 @@ def op_create_session(session_id: str, source: Any, fields: dict[str, Any]) -> W
         f"ON CONFLICT(id) DO UPDATE SET {updates}"
     )
 
-    def op(conn: sqlite3.Connection, events: Events) -> None:
+    def op(conn: Conn, events: Events) -> None:
         try:
             conn.execute(sql, params)
         except sqlite3.IntegrityError:
@@ -124,7 +125,7 @@ def op_create_session(session_id: str, source: Any, fields: dict[str, Any]) -> W
 def _op_update_session(session_id: str, sql: str, params: Iterable[Any]) -> WriteOp[None]:
     args = (*params, session_id)
 
-    def op(conn: sqlite3.Connection, events: Events) -> None:
+    def op(conn: Conn, events: Events) -> None:
         if conn.execute(sql, args).rowcount == 0:
             raise UnknownSession(session_id)
 
@@ -152,7 +153,7 @@ def op_add_tokens(session_id: str, input_tokens: int, output_tokens: int) -> Wri
 def op_touch(session_id: str, now: float) -> WriteOp[None]:
     """Count `now` as the session's activity (a /resume), never moving it back."""
 
-    def op(conn: sqlite3.Connection, events: Events) -> None:
+    def op(conn: Conn, events: Events) -> None:
         conn.execute("UPDATE sessions SET last_active_at = MAX(last_active_at, ?) WHERE id = ?", (now, session_id))
 
     return op
@@ -162,7 +163,7 @@ def op_set_title(session_id: str, title: str | None) -> WriteOp[str | None]:
     """Set (or with None clear) a title; the op returns it as stored (sanitised)."""
     clean = sanitize_title(title)
 
-    def op(conn: sqlite3.Connection, events: Events) -> str | None:
+    def op(conn: Conn, events: Events) -> str | None:
         try:
             changed = conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id)).rowcount
         except sqlite3.IntegrityError:
@@ -195,7 +196,7 @@ def op_append(
     fields: dict[str, Any],
     seen_event: tuple[str, str] | None = None,
     attachments: Sequence[AttachmentRow] = (),
-    after: Callable[[sqlite3.Connection, int], Any] | None = None,
+    after: Callable[[Conn, int], Any] | None = None,
 ) -> WriteOp[int]:
     """The write of one message; the op returns its id. `seen_event` = (platform, event id) is
     marked seen, the message's `attachments` rows are added, and `after(conn, message_id)` runs
@@ -203,12 +204,12 @@ def op_append(
     the same transaction."""
     content, row, preview = check_message(role, content, fields)
 
-    def op(conn: sqlite3.Connection, events: Events) -> int:
+    def op(conn: Conn, events: Events) -> int:
         updated = conn.execute(_TOUCH_FOR_APPEND, (row["timestamp"], preview, session_id)).rowcount
         if not updated:
             raise UnknownSession(session_id)
         cur = conn.execute(_INSERT_MESSAGE, (session_id, role, content, *row.values()))
-        message_id = int(cur.lastrowid or 0)
+        message_id = int(cast(sqlite3.Cursor, cur).lastrowid or 0)  # these ops run on SQLite only
         events.append(IndexPending(message_id))  # indexed in batches: storage/indexer.py
         if role == "user" and row["user_id"]:
             conn.execute(
@@ -228,7 +229,7 @@ def op_append(
     return op
 
 
-def _hide(conn: sqlite3.Connection, events: Events, session_id: str, where: str, params: tuple, compacted: bool) -> int:
+def _hide(conn: Conn, events: Events, session_id: str, where: str, params: tuple, compacted: bool) -> int:
     """Take messages of the conversation (active ones matching `where`) out of it: compacted ones
     stay findable, the others (undone) do not. Returns how many."""
     sets = "active = 0, compacted = 1" if compacted else "active = 0"
@@ -247,7 +248,7 @@ def op_rewind(session_id: str, exchanges: int) -> WriteOp[int]:
     """`/undo`: hide the last `exchanges` user turns and all that followed."""
     exchanges = max(1, int(exchanges))
 
-    def op(conn: sqlite3.Connection, events: Events) -> int:
+    def op(conn: Conn, events: Events) -> int:
         users = conn.execute(
             "SELECT id FROM messages WHERE session_id = ? AND active = 1 AND role = 'user' ORDER BY id DESC LIMIT ?",
             (session_id, exchanges),
@@ -278,7 +279,7 @@ def op_set_key(
     now = time.time()
     origin_json = json_or_none(origin)
 
-    def op(conn: sqlite3.Connection, events: Events) -> dict[str, Any]:
+    def op(conn: Conn, events: Events) -> dict[str, Any]:
         conn.execute(
             "INSERT INTO session_keys (session_key, session_id, origin, created_at, updated_at, reason) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_key) DO UPDATE SET "
@@ -314,7 +315,7 @@ def op_move_key(
     move = op_set_key(session_key, session_id, origin, reason)
     end = op_end(end_previous, reason or "ended") if end_previous and end_previous != session_id else None
 
-    def op(conn: sqlite3.Connection, events: Events) -> dict[str, Any]:
+    def op(conn: Conn, events: Events) -> dict[str, Any]:
         if first is not None:
             first(conn, events)
         entry = move(conn, events)
@@ -329,14 +330,14 @@ def op_move_key(
 
 
 def op_delete_key(session_key: str) -> WriteOp[None]:
-    def op(conn: sqlite3.Connection, events: Events) -> None:
+    def op(conn: Conn, events: Events) -> None:
         if conn.execute("DELETE FROM session_keys WHERE session_key = ?", (session_key,)).rowcount:
             events.append(KeyDeleted(session_key))
 
     return op
 
 
-def mark_seen(conn: sqlite3.Connection, platform: str, event_id: str) -> bool:
+def mark_seen(conn: Conn, platform: str, event_id: str) -> bool:
     """Remember an inbound event id (in the caller's transaction); True if it was new."""
     return (
         conn.execute(

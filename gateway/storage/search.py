@@ -7,14 +7,19 @@ Plan for a query:
 3. when the strict pass finds too few sessions, relax to any term, still ranked by BM25.
 Strict hits always come first. Ranking is done over the newest `CANDIDATE_CAP` matches of a pass,
 which bounds the cost of very common words on large stores.
+
+`SQLITE` is this database's `Dialect` (gateway/storage/conn.py): recall's match reads over the
+FTS5 indexes, beside gateway/storage/postgres/search.py's over the word and identifier columns;
+every SQLite connection carries it (gateway/storage/connect.py).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Iterable
+from typing import Any, Iterable
 
-from gateway.storage.fts import Query, make_snippet, parse_query
+from gateway.storage.conn import Conn, RecallMatch
+from gateway.storage.fts import Query, Term, make_snippet, parse_query
 from gateway.storage.schema import visible_sql
 
 CANDIDATE_CAP = 2000
@@ -36,13 +41,13 @@ def build_filters(role_filter: Iterable[str] | None, exclude_sources: Iterable[s
 
 
 def word_hits(
-    conn: sqlite3.Connection,
+    conn: Conn,
     expression: str,
     filters: tuple[str, list] = ("", []),
     limit: int = 20,
     cap: int = CANDIDATE_CAP,
     ranked: bool = True,
-) -> list[sqlite3.Row]:
+) -> list[Any]:
     """Visible messages matching an FTS5 expression on the word index.
 
     Ranked: best BM25 first, computed for the newest `cap` matches only; the join to messages and
@@ -81,19 +86,25 @@ def word_hits(
     return rows
 
 
+def split_identifiers(query: Query) -> tuple[str, list[Term]]:
+    """The substring pass's terms: an FTS5 expression of the identifier terms of 3+ characters
+    ("" when there are none), and the other terms, which must occur as words."""
+    idents = [t for t in query.content_terms if t.identifier and len(t.text) >= 3]
+    expr = " AND ".join('"' + t.text.lower().replace('"', '""') + '"' for t in idents)
+    return expr, [t for t in query.content_terms if t not in idents]
+
+
 def substring_hits(
-    conn: sqlite3.Connection,
+    conn: Conn,
     query: Query,
     filters: tuple[str, list] = ("", []),
     limit: int = 20,
     cap: int = CANDIDATE_CAP,
-) -> list[sqlite3.Row]:
+) -> list[Any]:
     """Messages where identifier terms occur as substrings and the other terms as words."""
-    idents = [t for t in query.content_terms if t.identifier and len(t.text) >= 3]
-    if not idents:
+    ident_expr, others = split_identifiers(query)
+    if not ident_expr:
         return []
-    ident_expr = " AND ".join('"' + t.text.lower().replace('"', '""') + '"' for t in idents)
-    others = [t for t in query.content_terms if t not in idents]
     word_clause, params = "", [ident_expr, cap]
     if others:
         word_clause = "AND m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?)"
@@ -111,13 +122,16 @@ def substring_hits(
 
 
 def search_messages(
-    conn: sqlite3.Connection,
+    conn: Conn,
     query: str | bytes | None,
     role_filter: Iterable[str] | None = None,
     exclude_sources: Iterable[str] | None = None,
     limit: int = 20,
     offset: int = 0,
 ) -> list[dict]:
+    """The plan of the module docstring, on either database: the passes are the dialect's
+    (`word_hits`, `substring_hits`); a hit may carry its content (Postgres reads it with the hit,
+    one statement fewer), else the page's contents are read after, for the snippets."""
     parsed = parse_query(query)
     if not parsed.terms:
         return []
@@ -125,30 +139,106 @@ def search_messages(
     want = limit + offset
     if want == 0:
         return []
+    dialect = conn.dialect
     filters = build_filters(role_filter, exclude_sources)
     found: dict[int, dict] = {}
+    contents: dict[int, str] = {}
 
-    def take(rows: list[sqlite3.Row], match: str) -> None:
+    def take(rows: list[Any], match: str) -> None:
         for row in rows:
             if row["id"] not in found:
-                found[row["id"]] = dict(row) | {"match": match}
+                hit = dict(row)
+                if "content" in hit:
+                    contents[row["id"]] = hit.pop("content") or ""
+                found[row["id"]] = hit | {"match": match}
 
-    take(word_hits(conn, parsed.expression("all"), filters, want, ranked=not parsed.exact), "all")
+    take(dialect.word_hits(conn, parsed.expression("all"), filters, want, not parsed.exact), "all")
     if len(found) < want:
-        take(substring_hits(conn, parsed, filters, want), "substring")
+        take(dialect.substring_hits(conn, parsed, filters, want), "substring")
     sessions = {hit["session_id"] for hit in found.values()}
     terms = parsed.content_terms
     relaxable = len(terms) > 1 or any(t.cjk and len(t.tokens) > 2 for t in terms)
     if relaxable and (len(sessions) < MIN_SESSIONS_BEFORE_RELAXING or len(found) < want):
-        take(word_hits(conn, parsed.expression("any"), filters, want), "any")
+        take(dialect.word_hits(conn, parsed.expression("any"), filters, want, True), "any")
 
     page = list(found.values())[offset:want]
-    if page:
-        ids = [hit["id"] for hit in page]
-        contents = dict(
-            conn.execute(f"SELECT id, content FROM messages WHERE id IN ({','.join('?' * len(ids))})", ids).fetchall()
+    missing = [hit["id"] for hit in page if hit["id"] not in contents]
+    if missing:
+        contents.update(
+            conn.execute(
+                f"SELECT id, content FROM messages WHERE id IN ({','.join('?' * len(missing))})", missing
+            ).fetchall()
         )
-        words = parsed.highlight_words()
-        for hit in page:
-            hit["snippet"] = make_snippet(contents.get(hit["id"]) or "", words)
+    words = parsed.highlight_words()
+    for hit in page:
+        hit["snippet"] = make_snippet(contents.get(hit["id"]) or "", words)
     return page
+
+
+def recall_matches(
+    conn: Conn, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
+) -> list[RecallMatch]:
+    """Recall's read of one unit (gateway/recall/read.py Matches): (message id, session id,
+    visible and of a wanted role, length) of the newest `limit` matches of an FTS5 expression on
+    `table` (messages_fts or messages_ident) below `before_id`."""
+    role_sql = f" AND m.role IN ({','.join('?' * len(roles))})" if roles else ""
+    before = " AND rowid < ?" if before_id is not None else ""
+    sql = f"""
+        SELECT c.rowid, m.session_id, ({VISIBLE}{role_sql}) AS wanted, length(m.content)
+        FROM (SELECT rowid FROM {table} WHERE {table} MATCH ?{before}
+              ORDER BY rowid DESC LIMIT ?) AS c
+        JOIN messages m ON m.id = c.rowid"""
+    params = [*roles, expr, *([before_id] if before_id is not None else []), limit]
+    cursor = conn.cursor()
+    cursor.row_factory = None  # plain tuples: thousands of rows per query on a large store
+    try:
+        return cursor.execute(sql, params).fetchall()
+    except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
+        return []
+
+
+def matches_among(conn: Conn, expr: str, ids: list[int], limit: int) -> list[int]:
+    """The newest `limit` matches of a word expression: the index is walked, no message row is
+    looked up (the caller keeps those among `ids`, whose rows it has)."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    try:
+        found = cursor.execute(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?", (expr, limit)
+        ).fetchall()
+    except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
+        return []
+    return [mid for (mid,) in found]
+
+
+class SqliteDialect:
+    """SQLite's `Dialect`: FTS5 prefix queries are expanded from the vocabulary first (recall's
+    PrefixTerms), `+model` keeps the planner off the (model, last_id) index (vectors.py), titles
+    compare with NOCASE (the unique index's collation), an id prefix is a range of the primary key."""
+
+    name = "sqlite"
+    expands_prefixes = True
+    model_filter = "+model"
+    same_title = "title = ? COLLATE NOCASE"
+    exact_title = "title = ? COLLATE BINARY"
+    other_id = "id IS NOT ?"
+
+    def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
+        return "id >= ? AND id < ?", (prefix, prefix + "\uffff")
+
+    def word_hits(self, conn: Conn, expression: str, filters: tuple[str, list], limit: int, ranked: bool) -> list[Any]:
+        return word_hits(conn, expression, filters, limit, ranked=ranked)
+
+    def substring_hits(self, conn: Conn, query: Query, filters: tuple[str, list], limit: int) -> list[Any]:
+        return substring_hits(conn, query, filters, limit)
+
+    def recall_matches(
+        self, conn: Conn, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
+    ) -> list[RecallMatch]:
+        return recall_matches(conn, table, expr, roles, before_id, limit)
+
+    def matches_among(self, conn: Conn, expr: str, ids: list[int], limit: int) -> list[int]:
+        return matches_among(conn, expr, ids, limit)
+
+
+SQLITE = SqliteDialect()

@@ -27,12 +27,12 @@ import binascii
 import hashlib
 import json
 import re
-import sqlite3
 import time
 from typing import Any, Collection, Iterable, Iterator
 
 from gateway.errors import ImportRecordError, TitleTaken
 from gateway.storage import rows
+from gateway.storage.conn import Conn
 from gateway.storage.events import Events, SessionRewritten, WriteOp
 from gateway.storage.home import is_safe_session_id
 from gateway.storage.media import KINDS, MediaStore
@@ -169,7 +169,7 @@ def kept_hashes(record: dict[str, Any]) -> list[str]:
     return list(seen)
 
 
-def export_attachments(conn: sqlite3.Connection, session_id: str) -> dict[int, list[dict[str, Any]]]:
+def export_attachments(conn: Conn, session_id: str) -> dict[int, list[dict[str, Any]]]:
     """message id -> the export form of its attachment rows (plain SQL: both backends run it)."""
     attachments: dict[int, list[dict[str, Any]]] = {}
     for row in conn.execute(
@@ -182,10 +182,11 @@ def export_attachments(conn: sqlite3.Connection, session_id: str) -> dict[int, l
     return attachments
 
 
-def export_record(conn: sqlite3.Connection, session: dict[str, Any]) -> dict[str, Any]:
+def export_record(conn: Conn, session: dict[str, Any], select: str = "SELECT * FROM messages") -> dict[str, Any]:
+    """A session's export record; `select` reads a message row as the backend's face returns it."""
     attachments = export_attachments(conn, session["id"])
     messages = []
-    for row in conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session["id"],)):
+    for row in conn.execute(f"{select} WHERE session_id = ? ORDER BY id", (session["id"],)):
         msg = {k: v for k, v in dict(row).items() if v is not None and k != "session_id"}
         if "tool_calls" in msg:
             try:
@@ -231,7 +232,7 @@ def import_op(
             raise ImportRecordError(n, f"session {sid}: {exc}") from None
         plan.append((n, sid, create, extra, appends))
 
-    def op(conn: sqlite3.Connection, events: Events) -> int:
+    def op(conn: Conn, events: Events) -> int:
         imported = 0
         for n, sid, create, extra, appends in plan:
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():

@@ -24,12 +24,11 @@ replaced as the indexer goes (ranking only reads rows of the model in use).
 from __future__ import annotations
 
 import math
-import sqlite3
 from array import array
 from dataclasses import dataclass
 from typing import Sequence
 
-from gateway.storage.postgres import is_postgres
+from gateway.storage.conn import Conn
 
 WINDOW = 4  # messages per window
 MESSAGE_CHARS = 400  # characters of one message that go into its window's text
@@ -60,12 +59,12 @@ def unpack(blob: bytes) -> array:
     return values
 
 
-def progress(conn: sqlite3.Connection, model: str) -> int:
+def progress(conn: Conn, model: str) -> int:
     row = conn.execute("SELECT upto_id FROM vector_progress WHERE model = ?", (model,)).fetchone()
     return int(row[0]) if row else 0
 
 
-def backlog(conn: sqlite3.Connection, model: str) -> int:
+def backlog(conn: Conn, model: str) -> int:
     """Visible user/assistant messages not yet looked at for `model` (what the indexer has left)."""
     return int(
         conn.execute(
@@ -75,7 +74,7 @@ def backlog(conn: sqlite3.Connection, model: str) -> int:
     )
 
 
-def stored(conn: sqlite3.Connection, model: str) -> tuple[int, int]:
+def stored(conn: Conn, model: str) -> tuple[int, int]:
     """(windows, bytes of vectors) stored for `model`."""
     row = conn.execute(
         "SELECT count(*), coalesce(sum(length(vector)), 0) FROM message_vectors WHERE model = ?", (model,)
@@ -87,7 +86,7 @@ def _window_text(rows: list[tuple[int, str, str]]) -> str:
     return "\n".join(f"{role}: {(content or '')[:MESSAGE_CHARS]}" for _, role, content in rows)
 
 
-def pending_windows(conn: sqlite3.Connection, model: str, max_messages: int) -> tuple[list[Window], int]:
+def pending_windows(conn: Conn, model: str, max_messages: int) -> tuple[list[Window], int]:
     """The windows to embed for the next (at most) `max_messages` messages past the watermark, and
     the id the watermark moves to once they are stored. A session's open window is rebuilt with
     its new messages."""
@@ -136,7 +135,7 @@ def store_op(model: str, windows: list[Window], vectors: list[bytes], upto: int,
     watermark moved meanwhile (an undo sent it back, or another indexer stored this batch: it is
     read again)."""
 
-    def op(conn: sqlite3.Connection, events: list) -> bool:
+    def op(conn: Conn, events: list) -> bool:
         if not _claim(conn, model, expected_upto, upto):
             return False
         for window, vector in zip(windows, vectors):
@@ -154,7 +153,7 @@ def store_op(model: str, windows: list[Window], vectors: list[bytes], upto: int,
     return op
 
 
-def _claim(conn: sqlite3.Connection, model: str, expected: int, upto: int) -> bool:
+def _claim(conn: Conn, model: str, expected: int, upto: int) -> bool:
     """Move the watermark from `expected` to `upto`; False when it is elsewhere. The check and the
     move are one statement: replicas on one Postgres each run an indexer, and a second one storing
     the same batch waits on the row, then finds it moved (a check before the move let both store,
@@ -173,7 +172,7 @@ def _claim(conn: sqlite3.Connection, model: str, expected: int, upto: int) -> bo
 def forget_other_models_op(model: str, batch: int = 5000):
     """A writer op: delete up to `batch` windows of models other than `model`; returns how many."""
 
-    def op(conn: sqlite3.Connection, events: list) -> int:
+    def op(conn: Conn, events: list) -> int:
         cur = conn.execute(
             """DELETE FROM message_vectors WHERE (session_id, first_id) IN
                (SELECT session_id, first_id FROM message_vectors WHERE model != ? LIMIT ?)""",
@@ -185,28 +184,28 @@ def forget_other_models_op(model: str, batch: int = 5000):
     return op
 
 
-def session_vectors_sql(n: int, sqlite: bool = True) -> str:
-    """The windows of `n` sessions for one model (parameters: model, then the session ids). On
-    SQLite `+model` keeps the planner off the (model, last_id) index, which would walk every window
-    of the model (O(store) per query: 8 ms at 100k messages) instead of the few sessions'
-    primary-key ranges; Postgres's planner weighs the two by their statistics, and has no `+`."""
-    model = "+model" if sqlite else "model"
+def session_vectors_sql(n: int, model: str = "+model") -> str:
+    """The windows of `n` sessions for one model (parameters: model, then the session ids). `model`
+    is the dialect's filter on the column: on SQLite `+model` keeps the planner off the (model,
+    last_id) index, which would walk every window of the model (O(store) per query: 8 ms at 100k
+    messages) instead of the few sessions' primary-key ranges; Postgres's planner weighs the two by
+    their statistics, and has no `+`."""
     return f"SELECT session_id, vector FROM message_vectors WHERE {model} = ? AND session_id IN ({','.join('?' * n)})"
 
 
-def session_vectors(conn: sqlite3.Connection, model: str, session_ids: Sequence[str]) -> dict[str, list[bytes]]:
+def session_vectors(conn: Conn, model: str, session_ids: Sequence[str]) -> dict[str, list[bytes]]:
     """session -> the int8 vectors of its windows, for `model`."""
     out: dict[str, list[bytes]] = {}
     ids = list(dict.fromkeys(session_ids))
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        sql = session_vectors_sql(len(chunk), sqlite=not is_postgres(conn))
+        sql = session_vectors_sql(len(chunk), conn.dialect.model_filter)
         for sid, vector in conn.execute(sql, (model, *chunk)):
             out.setdefault(sid, []).append(vector)
     return out
 
 
-def newest_vectors(conn: sqlite3.Connection, model: str, limit: int) -> list[tuple[str, bytes]]:
+def newest_vectors(conn: Conn, model: str, limit: int) -> list[tuple[str, bytes]]:
     """(session, vector) of the `limit` newest windows of `model` (the vector-only stage's scan)."""
     return [
         (sid, vector)

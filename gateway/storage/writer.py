@@ -40,14 +40,15 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from gateway.storage.connect import BUSY_TIMEOUT_MS
+from gateway.storage.conn import Conn
+from gateway.storage.connect import BUSY_TIMEOUT_MS, Connection
 
 log = logging.getLogger(__name__)
 
-WriteOp = Callable[[sqlite3.Connection, list], Any]
+WriteOp = Callable[[Conn, list], Any]
 CommitListener = Callable[[list], None]
 # upkeep(conn, idle): runs on the writer thread outside any transaction; True if it did work
-UpkeepTask = Callable[[sqlite3.Connection, bool], bool]
+UpkeepTask = Callable[[Connection, bool], bool]
 # rider(): a write op to run first in the next batch's transaction, or None
 Rider = Callable[[], "WriteOp | None"]
 
@@ -168,7 +169,7 @@ def wal_file_bytes(db_path: str) -> int:
 class GroupCommitWriter:
     def __init__(
         self,
-        connect: Callable[[], sqlite3.Connection],
+        connect: Callable[[], Connection],
         name: str = "chinwag-db-writer",
         *,
         checkpoint_bytes: int = CHECKPOINT_BYTES,
@@ -286,7 +287,7 @@ class GroupCommitWriter:
                 self._wal.close()
 
     # -- upkeep and the WAL ----------------------------------------------------------------------
-    def _setup_wal(self, conn: sqlite3.Connection) -> None:
+    def _setup_wal(self, conn: Connection) -> None:
         path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
         if not path:  # in-memory database: no log file
             return
@@ -296,7 +297,7 @@ class GroupCommitWriter:
         conn.execute(f"PRAGMA journal_size_limit = {self.checkpoint_bytes}")
         self._position = self._wal.position()
 
-    def _run_upkeep(self, conn: sqlite3.Connection, idle: bool) -> bool:
+    def _run_upkeep(self, conn: Connection, idle: bool) -> bool:
         worked = False
         for task in self._upkeep:
             try:
@@ -307,7 +308,7 @@ class GroupCommitWriter:
                     conn.execute("ROLLBACK")
         return worked
 
-    def _idle(self, conn: sqlite3.Connection) -> None:
+    def _idle(self, conn: Connection) -> None:
         self._run_upkeep(conn, idle=True)
         self._account()
         truncated = True
@@ -326,7 +327,7 @@ class GroupCommitWriter:
             self.wal_written_bytes += added * (self._wal.page_size + 24)
         self._position = now
 
-    def _checkpoint_if_due(self, conn: sqlite3.Connection) -> None:
+    def _checkpoint_if_due(self, conn: Connection) -> None:
         if self._wal is None:
             return
         self._account()
@@ -336,7 +337,7 @@ class GroupCommitWriter:
             if not self.checkpoint(conn, "RESTART"):  # a reader held on: try again a quarter further on
                 self._next_checkpoint = size + max(1, self.checkpoint_bytes // 4)
 
-    def checkpoint(self, conn: sqlite3.Connection, mode: str = "RESTART") -> bool:
+    def checkpoint(self, conn: Connection, mode: str = "RESTART") -> bool:
         """Copy the log into the database and restart it (RESTART) or empty the file (TRUNCATE).
         Writer thread only. False if a reader kept it from completing (nothing is lost: the log
         stays, and is checkpointed later)."""
@@ -358,7 +359,7 @@ class GroupCommitWriter:
         log.debug("WAL checkpoint (%s) in %.1f ms", mode, (time.perf_counter() - started) * 1000)
         return True
 
-    def _commit(self, conn: sqlite3.Connection, batch: list) -> None:
+    def _commit(self, conn: Connection, batch: list) -> None:
         try:
             self._commit_batch(conn, batch)
         except BaseException as exc:  # never let the writer thread die with callers waiting
@@ -382,7 +383,7 @@ class GroupCommitWriter:
                 except RuntimeError:  # that loop is closed: nobody is waiting any more
                     pass
 
-    def _commit_batch(self, conn: sqlite3.Connection, batch: list) -> None:
+    def _commit_batch(self, conn: Connection, batch: list) -> None:
         pending = [(op, future) for op, future in batch if future.set_running_or_notify_cancel()]
         while pending:
             conn.execute("BEGIN IMMEDIATE")

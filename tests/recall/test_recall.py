@@ -17,6 +17,8 @@ from gateway.recall.dates import DateSpec, dates_in
 from gateway.recall.query import MAX_PREFIX_TERMS, expand_prefixes
 from gateway.recall.rank import MAX_SESSIONS, cjk_pieces, find_sessions, plan_query, recent_sessions
 
+pytestmark = pytest.mark.both_backends
+
 
 def ts(day: str) -> float:
     return datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp() + 3600
@@ -297,6 +299,7 @@ def test_prefixes_become_the_index_terms_they_match():
         assert expand_prefixes(unchanged, terms) == unchanged
 
 
+@pytest.mark.sqlite_only("asks SQLite's PRAGMA query_only (Postgres: test_postgres_db.py)")
 def test_prefix_search_finds_every_form_and_keeps_the_connection_read_only(db, add):
     forms = add(["she was painting", "two paintings", "he paints", "painted it"])
     many = add([" ".join(f"paint{chr(97 + i)}{chr(97 + j)}" for i in range(6) for j in range(6))])

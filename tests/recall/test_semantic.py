@@ -16,6 +16,8 @@ from gateway.storage import vectors
 from tests.fakes.loopback import wait_until_blocking
 from tests.fakes.openai_server import FakeOpenAI, hashed_embedding
 
+pytestmark = pytest.mark.both_backends
+
 # a tiny "model" that knows a few synonyms: each concept is one dimension
 CONCEPTS = {
     "meet": 0, "met": 0, "meeting": 0,
@@ -264,6 +266,7 @@ def test_a_small_lead_in_meaning_does_not_take_the_first_place_from_the_words(db
     assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_meaning"
 
 
+@pytest.mark.sqlite_only("SQLite's EXPLAIN QUERY PLAN")
 def test_a_leaders_vectors_are_read_by_session_not_by_scanning_the_model(db):
     # the model's index would walk every window of the model (O(store) per query, ~80 ms at 1M messages)
     sql = vectors.session_vectors_sql(3)

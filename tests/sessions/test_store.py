@@ -13,6 +13,8 @@ from gateway.sessions.reset import ResetPolicies, ResetPolicy
 from gateway.sessions.store import ResetNotice, SessionStore
 from gateway.source import SessionSource
 
+pytestmark = pytest.mark.both_backends
+
 T0 = 1_790_000_000.0  # a fixed "now" (2026-09-21 UTC)
 
 
@@ -40,6 +42,7 @@ def dm(user: str = "42") -> SessionSource:
     return SessionSource(platform="telegram", chat_id=user, chat_type="dm", user_id=user, user_name="Lin")
 
 
+@pytest.mark.sqlite_only("reopens a SQLite file by path")
 async def test_first_message_creates_a_session_with_its_source(db, clock):
     store = SessionStore(db, idle(), clock=clock)
     source = SessionSource(

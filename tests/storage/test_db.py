@@ -12,6 +12,8 @@ from gateway.errors import ImportRecordError
 from gateway.storage.events import KeyChanged, KeyDeleted, MessageAppended, SessionDeleted, SessionRewritten
 from gateway.storage.schema import MIGRATIONS, SCHEMA_VERSION, SchemaTooNew, _statements
 
+pytestmark = pytest.mark.both_backends
+
 
 def test_session_id_format():
     sid = new_session_id(0)
@@ -40,6 +42,7 @@ def test_old_schema_upgrades_and_newer_is_refused(tmp_path):
         SessionDB(path)
 
 
+@pytest.mark.sqlite_only("reads the SQLite file with sqlite3 (Postgres: test_postgres_db.py)")
 def test_append_is_committed_when_it_returns(db, tmp_path):
     sid = new_session_id()
     db.create_session(sid, "local")
@@ -49,6 +52,7 @@ def test_append_is_committed_when_it_returns(db, tmp_path):
     other.close()
 
 
+@pytest.mark.sqlite_only("SQLite's group commit; Postgres commits each write itself")
 def test_concurrent_appends_share_commits(db):
     sids = [new_session_id() for _ in range(50)]
     for sid in sids:
@@ -93,6 +97,7 @@ async def test_async_appends_do_not_block_the_loop(db):
     assert len(set(ids)) == 200 and ticks > 10
 
 
+@pytest.mark.sqlite_only("the group-commit batch; on Postgres every write is alone")
 def test_a_failing_write_fails_alone(db):
     sid = new_session_id()
     db.create_session(sid, "local")
@@ -128,6 +133,7 @@ def test_bad_input_gets_clear_errors(db):
     assert db.get_messages(sid) == []
 
 
+@pytest.mark.sqlite_only("SQLite's max_page_count")
 def test_full_disk_fails_the_write_and_loses_nothing(db):
     sid = new_session_id()
     db.create_session(sid, "local")
@@ -363,7 +369,7 @@ def test_import_and_delete_tell_the_mirrors(db):
 async def test_reads_are_awaited_by_method_or_by_name(db):
     db.create_session("s", "local", title="read me")
     assert (await db.aread(db.get_session, "s"))["title"] == "read me"
-    assert await db.aread("find_session", "READ ME") == db.get_session("s")
+    assert await db.aread(db.find_session, "READ ME") == db.get_session("s")
 
 
 async def test_move_key_is_one_transaction(db):
@@ -381,6 +387,7 @@ async def test_move_key_is_one_transaction(db):
     assert db.get_session("s2")["end_reason"] == "resume"
 
 
+@pytest.mark.sqlite_only("the group-commit batch (Postgres: test_postgres_db.py)")
 def test_an_op_failing_midway_leaves_nothing_and_its_batch_commits(db):
     running, release = threading.Event(), threading.Event()
 

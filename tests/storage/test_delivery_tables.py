@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from gateway.db import SessionDB
 from gateway.storage import inbox, outbox
 from gateway.storage.schema import MIGRATIONS, migrate
+
+pytestmark = pytest.mark.both_backends
 
 
 async def test_inbox_refuses_a_redelivery_at_any_stage(db):

@@ -15,6 +15,8 @@ import pytest
 from gateway.storage import media
 from gateway.storage.media import AttachmentRow, MediaStore, MediaTooLarge
 
+pytestmark = pytest.mark.both_backends
+
 
 async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
     for part in parts:

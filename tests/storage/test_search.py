@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from gateway.db import SessionDB, new_session_id
 from gateway.storage.fts import clean, ident_text, index_text, parse_query
 
+pytestmark = pytest.mark.both_backends
+
 CORPUS = [
     ("user", "How do I build with pyinstaller --onefile on Windows?"),
     ("assistant", "Edit /etc/nginx/nginx.conf and reload; the worker died with ERR_004211 on node-17.corp.example.net"),

@@ -12,13 +12,14 @@ the two databases understands lives with its backend; this file adds no rule of 
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import psycopg
 from psycopg.rows import tuple_row
 from psycopg.types.numeric import FloatLoader
 
-from gateway.storage.postgres import DIALECT
+from gateway.storage.conn import Conn
+from gateway.storage.postgres.search import POSTGRES, PostgresDialect
 
 
 class Row(tuple):
@@ -104,7 +105,7 @@ class Connection:
     """A psycopg connection with sqlite3's `?` placeholders and row shape (see the module doc).
     `raw` is the psycopg connection, for what has no sqlite3 spelling (COPY, transactions)."""
 
-    dialect = DIALECT
+    dialect: PostgresDialect = POSTGRES
 
     def __init__(self, raw: psycopg.Connection[Any]) -> None:
         self.raw = raw
@@ -115,6 +116,10 @@ class Connection:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         return self.cursor().execute(sql, params)
 
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        with self.raw.cursor() as cur:
+            cur.executemany(to_pyformat(sql), [list(p) for p in params])
+
     def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Every row of `sql` as a plain tuple, for reads of thousands of rows (search's candidates,
         recall's matches): a Row and its indexing cost ~4 us of Python per row, 7-9 ms of a 17 ms
@@ -122,6 +127,13 @@ class Connection:
         with self.raw.cursor(row_factory=tuple_row) as cur:
             cur.execute(to_pyformat(sql), list(params))
             return cur.fetchall()
+
+
+def own(conn: Conn) -> Connection:
+    """A `Conn` this backend handed out, as its own class (for `raw` and `tuples`, which only
+    Postgres has): every connection whose dialect is POSTGRES is one."""
+    assert isinstance(conn, Connection), conn
+    return conn
 
 
 # A transaction left idle this long is ended by the server: a replica frozen inside a commit

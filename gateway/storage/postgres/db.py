@@ -10,39 +10,38 @@ storage runs on either. What differs is plumbing, each for a reason:
 - reads: a pooled connection in autocommit; `read(fn)` gives fn one REPEATABLE READ READ ONLY
   snapshot, as SessionDB gives one WAL snapshot;
 - every connection is gateway/storage/postgres/connection.py's (`?` placeholders, sqlite3-shaped
-  rows), so `db.read(fn)` callers' plain SQL and the shared reads of gateway/storage/queries.py run
-  as written.
+  rows: a `Conn`, gateway/storage/conn.py), so `db.read(fn)` callers' plain SQL and the shared
+  reads of gateway/storage/queries.py run as written.
+The public methods themselves are gateway/storage/base.py's `StorageFace`, shared with SQLite;
+this class supplies the mechanisms above, its write ops, deletes and upkeep.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import threading
-from typing import Any, Callable, Collection, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, TypeVar
 
 import psycopg
 import psycopg_pool
 from psycopg import errors
 
-from gateway.errors import UnknownSession
-from gateway.storage import fence, inbox, media, outbox, queries, retention, transfer
-from gateway.storage.events import CommitEvent, Events
+from gateway.storage import fence
+from gateway.storage.base import CommitListener, StorageFace
+from gateway.storage.conn import Conn
+from gateway.storage.events import Events
 from gateway.storage.fts import ident_text
-from gateway.storage.media import AttachmentRow
-from gateway.storage.postgres import notes, rows, search
+from gateway.storage.postgres import notes, rows
 from gateway.storage.postgres import queries as pg_queries
-from gateway.storage.postgres.connection import Connection, configure
+from gateway.storage.postgres.connection import Connection, configure, own
 from gateway.storage.postgres.schema import current_version, migrate
 from gateway.storage.postgres.tokens import words_vector
-from gateway.storage.queries import Session
-from gateway.storage.schema import IN_CONVERSATION, MESSAGE_FIELDS
+from gateway.storage.schema import MESSAGE_FIELDS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-CommitListener = Callable[[list[CommitEvent]], None]
 MESSAGE_COLUMNS = ("id", "session_id", "role", "content", *MESSAGE_FIELDS, "active", "compacted")
 _SELECT_MESSAGE = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 RETRIES = 5  # a write losing a deadlock or serialization race is run again this many times
@@ -55,9 +54,12 @@ def redact_dsn(dsn: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", dsn)
 
 
-class PostgresSessionDB:
+class PostgresSessionDB(StorageFace):
     backend = "postgres"
     ops = rows  # the write ops of this backend (the store composes them into one write)
+    deletes = pg_queries
+    notes_in_database = True  # MEMORY.md / USER.md are rows here (notes.py): replicas share them
+    message_select = _SELECT_MESSAGE
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
         if not dsn:
@@ -89,18 +91,15 @@ class PostgresSessionDB:
             self._closed = True
             self._pool.close()
 
-    def __enter__(self) -> "PostgresSessionDB":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _point(self, fn: Callable[[Conn], T]) -> T:
+        return self._run(fn)
 
     def _run(self, fn: Callable[[Connection], T]) -> T:
         """fn on a pooled connection in autocommit (each statement its own snapshot)."""
         with self._pool.connection() as raw:
             return fn(Connection(raw))
 
-    def read(self, fn: Callable[[Connection], T]) -> T:
+    def read(self, fn: Callable[[Conn], T]) -> T:
         """Run fn(conn) in one read-only snapshot. The BEGIN says so itself: a SET TRANSACTION after
         it was a round trip of its own, one of six in a search."""
         with self._pool.connection() as raw:
@@ -112,25 +111,17 @@ class PostgresSessionDB:
                 if not raw.closed:  # writes on this pooled connection begin as the server's default
                     raw.isolation_level = raw.read_only = None
 
-    def search_read(self, fn: Callable[[Connection], T]) -> T:
+    def search_read(self, fn: Callable[[Conn], T]) -> T:
         """`read`: here the word and identifier columns are written with their message, in its
         transaction, so every committed message is already searchable (SQLite defers them)."""
         return self.read(fn)
-
-    def wal_bytes(self) -> int:
-        """0: the server manages its own write-ahead log (SessionDB reports its WAL file)."""
-        return 0
 
     def wal_stats(self) -> dict[str, int]:
         """SessionDB's keys, all 0: no WAL file or checkpoints of chinwag's own on Postgres."""
         keys = ("wal_bytes", "wal_peak_bytes", "wal_written_bytes", "checkpoints", "checkpoints_busy")
         return dict.fromkeys(keys, 0)
 
-    async def aread(self, read: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(self, read) if isinstance(read, str) else read
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    def write(self, op: Callable[[Connection, Events], T]) -> T:
+    def write(self, op: Callable[[Conn, Events], T]) -> T:
         """Run op(conn, events) in one transaction; return once committed. Inside a chat's job the
         chat's fence is checked first, in the same transaction (gateway.storage.fence)."""
         op = fence.bind(op)
@@ -155,7 +146,7 @@ class PostgresSessionDB:
                         log.exception("commit listener failed")
         return result
 
-    async def awrite(self, op: Callable[[Connection, Events], T]) -> T:
+    async def awrite(self, op: Callable[[Conn, Events], T]) -> T:
         return await asyncio.to_thread(self.write, op)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
@@ -166,94 +157,7 @@ class PostgresSessionDB:
         """(commits, writes): one transaction per write here."""
         return self.commits, self.commits
 
-    # -- sessions: writes ------------------------------------------------------------------------
-    def create_session(self, session_id: str, source: str, **fields: Any) -> None:
-        self.write(rows.op_create_session(session_id, source, fields))
-
-    async def acreate_session(self, session_id: str, source: str, **fields: Any) -> None:
-        await self.awrite(rows.op_create_session(session_id, source, fields))
-
-    def end_session(self, session_id: str, reason: str = "ended") -> None:
-        self.write(rows.op_end(session_id, reason))
-
-    async def aend_session(self, session_id: str, reason: str = "ended") -> None:
-        await self.awrite(rows.op_end(session_id, reason))
-
-    def reopen_session(self, session_id: str) -> None:
-        self.write(rows.op_reopen(session_id))
-
-    def add_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        self.write(rows.op_add_tokens(session_id, input_tokens, output_tokens))
-
-    async def aadd_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        await self.awrite(rows.op_add_tokens(session_id, input_tokens, output_tokens))
-
-    def set_title(self, session_id: str, title: str | None) -> str | None:
-        return self.write(rows.op_set_title(session_id, title))
-
-    # -- messages: writes ------------------------------------------------------------------------
-    def append_message(
-        self,
-        session_id: str,
-        role: str,
-        content: Any,
-        *,
-        seen_event: tuple[str, str] | None = None,
-        attachments: Sequence[AttachmentRow] = (),
-        after: Callable[[Connection, int], Any] | None = None,
-        **fields: Any,
-    ) -> int:
-        return self.write(rows.op_append(session_id, role, content, fields, seen_event, attachments, after))
-
-    async def aappend_message(
-        self,
-        session_id: str,
-        role: str,
-        content: Any,
-        *,
-        seen_event: tuple[str, str] | None = None,
-        attachments: Sequence[AttachmentRow] = (),
-        after: Callable[[Connection, int], Any] | None = None,
-        **fields: Any,
-    ) -> int:
-        return await self.awrite(rows.op_append(session_id, role, content, fields, seen_event, attachments, after))
-
-    def rewind(self, session_id: str, exchanges: int = 1) -> int:
-        return self.write(rows.op_rewind(session_id, exchanges))
-
-    def supersede_after(self, session_id: str, message_id: int) -> int:
-        return self.write(rows.op_supersede_after(session_id, message_id))
-
-    def mark_compacted(self, session_id: str, up_to_id: int | None = None) -> int:
-        return self.write(rows.op_mark_compacted(session_id, up_to_id))
-
-    # -- deletion and retention --------------------------------------------------------------------
-    def delete_session(self, session_id: str) -> bool:
-        return self.write(pg_queries.op_delete(session_id))
-
-    def idle_sessions(self, older_than_days: float) -> list[str]:
-        cutoff = retention.prune_cutoff(older_than_days)
-        return self._run(lambda c: queries.idle_sessions(c, cutoff))  # type: ignore[arg-type]
-
-    def prune(
-        self, older_than_days: float, keep: Iterable[str] = (), *, stop: Callable[[], bool] = lambda: False
-    ) -> int:
-        deleted = 0
-        for batch in retention.prune_batches(self.idle_sessions(older_than_days), keep):
-            if stop():
-                return deleted
-            deleted += self.write(pg_queries.op_delete_batch(batch))
-        self.forget_seen_events()
-        return deleted
-
-    def forget_seen_events(self) -> int:
-        total = 0
-        while (n := self.write(pg_queries.op_forget_seen_batch())) > 0:
-            total += n
-            if n < retention.FORGET_BATCH:
-                break
-        return total
-
+    # -- upkeep ----------------------------------------------------------------------------------
     def optimize(self) -> None:
         """Refresh the planner's statistics (the word column's target is raised: see schema.py)."""
         self._run(lambda c: c.execute("ANALYZE messages, sessions"))
@@ -275,9 +179,8 @@ class PostgresSessionDB:
                 return done
             values = [(words_vector(content), ident_text(content) or None, mid) for mid, content in batch]
 
-            def update(conn: Connection, events: Events) -> None:
-                with conn.raw.cursor() as cur:
-                    cur.executemany("UPDATE messages SET words = %s::tsvector, idents = %s WHERE id = %s", values)
+            def update(conn: Conn, events: Events) -> None:
+                conn.executemany("UPDATE messages SET words = ?::tsvector, idents = ? WHERE id = ?", values)
 
             self.write(update)
             done += len(batch)
@@ -286,8 +189,6 @@ class PostgresSessionDB:
                 progress(done)
 
     # -- MEMORY.md / USER.md (files in the home on SQLite; see notes.py) ---------------------------
-    notes_in_database = True
-
     def read_notes(self, name: str) -> str:
         """The text of MEMORY.md or USER.md ("" when never written)."""
         return self._run(lambda c: notes.read(c, name))[0]
@@ -295,7 +196,7 @@ class PostgresSessionDB:
     def edit_notes(self, name: str, change: Callable[[str], str | None]) -> int:
         """Replace a notes file's text by change(text), the row locked from read to commit (two
         replicas' edits both land); change may raise to refuse. Returns the file's version."""
-        return self.write(lambda conn, events: notes.edit(conn, name, change))
+        return self.write(lambda conn, events: notes.edit(own(conn), name, change))
 
     # -- readiness -------------------------------------------------------------------------------
     def ping(self, timeout: float = 2.0) -> int:
@@ -304,245 +205,5 @@ class PostgresSessionDB:
         with self._pool.connection(timeout=timeout) as raw:
             return int(current_version(Connection(raw)))
 
-    # -- routing entries and inbound de-duplication ---------------------------------------------
-    def set_key_entry(
-        self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
-    ) -> None:
-        self.write(rows.op_set_key(session_key, session_id, origin, reason))
-
-    async def amove_key(
-        self,
-        session_key: str,
-        session_id: str,
-        origin: dict | None = None,
-        reason: str | None = None,
-        *,
-        create: tuple[str, dict] | None = None,
-        reopen: bool = False,
-        end_previous: str | None = None,
-    ) -> dict:
-        return await self.awrite(
-            rows.op_move_key(
-                session_key, session_id, origin, reason, create=create, reopen=reopen, end_previous=end_previous
-            )
-        )
-
-    def delete_key_entry(self, session_key: str) -> None:
-        self.write(rows.op_delete_key(session_key))
-
-    def mark_event_seen(self, platform: str, event_id: str) -> bool:
-        return self.write(rows.op_mark_seen(platform, event_id))
-
-    async def amark_event_seen(self, platform: str, event_id: str) -> bool:
-        return await self.awrite(rows.op_mark_seen(platform, event_id))
-
-    # -- delivery: the inbox and the outbox (their SQL, gateway/storage/inbox.py and outbox.py, runs
-    # here as written: `INSERT ... ON CONFLICT DO NOTHING RETURNING id` is the inbox's dedup) ----
-    async def ainbox_add(
-        self, platform: str, event_id: str, chat_key: str, message: str, received_at: float
-    ) -> int | None:
-        """Commit one inbound event; its entry id, or None for a redelivery (the dedup)."""
-        return await self.awrite(
-            lambda conn, events: inbox.add(conn, platform, event_id, chat_key, message, received_at)  # type: ignore[arg-type]
-        )
-
-    async def ainbox_finish(self, entry_ids: Iterable[int], outcome: str = "answered") -> int:
-        ids = list(entry_ids)
-        return await self.awrite(lambda conn, events: inbox.finish(conn, ids, outcome)) if ids else 0  # type: ignore[arg-type]
-
-    async def aoutbox_record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
-        with fence.unfenced():  # the parts were sent: refusing their record only sends them twice
-            await self.awrite(
-                lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done)  # type: ignore[arg-type]
-            )
-
-    def message_session(self, message_id: int) -> str | None:
-        row = self._run(
-            lambda c: c.execute("SELECT session_id FROM messages WHERE id = ?", (int(message_id),)).fetchone()
-        )
-        return row[0] if row else None
-
-    def inbox_unfinished(self) -> list[dict]:
-        return self._run(lambda c: inbox.unfinished(c))  # type: ignore[arg-type]
-
-    def outbox_unsent(self) -> list[dict]:
-        return self._run(lambda c: outbox.unsent(c))  # type: ignore[arg-type]
-
-    def inbox_backlog(self) -> int:
-        return int(self._run(lambda c: inbox.backlog(c)))  # type: ignore[arg-type]
-
-    def outbox_backlog(self) -> int:
-        return int(self._run(lambda c: outbox.backlog(c)))  # type: ignore[arg-type]
-
-    # -- media attachments (gateway/storage/media.py's plain SQL, as written) ---------------------
-    def attachments_of(self, message_ids: Iterable[int]) -> dict[int, list[dict]]:
-        return self._run(lambda c: media.attachments_of(c, message_ids))  # type: ignore[arg-type]
-
-    def session_attachment(self, session_id: str, sha256: str) -> dict | None:
-        """A kept attachment of this session's messages with this file, or None."""
-        return self._run(lambda c: media.attachment_in_session(c, session_id, sha256))  # type: ignore[arg-type]
-
-    def referenced_media(self) -> set[str]:
-        """Hashes of the files some kept attachment row still needs."""
-        return self.read(media.referenced_hashes)  # type: ignore[arg-type]
-
-    def media_bytes(self) -> int:
-        return int(self.read(media.stored_bytes))  # type: ignore[arg-type]
-
-    def drop_oldest_media(self, over_bytes: int) -> list[str]:
-        """Let go of the oldest files of ended sessions until `over_bytes` are freed (the rows stay,
-        marked dropped); returns the hashes no longer needed."""
-        return self.write(lambda conn, events: media.drop_oldest_of_ended_sessions(conn, over_bytes))  # type: ignore[arg-type]
-
-    # -- the import/export format (DESIGN §10) --------------------------------------------------
-    def import_records(
-        self, records: list[dict], skip_existing: bool = False, media_present: Collection[str] | None = None
-    ) -> int:
-        """`media_present`: the hashes whose files are in the store (others are imported as dropped)."""
-        return self.write(transfer.import_op(records, skip_existing, media_present, ops=rows))  # type: ignore[arg-type]
-
-    def export_session(self, session_id: str) -> dict:
-        def snapshot(conn: Connection) -> dict:
-            session = queries.session_row(conn, session_id)  # type: ignore[arg-type]
-            if session is None:
-                raise UnknownSession(session_id)
-            attachments = transfer.export_attachments(conn, session_id)  # type: ignore[arg-type]
-            messages = []
-            for row in conn.execute(f"{_SELECT_MESSAGE} WHERE session_id = ? ORDER BY id", (session_id,)):
-                msg = {k: v for k, v in dict(row).items() if v is not None and k != "session_id"}
-                if "tool_calls" in msg:
-                    try:
-                        msg["tool_calls"] = json.loads(msg["tool_calls"])
-                    except ValueError:
-                        pass
-                if msg["id"] in attachments:
-                    msg["attachments"] = attachments[msg["id"]]
-                messages.append(msg)
-            return {"session": dict(session), "messages": messages}
-
-        return self.read(snapshot)
-
-    def iter_export(self, batch: int = 200) -> Iterator[dict]:
-        """Every session as an export record, oldest first (`sessions migrate`)."""
-        ids = self.session_ids()
-        for start in range(0, len(ids), batch):
-            for sid in ids[start : start + batch]:
-                try:
-                    yield self.export_session(sid)
-                except UnknownSession:  # deleted meanwhile
-                    continue
-
-    # -- reads -------------------------------------------------------------------------------------
-    def get_session(self, session_id: str) -> Session | None:
-        return self._run(lambda c: queries.session_row(c, session_id))  # type: ignore[arg-type]
-
-    def get_key_entry(self, session_key: str) -> dict | None:
-        return self._run(lambda c: queries.key_row(c, session_key))  # type: ignore[arg-type]
-
-    def get_key_entry_and_session(self, session_key: str) -> tuple[dict | None, dict | None]:
-        return self._run(lambda c: queries.key_row_with_session(c, session_key))  # type: ignore[arg-type]
-
-    def is_event_seen(self, platform: str, event_id: str) -> bool:
-        return self._run(lambda c: queries.event_seen(c, str(platform), str(event_id)))  # type: ignore[arg-type]
-
-    def list_key_entries(self) -> list[dict]:
-        return self._run(lambda c: queries.key_rows(c))  # type: ignore[arg-type]
-
-    def find_session(self, ref: str) -> Session | None:
-        return self._run(lambda c: pg_queries.find_session(c, ref))
-
-    def list_sessions_rich(
-        self,
-        source: str | None = None,
-        user_id: str | None = None,
-        limit: int = 20,
-        offset: int = 0,
-        exclude_sources: Iterable[str] | None = None,
-        titled_only: bool = False,
-    ) -> list[Session]:
-        return self._run(
-            lambda c: queries.list_sessions(c, source, user_id, limit, offset, exclude_sources, titled_only)  # type: ignore[arg-type]
-        )
-
-    def session_ids(self, source: str | None = None) -> list[str]:
-        return self._run(lambda c: queries.session_ids(c, source))  # type: ignore[arg-type]
-
-    def count_by_source(self) -> dict[str, int]:
-        return self._run(lambda c: queries.count_by_source(c))  # type: ignore[arg-type]
-
-    def list_sessions_page(
-        self,
-        *,
-        source: str | None = None,
-        user_id: str | None = None,
-        titled: bool | None = None,
-        active_from: float | None = None,
-        active_before: float | None = None,
-        after: tuple[float, str] | None = None,
-        limit: int = 50,
-    ) -> list[dict]:
-        """A keyset page of sessions by last activity (see queries.list_sessions_page)."""
-        return self._run(
-            lambda c: queries.list_sessions_page(
-                c,  # type: ignore[arg-type]
-                source=source,
-                user_id=user_id,
-                titled=titled,
-                active_from=active_from,
-                active_before=active_before,
-                after=after,
-                limit=limit,
-            )
-        )
-
-    def sessions_with_key(self, session_key: str, user_id: str | None = None, limit: int = 50) -> list[dict]:
-        """The sessions one conversation key has pointed at, oldest first (its reset history)."""
-        return self._run(lambda c: queries.sessions_with_key(c, session_key, user_id, limit))  # type: ignore[arg-type]
-
-    def get_messages_by_id(self, message_ids: Iterable[int]) -> dict[int, dict]:
-        return self._run(lambda c: queries.messages_by_id(c, message_ids))  # type: ignore[arg-type]
-
-    def get_messages(self, session_id: str, include_inactive: bool = False) -> list[dict]:
-        sql = f"{_SELECT_MESSAGE} WHERE session_id = ?" + ("" if include_inactive else f" AND {IN_CONVERSATION}")
-        return self._run(lambda c: [dict(r) for r in c.execute(sql + " ORDER BY id", (session_id,))])
-
-    def get_messages_as_conversation(self, session_id: str) -> list[dict]:
-        return queries.as_conversation(self.get_messages(session_id))
-
-    def search_messages(
-        self,
-        query: str,
-        role_filter: Iterable[str] | None = None,
-        exclude_sources: Iterable[str] | None = None,
-        limit: int = 20,
-        offset: int = 0,
-    ) -> list[dict]:
-        return self.read(lambda c: search.search_messages(c, query, role_filter, exclude_sources, limit, offset))
-
-    def session_participants(self, session_id: str) -> set[str]:
-        return self._run(
-            lambda c: {
-                r[0] for r in c.execute("SELECT user_id FROM session_participants WHERE session_id = ?", (session_id,))
-            }
-        )
-
-    def children(self, session_id: str) -> list[str]:
-        return self._run(lambda c: queries.children(c, session_id))  # type: ignore[arg-type]
-
-    def get_root(self, session_id: str) -> str:
-        return self._run(lambda c: queries.root_of(c, session_id))  # type: ignore[arg-type]
-
-    def get_lineage(self, session_id: str) -> list[str]:
-        return self._run(lambda c: queries.chain_of(c, session_id))  # type: ignore[arg-type]
-
-    def next_lineage_title(self, title: str) -> str:
-        return self._run(lambda c: pg_queries.next_lineage_title(c, title))
-
-    def count_sessions(self) -> int:
-        return int(self._run(lambda c: c.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]))
-
-    def count_messages(self) -> int:
-        return int(self._run(lambda c: c.execute("SELECT COUNT(*) FROM messages").fetchone()[0]))
-
     def stats(self) -> dict:
-        return {"path": self.path, **self.read(pg_queries.stats), "wal_bytes": self.wal_bytes()}
+        return {"path": self.path, **self.read(lambda c: pg_queries.stats(own(c))), "wal_bytes": self.wal_bytes()}

@@ -22,8 +22,8 @@ from gateway.storage.events import Events, KeyChanged, KeyDeleted, MessageAppend
 from gateway.storage.fts import ident_text
 from gateway.storage.media import AttachmentRow, insert_attachments
 from gateway.storage.postgres.connection import Connection
-from gateway.storage.postgres.queries import title_holder
 from gateway.storage.postgres.tokens import words_vector
+from gateway.storage.queries import title_holder
 from gateway.storage.rows import (
     MAX_CONTENT_CHARS,
     PREVIEW_CHARS,
@@ -186,7 +186,7 @@ def op_append(
         if seen_event is not None:
             mark_seen(conn, *seen_event)
         if attachments:
-            insert_attachments(conn, message_id, attachments)  # type: ignore[arg-type]  # plain SQL
+            insert_attachments(conn, message_id, attachments)  # plain SQL
         if after is not None:
             after(conn, message_id)
         stored = {"id": message_id, "session_id": session_id, "role": role, "content": content, **row}
@@ -249,7 +249,7 @@ def op_set_key(
             "updated_at = excluded.updated_at, reason = excluded.reason",
             (session_key, session_id, origin_json, now, now, reason),
         )
-        entry = queries.key_row(conn, session_key)  # type: ignore[arg-type]  # portable SQL
+        entry = queries.key_row(conn, session_key)  # portable SQL
         assert entry is not None
         events.append(KeyChanged(entry))
         return entry

@@ -1,6 +1,6 @@
-"""Message search and recall's match reads on Postgres, with the plan and the answers of
-gateway/storage/search.py (read its docstring for the plan: strict, then identifier substrings,
-then relaxed; strict hits first).
+"""Message search's passes and recall's match reads on Postgres: the plan is gateway/storage/search.py's
+`search_messages` (strict, then identifier substrings, then relaxed; strict hits first), which runs
+this module's `word_hits` and `substring_hits` through `PostgresDialect`.
 
 The query side is shared: `parse_query` and `Query.expression` (search) and recall's units write
 FTS5 expressions; tokens.tsquery_pair_of_fts turns each into a tsquery over the `words` column
@@ -18,24 +18,23 @@ whole words it stands for first (vocabulary.py): a GIN index collects every matc
 before it returns one, so a window could not skip to its own buckets (90-330 ms per window for
 recall's "fix* docker*" pair at 1M messages).
 
-No driver import here: recall (gateway/recall/read.py) calls `recall_matches` with the
-connection `db.read` gave it.
+No driver import here. `POSTGRES` is this database's `Dialect` (gateway/storage/conn.py), carried
+by every connection (connection.py): recall (gateway/recall/read.py) reaches `recall_matches`
+and `matches_among` through it, looked up here on each read.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from gateway.storage.fts import Query, make_snippet, parse_query
+from gateway.storage.conn import Conn, RecallMatch
+from gateway.storage.fts import Query
 from gateway.storage.postgres.schema import BUCKET_IDS
 from gateway.storage.postgres.tokens import like_patterns_of_fts, phrase_query, tsquery_pair_of_fts
 from gateway.storage.postgres.vocabulary import expand_pair, expand_tsquery
 from gateway.storage.schema import visible_sql
-from gateway.storage.search import CANDIDATE_CAP, MIN_SESSIONS_BEFORE_RELAXING, build_filters
-
-if TYPE_CHECKING:
-    from gateway.storage.postgres.connection import Connection
+from gateway.storage.search import CANDIDATE_CAP, split_identifiers
 
 VISIBLE = visible_sql("m")
 # a hit's columns, and its text for the snippet (one statement fewer per search than reading it after)
@@ -93,7 +92,7 @@ def _window_sql(columns: str, check: str, below: int, low: int) -> tuple[str, st
 
 
 def newest_matches(
-    conn: Connection,
+    conn: Conn,
     query: tuple[str, str],
     limit: int,
     before_id: int | None = None,
@@ -155,7 +154,7 @@ def newest_matches(
 
 
 def word_hits(
-    conn: Connection,
+    conn: Conn,
     query: tuple[str, str] | None,
     filters: tuple[str, list] = ("", []),
     limit: int = 20,
@@ -209,20 +208,13 @@ def word_hits(
 
 
 def substring_hits(
-    conn: Connection,
-    query: Query,
-    filters: tuple[str, list] = ("", []),
-    limit: int = 20,
-    cap: int = CANDIDATE_CAP,
+    conn: Conn, query: Query, filters: tuple[str, list], limit: int, cap: int = CANDIDATE_CAP
 ) -> list[Any]:
-    """Messages where identifier terms occur as substrings and the other terms as words."""
-    idents = [t for t in query.content_terms if t.identifier and len(t.text) >= 3]
-    if not idents:
-        return []
-    patterns = like_patterns_of_fts(" AND ".join('"' + t.text.lower().replace('"', '""') + '"' for t in idents))
+    """The identifier pass over `idents` (pg_trgm LIKE patterns), the other terms over `words`."""
+    ident_expr, others = split_identifiers(query)
+    patterns = like_patterns_of_fts(ident_expr) if ident_expr else []
     if not patterns:
         return []
-    others = [t for t in query.content_terms if t not in idents]
     word_clause, word_params = "", []
     if others:
         word_query = " & ".join(q for t in others if (q := phrase_query(t.tokens, t.prefix)))
@@ -238,53 +230,9 @@ def substring_hits(
     return conn.execute(sql, [*patterns, cap, *word_params, *filters[1], limit]).fetchall()
 
 
-def search_messages(
-    conn: Connection,
-    query: str | bytes | None,
-    role_filter: Iterable[str] | None = None,
-    exclude_sources: Iterable[str] | None = None,
-    limit: int = 20,
-    offset: int = 0,
-) -> list[dict]:
-    """gateway.storage.search.search_messages, on this schema: the same plan, arguments and hits."""
-    parsed = parse_query(query)
-    if not parsed.terms:
-        return []
-    limit, offset = max(0, int(limit)), max(0, int(offset))
-    want = limit + offset
-    if want == 0:
-        return []
-    filters = build_filters(role_filter, exclude_sources)
-    found: dict[int, dict] = {}
-    contents: dict[int, str] = {}
-
-    def take(rows: list[Any], match: str) -> None:
-        for row in rows:
-            if row["id"] not in found:
-                hit = dict(row)
-                contents[row["id"]] = hit.pop("content") or ""
-                found[row["id"]] = hit | {"match": match}
-
-    strict = expand_pair(conn, tsquery_pair_of_fts(parsed.expression("all")))
-    take(word_hits(conn, strict, filters, want, ranked=not parsed.exact), "all")
-    if len(found) < want:
-        take(substring_hits(conn, parsed, filters, want), "substring")
-    sessions = {hit["session_id"] for hit in found.values()}
-    terms = parsed.content_terms
-    relaxable = len(terms) > 1 or any(t.cjk and len(t.tokens) > 2 for t in terms)
-    if relaxable and (len(sessions) < MIN_SESSIONS_BEFORE_RELAXING or len(found) < want):
-        take(word_hits(conn, expand_pair(conn, tsquery_pair_of_fts(parsed.expression("any"))), filters, want), "any")
-
-    page = list(found.values())[offset:want]
-    words = parsed.highlight_words()
-    for hit in page:
-        hit["snippet"] = make_snippet(contents[hit["id"]], words)
-    return page
-
-
 def recall_matches(
-    conn: Connection, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
-) -> list[tuple[int, str, bool, int]]:
+    conn: Conn, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
+) -> list[RecallMatch]:
     """Recall's read of one unit (gateway/recall/read.py Matches): (message id, session id,
     visible and of a wanted role, length) of the newest `limit` matches below `before_id`.
     `table` names the SQLite index the expression is for: messages_fts (words) or messages_ident
@@ -308,7 +256,7 @@ def recall_matches(
     return conn.tuples(sql, [*roles, *params, *([before_id] if before_id is not None else []), limit])
 
 
-def matches_among(conn: Connection, expr: str, ids: list[int], limit: int) -> list[tuple[int]]:
+def matches_among(conn: Conn, expr: str, ids: list[int], limit: int) -> list[tuple[int]]:
     """(id,) of the messages among `ids` that match the word-index expression, newest first, at most
     `limit`: recall's read beside its anchor (gateway/recall/read.py read_within), whose matches are
     all among the anchor's rows, read in full. Reading them through the windows instead checked the
@@ -321,3 +269,36 @@ def matches_among(conn: Connection, expr: str, ids: list[int], limit: int) -> li
         "SELECT m.id FROM messages m WHERE m.id = ANY(?::bigint[]) AND m.words @@ ?::tsquery ORDER BY m.id DESC LIMIT ?"
     )
     return conn.tuples(sql, [ids, query[0], limit])
+
+
+class PostgresDialect:
+    """Postgres's `Dialect`: a prefix is answered by the GIN index (nothing to expand first), the
+    planner weighs the vector indexes by their statistics (no `+model`), and recall's match reads
+    run over the word and identifier columns."""
+
+    name = "postgres"
+    expands_prefixes = False
+    model_filter = "model"
+    same_title = "ascii_fold(title) = ascii_fold(?)"  # the unique index's expression (schema.py)
+    exact_title = "title = ?"
+    other_id = "id IS DISTINCT FROM ?"
+
+    def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
+        return "starts_with(id, ?)", (prefix,)
+
+    def word_hits(self, conn: Conn, expression: str, filters: tuple[str, list], limit: int, ranked: bool) -> list[Any]:
+        return word_hits(conn, expand_pair(conn, tsquery_pair_of_fts(expression)), filters, limit, ranked=ranked)
+
+    def substring_hits(self, conn: Conn, query: Query, filters: tuple[str, list], limit: int) -> list[Any]:
+        return substring_hits(conn, query, filters, limit)
+
+    def recall_matches(
+        self, conn: Conn, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
+    ) -> list[RecallMatch]:
+        return recall_matches(conn, table, expr, roles, before_id, limit)
+
+    def matches_among(self, conn: Conn, expr: str, ids: list[int], limit: int) -> list[int]:
+        return [mid for (mid,) in matches_among(conn, expr, ids, limit)]
+
+
+POSTGRES = PostgresDialect()

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import re
 import weakref
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gateway.storage.postgres.connection import Connection
+from gateway.storage.conn import Conn
 
 MAX_PREFIX_WORDS = 24  # a prefix of more words than this stays a prefix (as recall's MAX_PREFIX_TERMS)
 _ITEM = re.compile(r"'((?:[^']|'')*)'(:\*)?")  # a quoted lexeme of a tsquery literal, maybe a prefix
@@ -32,10 +30,10 @@ _EXPANDABLE = re.compile(r"[a-z][a-z0-9]*")  # what words_vocab holds (schema.py
 
 # the words of each prefix, per Connection: one wraps one read's snapshot (db.read), in which the
 # vocabulary cannot change, and recall reads a unit's prefixes again for each page it reads
-_known: weakref.WeakKeyDictionary[Connection, dict[str, list[str] | None]] = weakref.WeakKeyDictionary()
+_known: weakref.WeakKeyDictionary[Conn, dict[str, list[str] | None]] = weakref.WeakKeyDictionary()
 
 
-def prefix_words(conn: Connection, prefixes: list[str]) -> dict[str, list[str] | None]:
+def prefix_words(conn: Conn, prefixes: list[str]) -> dict[str, list[str] | None]:
     """The words each prefix stands for, in one statement (None: more than MAX_PREFIX_WORDS)."""
     known = _known.setdefault(conn, {})
     missing = [p for p in dict.fromkeys(prefixes) if p not in known]
@@ -53,7 +51,7 @@ def prefix_words(conn: Connection, prefixes: list[str]) -> dict[str, list[str] |
     return {p: known[p] for p in prefixes}
 
 
-def expand_tsquery(conn: Connection, tsquery: str) -> str:
+def expand_tsquery(conn: Conn, tsquery: str) -> str:
     """`tsquery` with each expandable prefix lexeme replaced by the OR of the words it stands for
     ('fix':* -> ('fix' | 'fixed' | 'fixes')); a prefix no word has becomes the prefix itself as a
     word, which matches nothing either. The rows it matches are the same."""
@@ -73,7 +71,7 @@ def expand_tsquery(conn: Connection, tsquery: str) -> str:
     return _ITEM.sub(replace, tsquery)
 
 
-def expand_pair(conn: Connection, pair: tuple[str, str] | None) -> tuple[str, str] | None:
+def expand_pair(conn: Conn, pair: tuple[str, str] | None) -> tuple[str, str] | None:
     """A (tsquery, presence) pair (tokens.tsquery_pair_of_fts) with its prefixes expanded."""
     if pair is None:
         return None

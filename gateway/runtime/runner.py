@@ -56,7 +56,6 @@ ERROR_TEXT = "Sorry, something went wrong while handling that message. Please tr
 INTERRUPTED_TEXT = (
     "Your message “{text}” was cut short by a restart before I could answer it. Send /retry to have it answered."
 )
-INTERRUPTED_MODES = ("rerun", "notify")
 
 
 class GatewayRunner:
@@ -100,8 +99,7 @@ class GatewayRunner:
         self._resumed: set[int] = set()
         self._taken_up: set[int] = set()  # entries taken up at start, until their lane accepts them
         self._admissions: dict[int, tuple[InboundMessage, asyncio.Future]] = {}  # id(msg) -> its commit
-        mode = getattr(config.gateway, "interrupted_turns", "rerun")  # read defensively: a newer config key
-        self.interrupted_mode = mode if mode in INTERRUPTED_MODES else "rerun"
+        self.interrupted_mode = config.gateway.interrupted_turns  # rerun | notify (checked by gateway.config)
         self.clock = clock
         self.metrics = metrics
         self.single_owner: bool = turns.single_owner

@@ -268,11 +268,6 @@ class TurnRunner:
                 is_admin=self.access.is_admin(msg.source),
                 single_owner=self.single_owner,
                 home=self.config.home if self.config is not None else None,
-                extra={
-                    "config": self.config,
-                    "recap_model": self.factory.auxiliary,
-                    "recap_client": self.factory.recap_client,
-                },
             )
             content = received.model_content() if received is not None else text
             result = await session_agent.agent.run_turn(history, content, ctx, persist, steer, feed)

@@ -29,7 +29,6 @@ from typing import IO, Any, Callable
 
 import httpx2
 
-from agent.llm import ModelSettings
 from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
 from gateway.db import SchemaTooNew, SessionDB, StorageUnavailable, open_db
@@ -38,7 +37,7 @@ from gateway.recall import semantic
 from gateway.recall.index import BackgroundIndexer
 from gateway.recall.index import stats as index_stats
 from gateway.runtime.agent_cache import AgentCache
-from gateway.runtime.agent_factory import AgentFactory, default_tools
+from gateway.runtime.agent_factory import AgentFactory, model_settings
 from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.leases import ChatLeases, SharedLeases
@@ -58,7 +57,7 @@ from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
-from tools.memory import limits_from_config, note_place
+from tools.memory import note_place
 
 log = logging.getLogger(__name__)
 
@@ -264,17 +263,17 @@ def build_runner(
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
     `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it).
     `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all)."""
-    # The config already resolved the environment fallbacks; don't consult os.environ twice.
-    model_settings = ModelSettings.from_config(config.as_dict(), env={})
+    model = model_settings(config.model)
     factory = agent_factory or AgentFactory(
-        model_settings,
+        model,
         config.home,
-        default_tools(limits_from_config(config.as_dict())),
         max_iterations=config.model.max_iterations,
         clock=clock,
-        auxiliary=ModelSettings.from_config(config.as_dict(), role="auxiliary", env={}),
+        auxiliary=model_settings(config.auxiliary),
         http_client=http_client,
         notes=note_place(config.home, db),
+        memory=config.memory,
+        recall=config.recall,
     )
     limits = config.gateway.agent_cache
     ttl = limits.idle_ttl_minutes * 60 if limits.idle_ttl_minutes > 0 else math.inf
@@ -295,7 +294,7 @@ def build_runner(
         store=store,
         send=outbound.send,
         clock=clock,
-        model_settings=model_settings,
+        model_settings=model,
         access=access,
         single_owner=bool(config.single_owner),
         config=config,
@@ -434,8 +433,7 @@ def build_app(
             readiness=runner.readiness,
             webhooks=webhooks,
             db=db,
-            # http.console_token is being declared in gateway.config; until then no token is set
-            console_token=getattr(config.http, "console_token", None) or None,
+            console_token=config.http.console_token or None,
         )
     return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
 

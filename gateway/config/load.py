@@ -20,43 +20,21 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from gateway.config.schema import (  # noqa: F401  (re-exported: the schema is part of this module's API)
+from gateway.config.schema import (
     _ALIASES,
     ADAPTER_KEYS,
-    ALL_PLATFORMS,
-    BUSY_MODES,
-    CHAT_PLATFORMS,
     COMMON_PLATFORM_KEYS,
-    CREDENTIALS,
-    DEFAULT_HOME,
-    GROUP_POLICIES,
-    RESET_MODES,
     SCHEMA,
     ConfigError,
     Err,
-    Field,
     _kind,
     _section,
     _substitute,
     _suggest,
     build,
 )
-from gateway.config.views import (  # noqa: F401  (re-exported)
-    AgentCacheConfig,
-    Config,
-    EmbeddingsConfig,
-    GatewayConfig,
-    HttpConfig,
-    LoggingConfig,
-    MediaConfig,
-    MemoryConfig,
-    ModelConfig,
-    PlatformSettings,
-    RecallConfig,
-    SessionConfig,
-    StorageConfig,
-    TranscriptionConfig,
-)
+from gateway.config.sections import ALL_PLATFORMS, CHAT_PLATFORMS, CREDENTIALS
+from gateway.config.views import Config
 from gateway.storage.home import HomeError, choose_home
 from gateway.storage.home import find_config_file as _find_config_file
 from platforms.telegram.settings import TelegramSettings

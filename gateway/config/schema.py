@@ -13,18 +13,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from gateway.config.sections import (  # noqa: F401  (re-exported: the names the schema is written with)
-    ALL_PLATFORMS,
-    BUSY_MODES,
-    CHAT_PLATFORMS,
-    CREDENTIALS,
-    DEFAULT_HOME,
-    GROUP_POLICIES,
-    RESET_MODES,
-    SETTINGS_CLASSES,
-    UNSET,
-    PlatformAccess,
-)
+from gateway.config.sections import SETTINGS_CLASSES, UNSET, PlatformAccess
 from gateway.config.views import Config
 from gateway.envvars import expand_env
 from platforms.settings import truthy, value_type

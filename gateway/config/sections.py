@@ -15,7 +15,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.storage.home import DEFAULT_HOME  # noqa: F401  (re-exported; one home rule)
 from platforms.discord.settings import DiscordSettings
 from platforms.feishu.settings import FeishuSettings
 from platforms.telegram.settings import TelegramSettings
@@ -24,7 +23,6 @@ CHAT_PLATFORMS = ("telegram", "feishu", "discord")
 ALL_PLATFORMS = ("local",) + CHAT_PLATFORMS
 BUSY_MODES = ("queue", "interrupt", "steer")
 GROUP_POLICIES = ("open", "allowlist", "blacklist", "admin_only", "disabled")
-RESET_MODES = ("none", "idle", "daily", "both")
 STORAGE_BACKENDS = ("sqlite", "postgres")
 SYNCHRONOUS_LEVELS = ("full", "normal")  # storage.synchronous: see gateway/storage/connect.py
 STREAMING_MODES = ("auto", "off")

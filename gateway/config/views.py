@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.config.sections import (  # noqa: F401  (re-exported: the sections are part of the view)
+from gateway.config.sections import (
     ALL_PLATFORMS,
     CHAT_PLATFORMS,
     CREDENTIALS,
     SETTINGS_CLASSES,
-    AgentCacheConfig,
     AuxiliaryConfig,
     EmbeddingsConfig,
     GatewayConfig,

@@ -27,7 +27,7 @@ from agent.llm import DEFAULT_MODEL, ModelNotConfigured, ModelSettings, make_cli
 from agent.loop import Agent
 from agent.prompts import build_system_prompt
 from agent.tools import ToolRegistry
-from gateway.config.views import MemoryConfig, ModelConfig, RecallConfig
+from gateway.config.sections import MemoryConfig, ModelConfig, RecallConfig
 from gateway.source import SessionSource
 from tools.memory import NotePlace, make_memory_tool, read_snapshot
 from tools.session_search import SearchSettings, make_session_search_tool

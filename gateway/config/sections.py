@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from platforms.discord.settings import DiscordSettings
 from platforms.feishu.settings import FeishuSettings
@@ -87,7 +87,7 @@ class ModelConfig:
     def is_configured(self) -> bool:
         return bool(self.base_url or self.api_key)
 
-    def from_env(self, env: Any) -> ModelConfig:
+    def from_env(self, env: Mapping[str, str]) -> ModelConfig:
         """Each empty endpoint field from the environment (DESIGN.md §1)."""
         return dataclasses.replace(
             self,

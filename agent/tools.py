@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -23,7 +23,8 @@ MAX_RESULT_CHARS = 50_000  # a tool result larger than this is cut: it would cro
 
 @dataclass
 class ToolContext:
-    """What a tool may know about the turn that called it."""
+    """What a tool may know about the turn that called it. What a tool needs beyond the turn (its
+    settings, a model client) it is given when it is built, typed, not through the context."""
 
     session_id: str
     source: SessionSource | None = None
@@ -31,7 +32,6 @@ class ToolContext:
     is_admin: bool = False
     single_owner: bool = False  # one person owns this install: they may see every session
     home: Path | None = None  # the chinwag home directory (MEMORY.md, USER.md live here)
-    extra: dict[str, Any] = field(default_factory=dict)  # config and anything else a tool needs
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]

@@ -17,6 +17,16 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
+def truthy(value: Any) -> bool | None:
+    """A yes/no written as text (an env var, a quoted YAML value): true/yes/on/1 -> True,
+    false/no/off/0 -> False, in any case; anything else (not a string, or another word) -> None.
+    The one rule for both the config validator and `settings_from`."""
+    if not isinstance(value, str):
+        return None
+    word = value.strip().lower()
+    return True if word in _TRUE else False if word in _FALSE else None
+
+
 def setting(
     default: Any,
     doc: str = "",
@@ -56,8 +66,8 @@ def settings_from(
             continue
         kind = value_type(cls, f.name)
         try:
-            if kind is bool and isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
-                values[f.name] = raw.strip().lower() in _TRUE
+            if kind is bool and truthy(raw) is not None:
+                values[f.name] = truthy(raw)
             elif kind in (int, float, bool, str):
                 values[f.name] = kind(raw)
             elif kind is tuple:

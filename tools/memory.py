@@ -334,16 +334,15 @@ def limits_from_config(config: dict[str, Any] | None) -> dict[str, int]:
 
 
 def make_memory_tool(limits: dict[str, int] | None = None) -> Tool:
-    """The tool; `limits` overrides the per-file budgets ({"memory": chars, "user": chars}).
-
-    The notes live in `ctx.db`'s table when it keeps them (Postgres), else in the files of `ctx.home`; `ctx.extra["memory_limits"]` overrides `limits`.
-    """
+    """The tool; `limits` overrides the per-file budgets ({"memory": chars, "user": chars}; the gateway
+    passes `memory.*` of its config). The notes live in `ctx.db`'s table when it keeps them
+    (Postgres), else in the files of `ctx.home`."""
 
     async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
         place = note_place(ctx.home, ctx.db)
         if place is None:
             return "error: memory is not available (no home directory)"
-        store = MemoryStore(place, {**(limits or {}), **(ctx.extra.get("memory_limits") or {})})
+        store = MemoryStore(place, limits)
         action, target = args.get("action"), args.get("target", "memory")
         try:
             if action == "add":

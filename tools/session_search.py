@@ -23,7 +23,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
 from agent.tools import Tool, ToolContext
@@ -407,54 +407,48 @@ PARAMETERS = {
 }
 
 
-def _settings_from(value: Any) -> ModelSettings | None:
-    """Recap model settings from what the gateway puts in the tool context."""
-    if value is None or isinstance(value, ModelSettings):
-        return value
-    if isinstance(value, dict):
-        return ModelSettings.from_config({"auxiliary": value}, role="auxiliary", env={})
-    base_url = getattr(value, "base_url", None)
-    api_key = getattr(value, "api_key", None)
-    if base_url is None and api_key is None:
-        return None
-    kwargs: dict[str, Any] = {"base_url": base_url or None, "api_key": api_key or None}
-    if getattr(value, "name", None):
-        kwargs["name"] = value.name
-    timeout = getattr(value, "timeout_seconds", None) or getattr(value, "timeout", None)
-    if timeout:
-        kwargs["timeout"] = float(timeout)
-    return ModelSettings(**kwargs)
+@dataclass(frozen=True)
+class SearchSettings:
+    """What the tool is built with (gateway.runtime.agent_factory reads them from the config):
+    `recall.deadline_seconds`, `recall.recaps`, the auxiliary model that writes recaps and its
+    client (a callable: the client is made when a recap first needs it, and shared with the agent
+    factory), and the embedder recall's semantic stage uses (semantic.DEFAULT: the one installed)."""
+
+    deadline: float = DEFAULT_DEADLINE
+    recaps: bool = True
+    recap_model: ModelSettings | None = None
+    recap_client: Callable[[], Any] = lambda: None
+    embedder: Any = semantic.DEFAULT
 
 
-async def _handler(args: dict[str, Any], ctx: ToolContext) -> str:
-    config = ctx.extra.get("config")
-    recall_config = getattr(config, "recall", None)
-    deadline = float(
-        ctx.extra.get("recall_deadline") or getattr(recall_config, "deadline_seconds", None) or DEFAULT_DEADLINE
-    )
-    recaps = bool(getattr(recall_config, "recaps", True))
-    settings = _settings_from(ctx.extra.get("recap_model") or ctx.extra.get("auxiliary"))
-    person = ctx.source.person_id if ctx.source is not None else None
-    see_all = bool(ctx.is_admin or ctx.single_owner)
-    if person is None and not see_all:  # never widen recall to everyone because an id is missing
-        return _error("cannot tell who is asking, so no earlier conversations can be shown")
-    query = args.get("query") or ""
-    if not isinstance(query, str):
-        query = json.dumps(query, ensure_ascii=False)
-    return await asession_search(
-        query,
-        role_filter=args.get("role_filter"),
-        limit=args.get("limit") or 3,
-        db=ctx.db,
-        current_session_id=ctx.session_id,
-        person_id=person,
-        see_all=see_all,
-        model=settings,
-        client=ctx.extra.get("recap_client"),
-        deadline=deadline,
-        recaps=recaps,
-        embedder=ctx.extra.get("embedder", semantic.DEFAULT),
-    )
+def make_session_search_tool(settings: SearchSettings | None = None) -> Tool:
+    """The tool over `settings` (None: the defaults, no recap model: found sessions get previews)."""
+    deps = settings or SearchSettings()
+
+    async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
+        person = ctx.source.person_id if ctx.source is not None else None
+        see_all = bool(ctx.is_admin or ctx.single_owner)
+        if person is None and not see_all:  # never widen recall to everyone because an id is missing
+            return _error("cannot tell who is asking, so no earlier conversations can be shown")
+        query = args.get("query") or ""
+        if not isinstance(query, str):
+            query = json.dumps(query, ensure_ascii=False)
+        return await asession_search(
+            query,
+            role_filter=args.get("role_filter"),
+            limit=args.get("limit") or 3,
+            db=ctx.db,
+            current_session_id=ctx.session_id,
+            person_id=person,
+            see_all=see_all,
+            model=deps.recap_model,
+            client=deps.recap_client(),
+            deadline=deps.deadline,
+            recaps=deps.recaps,
+            embedder=deps.embedder,
+        )
+
+    return Tool(name="session_search", description=DESCRIPTION, parameters=PARAMETERS, handler=handler)
 
 
-SESSION_SEARCH_TOOL = Tool(name="session_search", description=DESCRIPTION, parameters=PARAMETERS, handler=_handler)
+SESSION_SEARCH_TOOL = make_session_search_tool()

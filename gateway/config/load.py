@@ -12,6 +12,7 @@ or ``${NAME:-default}``; ``$${`` is a literal ``${``.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from pathlib import Path
@@ -19,42 +20,21 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from gateway.config.schema import (  # noqa: F401  (re-exported: the schema is part of this module's API)
+from gateway.config.schema import (
     _ALIASES,
     ADAPTER_KEYS,
-    ALL_PLATFORMS,
-    BUSY_MODES,
-    CHAT_PLATFORMS,
     COMMON_PLATFORM_KEYS,
-    CREDENTIALS,
-    DEFAULT_HOME,
-    GROUP_POLICIES,
-    RESET_MODES,
     SCHEMA,
     ConfigError,
-    Field,
+    Err,
     _kind,
-    _l,
     _section,
     _substitute,
     _suggest,
+    build,
 )
-from gateway.config.views import (  # noqa: F401  (re-exported)
-    AgentCacheConfig,
-    Config,
-    EmbeddingsConfig,
-    GatewayConfig,
-    HttpConfig,
-    LoggingConfig,
-    MediaConfig,
-    MemoryConfig,
-    ModelConfig,
-    PlatformSettings,
-    RecallConfig,
-    SessionConfig,
-    StorageConfig,
-    TranscriptionConfig,
-)
+from gateway.config.sections import ALL_PLATFORMS, CHAT_PLATFORMS, CREDENTIALS
+from gateway.config.views import Config
 from gateway.storage.home import HomeError, choose_home
 from gateway.storage.home import find_config_file as _find_config_file
 from platforms.telegram.settings import TelegramSettings
@@ -144,9 +124,49 @@ def parse_config(
         raise ConfigError([f"{label}: the top level must be a mapping of keys (got {_kind(data)})"])
     data = _substitute(data, env, "", err)
     out = _section(data, SCHEMA, "", err)
+    platforms, written = _platform_sections(data.get("platforms"), err)
+    out["platforms"] = platforms
 
-    # platforms: each known name gets common + adapter keys; unknown names are errors.
-    raw_platforms = data.get("platforms")
+    _check_reset(out["session"]["reset"], err)
+    _check_urls(out, ("model", "auxiliary"), err)
+    _check_platform_rules(platforms, written, err)
+    _check_new_sections(out, err)
+    warnings = _platform_warnings(platforms, written)
+
+    if problems:
+        raise ConfigError(problems)
+
+    home = choose_home(home_override, out["home"] or None, path, env)
+    if home_override and out["home"]:
+        in_file = choose_home(None, out["home"], path, env)
+        if in_file != home:
+            warnings.append(f"home: {label} says {in_file}, but --home {home} is used")
+    return Config(
+        home=home,
+        **_sections(out, env),
+        platforms=platforms,
+        written=written,
+        path=path,
+        warnings=tuple(warnings),
+        data=out,
+    )
+
+
+def _sections(out: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Each section of Config built from its checked values; the model falls back to the environment
+    field by field (DESIGN.md §1), and the sections that fall back to the model over it."""
+    views = {
+        f.name: build(f.metadata["section"], out[f.name]) for f in dataclasses.fields(Config) if "section" in f.metadata
+    }
+    model = views["model"] = views["model"].from_env(env)
+    for name in ("auxiliary", "transcription", "embeddings"):
+        views[name] = views[name].over(model)
+    return views
+
+
+def _platform_sections(raw_platforms: Any, err: Err) -> tuple[dict[str, dict[str, Any]], dict[str, frozenset[str]]]:
+    """Each known platform's section checked (common and adapter keys, defaults filled), and the keys
+    the file wrote for each platform it names; an unknown name is an error."""
     if raw_platforms is None:
         raw_platforms = {}
     if not isinstance(raw_platforms, dict):
@@ -165,109 +185,24 @@ def parse_config(
     written: dict[str, frozenset[str]] = {}
     for name in ALL_PLATFORMS:
         section = raw_platforms.get(name)
-        present = name in raw_platforms
         if section is None:
             section = {}
         if not isinstance(section, dict):
             err(f"platforms.{name}", f"must be a mapping (got {_kind(section)})")
             section = {}
-        schema = dict(ADAPTER_KEYS[name])
-        if name == "local":
-            schema["admins"] = _l()
-            schema["busy_mode"] = COMMON_PLATFORM_KEYS["busy_mode"]
-            schema["streaming"] = COMMON_PLATFORM_KEYS["streaming"]
-        else:
-            schema.update(COMMON_PLATFORM_KEYS)
-        platforms[name] = _section(section, schema, f"platforms.{name}", err)
-        if present:
+        platforms[name] = _section(section, _platform_schema(name), f"platforms.{name}", err)
+        if name in raw_platforms:
             written[name] = frozenset(k for k in section if section[k] is not None)
-    out["platforms"] = platforms
+    return platforms, written
 
-    _check_reset(out["session"]["reset"], err)
-    for section in ("model", "auxiliary"):
-        url = out[section]["base_url"]
-        if url and not url.startswith(("http://", "https://")):
-            err(f"{section}.base_url", f"must be an http:// or https:// URL (got {url!r})")
-    _check_platform_rules(platforms, written, err)
-    _check_new_sections(out, err)
-    warnings = _platform_warnings(platforms, written)
 
-    if problems:
-        raise ConfigError(problems)
-
-    home = choose_home(home_override, out["home"] or None, path, env)
-    if home_override and out["home"]:
-        in_file = choose_home(None, out["home"], path, env)
-        if in_file != home:
-            warnings.append(f"home: {label} says {in_file}, but --home {home} is used")
-    # The model falls back to the environment, field by field (DESIGN.md §1).
-    m = out["model"]
-    m["base_url"] = (m["base_url"] or env.get("OPENAI_BASE_URL") or "").rstrip("/")
-    m["api_key"] = m["api_key"] or env.get("OPENAI_API_KEY") or ""
-    m["name"] = m["name"] or env.get("CHINWAG_MODEL") or ""
-    a = out["auxiliary"]
-    model = ModelConfig(**m)
-    auxiliary = ModelConfig(
-        base_url=(a["base_url"] or model.base_url).rstrip("/"),
-        api_key=a["api_key"] or model.api_key,
-        name=a["name"] or model.name,
-        timeout_seconds=model.timeout_seconds,
-        context_window=model.context_window,
-        max_iterations=model.max_iterations,
-        max_tokens=model.max_tokens,
-        vision=model.vision,
-    )
-    t, e = out["transcription"], out["embeddings"]
-    transcription = TranscriptionConfig(
-        base_url=(t["base_url"] or model.base_url).rstrip("/"),
-        api_key=t["api_key"] or model.api_key,
-        model=t["model"],
-    )
-    embeddings = EmbeddingsConfig(
-        provider=e["provider"] or ("openai" if e["model"] else "off"),
-        base_url=(e["base_url"] or model.base_url).rstrip("/"),
-        api_key=e["api_key"] or model.api_key,
-        model=e["model"],
-        query_prefix=e["query_prefix"] or "",
-        passage_prefix=e["passage_prefix"] or "",
-    )
-    st = out["storage"]
-    g = out["gateway"]
-    return Config(
-        home=home,
-        model=model,
-        auxiliary=auxiliary,
-        session=SessionConfig(**out["session"]),
-        gateway=GatewayConfig(
-            busy_mode=g["busy_mode"],
-            max_pending=g["max_pending"],
-            busy_ack=g["busy_ack"],
-            agent_cache=AgentCacheConfig(**g["agent_cache"]),
-            single_owner=g["single_owner"],
-            shutdown_timeout_seconds=g["shutdown_timeout_seconds"],
-            streaming=g["streaming"],
-            interrupted_turns=g["interrupted_turns"],
-        ),
-        recall=RecallConfig(**out["recall"]),
-        memory=MemoryConfig(**out["memory"]),
-        storage=StorageConfig(
-            retention_days=st["retention_days"],
-            maintenance_hours=st["maintenance_hours"],
-            backend=st["backend"],
-            postgres_dsn=st["postgres"]["dsn"],
-            synchronous=st["synchronous"],
-        ),
-        media=MediaConfig(**out["media"]),
-        transcription=transcription,
-        embeddings=embeddings,
-        http=HttpConfig(**out["http"]),
-        logging=LoggingConfig(**out["logging"]),
-        platforms=platforms,
-        written=written,
-        path=path,
-        warnings=tuple(warnings),
-        data=out,
-    )
+def _platform_schema(name: str) -> dict[str, Any]:
+    schema = dict(ADAPTER_KEYS[name])
+    if name == "local":  # the terminal: no access rules, but admins and the two overrides
+        schema.update({k: COMMON_PLATFORM_KEYS[k] for k in ("admins", "busy_mode", "streaming")})
+    else:
+        schema.update(COMMON_PLATFORM_KEYS)
+    return schema
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,6 +218,13 @@ def _check_reset(reset: dict[str, Any], err: Callable[[str, str], None]) -> None
     except ValueError as exc:  # its messages start with the dotted key
         key, _, problem = str(exc).partition(": ")
         err(key, problem or str(exc))
+
+
+def _check_urls(out: dict[str, Any], sections: tuple[str, ...], err: Err) -> None:
+    for section in sections:
+        url = out[section]["base_url"]
+        if url and not url.startswith(("http://", "https://")):
+            err(f"{section}.base_url", f"must be an http:// or https:// URL (got {url!r})")
 
 
 def _check_new_sections(out: dict[str, Any], err: Callable[[str, str], None]) -> None:
@@ -309,10 +251,7 @@ def _check_new_sections(out: dict[str, Any], err: Callable[[str, str], None]) ->
             "media.max_total_bytes",
             f"must be 0 (no cap) or at least media.max_bytes ({media['max_bytes']}) (got {media['max_total_bytes']})",
         )
-    for section in ("transcription", "embeddings"):
-        url = out[section]["base_url"]
-        if url and not url.startswith(("http://", "https://")):
-            err(f"{section}.base_url", f"must be an http:// or https:// URL (got {url!r})")
+    _check_urls(out, ("transcription", "embeddings"), err)
     if out["embeddings"]["provider"] == "openai" and not out["embeddings"]["model"]:
         err("embeddings.model", "is required when embeddings.provider is openai (e.g. text-embedding-3-small)")
 

@@ -1,36 +1,22 @@
-"""The shape of config.yaml: every key with its type, default and allowed values, and the
-generic machinery that checks a parsed document against it (types, ranges, choices, unknown keys
-with a did-you-mean, `${ENV}` substitution). gateway.config.load builds the typed view on top.
+"""The shape of config.yaml, derived: every key with its type, default and allowed values comes from
+the section dataclasses (gateway.config.sections, the typed `Config` of gateway.config.views) and the
+adapters' settings classes (platforms/<name>/settings.py); here is the generic machinery that checks
+a parsed document against it (types, ranges, choices, unknown keys with a did-you-mean, `${ENV}`
+substitution) and builds the typed sections from the checked values. gateway.config.load runs it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from gateway.config.sections import SETTINGS_CLASSES, UNSET, PlatformAccess
+from gateway.config.views import Config
 from gateway.envvars import expand_env
-from gateway.storage.home import DEFAULT_HOME  # noqa: F401  (re-exported; one home rule)
-from platforms.discord.settings import DiscordSettings
-from platforms.feishu.settings import FeishuSettings
-from platforms.settings import value_type
-from platforms.telegram.settings import TelegramSettings
-
-CHAT_PLATFORMS = ("telegram", "feishu", "discord")
-ALL_PLATFORMS = ("local",) + CHAT_PLATFORMS
-BUSY_MODES = ("queue", "interrupt", "steer")
-GROUP_POLICIES = ("open", "allowlist", "blacklist", "admin_only", "disabled")
-RESET_MODES = ("none", "idle", "daily", "both")
-STORAGE_BACKENDS = ("sqlite", "postgres")
-SYNCHRONOUS_LEVELS = ("full", "normal")  # storage.synchronous: see gateway/storage/connect.py
-STREAMING_MODES = ("auto", "off")
-INTERRUPTED_TURNS = ("rerun", "notify")
-EMBEDDING_PROVIDERS = ("off", "openai", "local")
-MB = 1024 * 1024
-
-# Credentials that make a chat platform "configured" (all must be non-empty).
-CREDENTIALS = {"telegram": ("token",), "feishu": ("app_id", "app_secret"), "discord": ("token",)}
+from platforms.settings import truthy, value_type
 
 
 class ConfigError(ValueError):
@@ -42,8 +28,8 @@ class ConfigError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
-# Schema: each section maps key -> Field. Kept declarative so the example file and the
-# validator cannot drift apart silently (tests compare them).
+# Schema: each section maps key -> Field, derived from the dataclasses that declare the keys, so
+# the validator, the typed view and the example file's test cannot disagree about a key.
 # --------------------------------------------------------------------------------------------
 
 
@@ -56,123 +42,79 @@ class Field:
     maximum: float | None = None
 
 
-def _s(default: str = "") -> Field:
-    return Field("str", default)
+_KINDS = {str: "str", int: "int", float: "float", bool: "bool", tuple: "list"}
 
 
-def _i(default: int, minimum: float | None = 0, maximum: float | None = None) -> Field:
-    return Field("int", default, minimum=minimum, maximum=maximum)
+def _field(cls: type, f: dataclasses.Field, hint: Any) -> Field:
+    meta = f.metadata
+    default = meta.get("unset", UNSET)
+    if default is UNSET:
+        default = None if f.default is dataclasses.MISSING else f.default
+    choices = tuple(meta.get("choices") or ())
+    if choices:
+        kind = "choice"
+    elif typing.get_origin(hint) is dict:
+        kind = "dict"  # read by its own reader (session.reset: gateway.sessions.reset)
+    elif {str, bool} <= set(typing.get_args(hint)):
+        kind = "tristate"  # auto | true | false
+    else:
+        kind = _KINDS[value_type(cls, f.name)]
+    return Field(kind, default, choices=choices, minimum=meta.get("minimum"), maximum=meta.get("maximum"))
 
 
-def _f(default: float, minimum: float | None = 0) -> Field:
-    return Field("float", default, minimum=minimum)
-
-
-def _b(default: bool) -> Field:
-    return Field("bool", default)
-
-
-def _c(default: str, *choices: str) -> Field:
-    return Field("choice", default, choices=choices)
-
-
-def _l() -> Field:
-    return Field("list", ())
-
-
-SCHEMA: dict[str, Any] = {
-    "home": _s(""),
-    "model": {
-        "base_url": _s(),
-        "api_key": _s(),
-        "name": _s(),
-        "timeout_seconds": _f(60, minimum=1),
-        "context_window": _i(128000, minimum=1024),
-        "max_iterations": _i(8, minimum=1),
-        "max_tokens": _i(0),
-        "vision": Field("tristate", "auto"),
-    },
-    "auxiliary": {"base_url": _s(), "api_key": _s(), "name": _s()},
-    "session": {
-        "group_sessions_per_user": _b(True),
-        "thread_sessions_per_user": _b(False),
-        # Validated by gateway.reset.ResetPolicies.from_config (the store's own reader).
-        "reset": Field("dict"),
-    },
-    "gateway": {
-        "busy_mode": _c("queue", *BUSY_MODES),
-        "max_pending": _i(5, minimum=1),
-        "busy_ack": _b(True),
-        "agent_cache": {"max_agents": _i(64, minimum=1), "idle_ttl_minutes": _f(30, minimum=0)},
-        "single_owner": Field("tristate", "auto"),
-        "shutdown_timeout_seconds": _f(10, minimum=0),
-        "streaming": _c("auto", *STREAMING_MODES),
-        "interrupted_turns": _c("rerun", *INTERRUPTED_TURNS),
-        "tool_status": _c("on", "on", "off"),
-    },
-    "recall": {"deadline_seconds": _f(60, minimum=1), "recaps": _b(True)},
-    "memory": {"memory_chars": _i(2200, minimum=100), "user_chars": _i(1375, minimum=100)},
-    "storage": {
-        "retention_days": _f(0, minimum=0),
-        "maintenance_hours": _f(6, minimum=0.01),
-        "backend": _c("sqlite", *STORAGE_BACKENDS),
-        "synchronous": _c("full", *SYNCHRONOUS_LEVELS),
-        "postgres": {"dsn": _s()},
-    },
-    "media": {"max_bytes": _i(20 * MB, minimum=1), "max_total_bytes": _i(1024 * MB, minimum=0)},
-    "transcription": {"base_url": _s(), "api_key": _s(), "model": _s()},
-    "embeddings": {
-        "provider": Field("choice", None, choices=EMBEDDING_PROVIDERS),
-        "base_url": _s(),
-        "api_key": _s(),
-        "model": _s(),
-        "query_prefix": _s(),
-        "passage_prefix": _s(),
-    },
-    "platforms": Field("dict"),
-    "http": {"enabled": _b(True), "host": _s("127.0.0.1"), "port": _i(8765, 0, 65535), "console_token": _s()},
-    "logging": {"level": _c("INFO", "DEBUG", "INFO", "WARNING", "ERROR"), "format": _c("text", "text", "json")},
-}
-
-# Keys every chat platform section understands (the gateway's access rules and overrides).
-COMMON_PLATFORM_KEYS: dict[str, Field] = {
-    "enabled": _b(True),
-    "allowed_users": _l(),
-    "admins": _l(),
-    "group_policy": _c("open", *GROUP_POLICIES),
-    "group_allowlist": _l(),
-    "group_blacklist": _l(),
-    "require_mention": _b(True),
-    "busy_mode": Field("choice", None, choices=BUSY_MODES),
-    "streaming": Field("choice", None, choices=STREAMING_MODES),
-}
-
-
-def fields_of(settings_class: type) -> dict[str, Field]:
-    """The schema of a settings dataclass (platforms/<name>/settings.py): each field is a key, its
-    type and default from the class, its range and choices from the field's metadata."""
-    out: dict[str, Field] = {}
+def fields_of(settings_class: type) -> dict[str, Any]:
+    """The schema of a settings dataclass (a section of gateway.config.sections, or an adapter's
+    platforms/<name>/settings.py): each field is a key, its type and default from the class, its
+    range and choices from the field's metadata; a field typed by a dataclass is a section inside
+    it, and a field's `key` metadata places it under a dotted key (storage.postgres.dsn)."""
+    hints = typing.get_type_hints(settings_class)
+    out: dict[str, Any] = {}
     for f in dataclasses.fields(settings_class):
-        meta = f.metadata
-        choices = tuple(meta.get("choices") or ())
-        kind = "choice" if choices else _KINDS[value_type(settings_class, f.name)]
-        out[f.name] = Field(kind, f.default, choices=choices, minimum=meta.get("minimum"), maximum=meta.get("maximum"))
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            out[f.name] = fields_of(hint)  # type: ignore[arg-type]
+            continue
+        *parents, leaf = (f.metadata.get("key") or f.name).split(".")
+        place = out
+        for parent in parents:
+            place = place.setdefault(parent, {})
+        place[leaf] = _field(settings_class, f, hint)
     return out
 
 
-_KINDS = {str: "str", int: "int", float: "float", bool: "bool", tuple: "list"}
+def build(section_class: type, values: Mapping[str, Any]) -> Any:
+    """The typed section from its checked values (as `_section` returns them), the inverse of `fields_of`."""
+    hints = typing.get_type_hints(section_class)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(section_class):
+        if dataclasses.is_dataclass(hints[f.name]):
+            kwargs[f.name] = build(hints[f.name], values[f.name])
+            continue
+        value: Any = values
+        for part in (f.metadata.get("key") or f.name).split("."):
+            value = value[part]
+        kwargs[f.name] = value
+    return section_class(**kwargs)
+
+
+# The two top-level keys that are not sections: home (resolved to a Path) and platforms (below).
+_TOP_LEVEL = {"home": Field("str", ""), "platforms": Field("dict")}
+SCHEMA: dict[str, Any] = {
+    f.name: fields_of(f.metadata["section"]) if "section" in f.metadata else _TOP_LEVEL[f.name]
+    for f in dataclasses.fields(Config)
+    if "section" in f.metadata or f.name in _TOP_LEVEL
+}
+
+# Keys every chat platform section understands (the gateway's access rules and overrides).
+COMMON_PLATFORM_KEYS: dict[str, Field] = fields_of(PlatformAccess)
 
 # Adapter-specific keys: declared by each adapter's settings class; handed to the adapter after
 # substitution and type checks.
-SETTINGS_CLASSES: dict[str, type] = {
-    "telegram": TelegramSettings,
-    "feishu": FeishuSettings,
-    "discord": DiscordSettings,
-}
-ADAPTER_KEYS: dict[str, dict[str, Field]] = {
-    "local": {"enabled": Field("tristate", "auto"), "user": _s(), "prompt": _s("")},
+ADAPTER_KEYS: dict[str, dict[str, Any]] = {
+    "local": {"enabled": Field("tristate", "auto"), "user": Field("str", ""), "prompt": Field("str", "")},
     **{name: fields_of(cls) for name, cls in SETTINGS_CLASSES.items()},
 }
+
 
 # Names people reach for that mean something else here.
 _ALIASES = {"lark": "feishu (set domain: https://open.larksuite.com)", "tg": "telegram", "terminal": "local"}
@@ -228,91 +170,112 @@ def _section(data: Any, schema: dict[str, Any], prefix: str, err: Callable[[str,
     return out
 
 
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
+Err = Callable[[str, str], None]
 
 
-def _coerce(value: Any, spec: Field, where: str, err: Callable[[str, str], None]) -> Any:
-    kind = spec.kind
-    if kind == "str":
-        if isinstance(value, (dict, list)):
-            err(where, f"must be a string (got {_kind(value)})")
-            return spec.default
-        return str(value)
-    if kind == "bool":
-        return _bool(value, where, err, spec.default)
-    if kind == "tristate":
-        if isinstance(value, str) and value.strip().lower() == "auto":
-            return "auto"
-        if isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE):
-            return _bool(value, where, err, spec.default)
-        err(where, f"must be auto, true or false (got {value!r})")
+def _coerce(value: Any, spec: Field, where: str, err: Err) -> Any:
+    """`value` as the key's kind wants it; on a problem, `err` is told and the default returned."""
+    return _COERCERS[spec.kind](value, spec, where, err)
+
+
+def _str(value: Any, spec: Field, where: str, err: Err) -> Any:
+    if isinstance(value, (dict, list)):
+        err(where, f"must be a string (got {_kind(value)})")
         return spec.default
-    if kind in ("int", "float"):
-        if isinstance(value, bool):
-            err(where, f"must be a number (got {value!r})")
-            return spec.default
-        try:
-            number = int(value) if kind == "int" else float(value)
-            if kind == "int" and isinstance(value, float) and value != int(value):
-                raise ValueError
-        except (TypeError, ValueError):
-            err(where, f"must be {'a whole number' if kind == 'int' else 'a number'} (got {value!r})")
-            return spec.default
-        if spec.minimum is not None and number < spec.minimum:
-            err(where, f"must be at least {spec.minimum:g} (got {value!r})")
-        if spec.maximum is not None and number > spec.maximum:
-            err(where, f"must be at most {spec.maximum:g} (got {value!r})")
-        return number
-    if kind == "choice":
-        if isinstance(value, bool) and "off" in spec.choices:
-            # YAML reads a bare off/on as a boolean: `streaming: off` means the choice "off"
-            value = "off" if not value else ("on" if "on" in spec.choices else spec.default)
-        text = str(value).strip()
-        if text not in spec.choices:
-            lowered = text.lower() if spec.choices[0].islower() else text.upper()
-            if lowered in spec.choices:
-                return lowered
-            hint = _suggest(text, spec.choices)
-            err(
-                where,
-                f"must be one of {', '.join(spec.choices)} (got {value!r})"
-                + (f"; did you mean {hint!r}?" if hint else ""),
-            )
-            return spec.default
-        return text
-    if kind == "list":
-        if isinstance(value, str):  # "a,b" from an env var
-            items: list[Any] = [p.strip() for p in value.split(",") if p.strip()]
-        elif isinstance(value, list):
-            items = value
-        elif isinstance(value, int) and not isinstance(value, bool):
-            items = [value]
-        else:
-            err(where, f"must be a list of ids (got {_kind(value)})")
-            return []
-        result = []
-        for i, item in enumerate(items):
-            if isinstance(item, (dict, list, bool)) or item is None or str(item).strip() == "":
-                err(f"{where}[{i}]", f"must be an id (a string or number) (got {item!r})")
-                continue
-            result.append(str(item).strip())
-        return result
-    if kind == "dict":
-        if not isinstance(value, dict):
-            err(where, f"must be a mapping (got {_kind(value)})")
-            return {}
-        return value
-    raise AssertionError(kind)
+    return str(value)
 
 
-def _bool(value: Any, where: str, err: Callable[[str, str], None], default: Any) -> Any:
+def _bool(value: Any, spec: Field, where: str, err: Err) -> Any:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
+    if truthy(value) is not None:
+        return truthy(value)
     err(where, f"must be true or false (got {value!r})")
-    return default
+    return spec.default
+
+
+def _tristate(value: Any, spec: Field, where: str, err: Err) -> Any:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, bool) or truthy(value) is not None:
+        return _bool(value, spec, where, err)
+    err(where, f"must be auto, true or false (got {value!r})")
+    return spec.default
+
+
+def _number(value: Any, spec: Field, where: str, err: Err) -> Any:
+    whole = spec.kind == "int"
+    if isinstance(value, bool):
+        err(where, f"must be a number (got {value!r})")
+        return spec.default
+    try:
+        number = int(value) if whole else float(value)
+        if whole and isinstance(value, float) and value != int(value):
+            raise ValueError
+    except (TypeError, ValueError):
+        err(where, f"must be {'a whole number' if whole else 'a number'} (got {value!r})")
+        return spec.default
+    if spec.minimum is not None and number < spec.minimum:
+        err(where, f"must be at least {spec.minimum:g} (got {value!r})")
+    if spec.maximum is not None and number > spec.maximum:
+        err(where, f"must be at most {spec.maximum:g} (got {value!r})")
+    return number
+
+
+def _choice(value: Any, spec: Field, where: str, err: Err) -> Any:
+    if isinstance(value, bool) and "off" in spec.choices:
+        # YAML reads a bare off/on as a boolean: `streaming: off` means the choice "off"
+        value = "off" if not value else ("on" if "on" in spec.choices else spec.default)
+    text = str(value).strip()
+    if text in spec.choices:
+        return text
+    lowered = text.lower() if spec.choices[0].islower() else text.upper()
+    if lowered in spec.choices:
+        return lowered
+    hint = _suggest(text, spec.choices)
+    err(
+        where,
+        f"must be one of {', '.join(spec.choices)} (got {value!r})" + (f"; did you mean {hint!r}?" if hint else ""),
+    )
+    return spec.default
+
+
+def _list(value: Any, spec: Field, where: str, err: Err) -> Any:
+    if isinstance(value, str):  # "a,b" from an env var
+        items: list[Any] = [p.strip() for p in value.split(",") if p.strip()]
+    elif isinstance(value, list):
+        items = value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        items = [value]
+    else:
+        err(where, f"must be a list of ids (got {_kind(value)})")
+        return []
+    result = []
+    for i, item in enumerate(items):
+        if isinstance(item, (dict, list, bool)) or item is None or str(item).strip() == "":
+            err(f"{where}[{i}]", f"must be an id (a string or number) (got {item!r})")
+            continue
+        result.append(str(item).strip())
+    return result
+
+
+def _mapping(value: Any, spec: Field, where: str, err: Err) -> Any:
+    if not isinstance(value, dict):
+        err(where, f"must be a mapping (got {_kind(value)})")
+        return {}
+    return value
+
+
+_COERCERS: dict[str, Callable[[Any, Field, str, Err], Any]] = {
+    "str": _str,
+    "bool": _bool,
+    "tristate": _tristate,
+    "int": _number,
+    "float": _number,
+    "choice": _choice,
+    "list": _list,
+    "dict": _mapping,
+}
 
 
 def _suggest(word: str, options: Any) -> str | None:

@@ -1,129 +1,43 @@
-"""Typed views of a validated configuration: one frozen dataclass per section, and `Config`, the whole."""
+"""`Config`, the typed view of a validated configuration: one field per section of config.yaml (each
+section a frozen dataclass of gateway.config.sections; the schema is derived from these fields, in
+their order), the platforms' sections as checked mappings, and the rules across sections (which
+platforms start, who owns the deployment)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.config.schema import ALL_PLATFORMS, CHAT_PLATFORMS, COMMON_PLATFORM_KEYS, CREDENTIALS, SETTINGS_CLASSES
+from gateway.config.sections import (
+    ALL_PLATFORMS,
+    CHAT_PLATFORMS,
+    CREDENTIALS,
+    SETTINGS_CLASSES,
+    AuxiliaryConfig,
+    EmbeddingsConfig,
+    GatewayConfig,
+    HttpConfig,
+    LoggingConfig,
+    MediaConfig,
+    MemoryConfig,
+    ModelConfig,
+    PlatformAccess,
+    RecallConfig,
+    SessionConfig,
+    StorageConfig,
+    TranscriptionConfig,
+)
 
 
-@dataclass(frozen=True)
-class ModelConfig:
-    base_url: str
-    api_key: str = field(repr=False)
-    name: str
-    timeout_seconds: float
-    context_window: int
-    max_iterations: int
-    max_tokens: int  # 0 = endpoint default
-    vision: str | bool = "auto"  # images as content parts: auto (the endpoint decides) | True | False
-
-    @property
-    def is_configured(self) -> bool:
-        return bool(self.base_url or self.api_key)
+def section(written_as: type, view: type | None = None) -> Any:
+    """A top-level section of Config: `written_as` declares its keys; `view` is the type Config holds
+    when the section is resolved into another (auxiliary: an AuxiliaryConfig over model.* is a ModelConfig)."""
+    return field(default_factory=view or written_as, metadata={"section": written_as})
 
 
-@dataclass(frozen=True)
-class AgentCacheConfig:
-    max_agents: int
-    idle_ttl_minutes: float
-
-
-@dataclass(frozen=True)
-class GatewayConfig:
-    busy_mode: str
-    max_pending: int
-    busy_ack: bool
-    agent_cache: AgentCacheConfig
-    single_owner: str | bool  # "auto" | True | False (as written; Config.single_owner resolves it)
-    shutdown_timeout_seconds: float = 10.0  # running turns get this long to finish at shutdown
-    streaming: str = "auto"  # auto | off (each platform may override; PlatformSettings.streaming resolves)
-    interrupted_turns: str = "rerun"  # a turn cut short by a crash: rerun | notify (DESIGN §11)
-
-
-@dataclass(frozen=True)
-class SessionConfig:
-    group_sessions_per_user: bool
-    thread_sessions_per_user: bool
-    reset: dict[str, Any]  # the `session.reset` section as written (see reset_policies())
-
-    def reset_policies(self) -> Any:
-        """gateway.reset.ResetPolicies for this section (validated at load time)."""
-        from gateway.sessions.reset import ResetPolicies
-
-        return ResetPolicies.from_config(self.reset, where="session.reset")
-
-
-@dataclass(frozen=True)
-class RecallConfig:
-    deadline_seconds: float
-    recaps: bool
-
-
-@dataclass(frozen=True)
-class MemoryConfig:
-    memory_chars: int
-    user_chars: int
-
-
-@dataclass(frozen=True)
-class StorageConfig:
-    retention_days: float  # 0: keep every conversation
-    maintenance_hours: float  # how often the daemon does its upkeep (gateway.service.maintenance)
-    backend: str = "sqlite"  # sqlite | postgres (DESIGN §14)
-    postgres_dsn: str = field(default="", repr=False)  # storage.postgres.dsn (may hold a password)
-    synchronous: str = "full"  # full: an append returned is on disk; normal: see gateway/storage/connect.py
-
-
-@dataclass(frozen=True)
-class MediaConfig:
-    max_bytes: int = 20 * 1024 * 1024  # one attachment larger than this is refused with a reply
-    max_total_bytes: int = 1024 * 1024 * 1024  # all of home/media/; 0: no cap
-
-
-@dataclass(frozen=True)
-class TranscriptionConfig:
-    """An OpenAI-compatible /audio/transcriptions endpoint; base_url and api_key fall back to model.*."""
-
-    base_url: str = ""
-    api_key: str = field(default="", repr=False)
-    model: str = ""  # empty: voice and audio are not transcribed
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.model)
-
-
-@dataclass(frozen=True)
-class EmbeddingsConfig:
-    """Vectors for recall. provider is resolved: written, else openai when a model is set, else off."""
-
-    provider: str = "off"  # off | openai | local
-    base_url: str = ""
-    api_key: str = field(default="", repr=False)
-    model: str = ""
-    query_prefix: str = ""  # what an e5-style model wants before a question ("query: ")
-    passage_prefix: str = ""  # ... and before the text it is compared with ("passage: ")
-
-    @property
-    def enabled(self) -> bool:
-        return self.provider != "off"
-
-
-@dataclass(frozen=True)
-class HttpConfig:
-    enabled: bool
-    host: str
-    port: int
-    console_token: str = field(default="", repr=False)  # required for /console/ off loopback
-
-
-@dataclass(frozen=True)
-class LoggingConfig:
-    level: str
-    format: str
+_ACCESS_KEYS = frozenset(f.name for f in dataclasses.fields(PlatformAccess))
 
 
 @dataclass(frozen=True)
@@ -148,20 +62,21 @@ class PlatformSettings:
 
 @dataclass(frozen=True)
 class Config:
-    home: Path
-    model: ModelConfig
-    auxiliary: ModelConfig
-    session: SessionConfig
-    gateway: GatewayConfig
-    recall: RecallConfig
-    memory: MemoryConfig
-    storage: StorageConfig
-    http: HttpConfig
-    logging: LoggingConfig
-    platforms: dict[str, dict[str, Any]]  # name -> full section (defaults filled), every known platform
-    media: MediaConfig = field(default_factory=MediaConfig)
-    transcription: TranscriptionConfig = field(default_factory=TranscriptionConfig)
-    embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
+    home: Path  # `home` as written, resolved (gateway.storage.home.choose_home)
+    model: ModelConfig = section(ModelConfig)
+    auxiliary: ModelConfig = section(AuxiliaryConfig, ModelConfig)
+    session: SessionConfig = section(SessionConfig)
+    gateway: GatewayConfig = section(GatewayConfig)
+    recall: RecallConfig = section(RecallConfig)
+    memory: MemoryConfig = section(MemoryConfig)
+    storage: StorageConfig = section(StorageConfig)
+    media: MediaConfig = section(MediaConfig)
+    transcription: TranscriptionConfig = section(TranscriptionConfig)
+    embeddings: EmbeddingsConfig = section(EmbeddingsConfig)
+    # name -> full section (defaults filled), every known platform
+    platforms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    http: HttpConfig = section(HttpConfig)
+    logging: LoggingConfig = section(LoggingConfig)
     # name -> the keys the file wrote (not None) for each platform section present in the file
     written: dict[str, frozenset[str]] = field(default_factory=dict)
     path: Path | None = None  # the file it came from (None: embedded defaults)
@@ -226,9 +141,7 @@ class Config:
         filled) plus the adapter keys the person wrote, type-checked. Unwritten adapter keys are
         left out so the adapter's own defaults apply."""
         given = self.written.get(name, frozenset())
-        return {
-            k: v for k, v in self.platforms[name].items() if (k in given or k in COMMON_PLATFORM_KEYS) and v is not None
-        }
+        return {k: v for k, v in self.platforms[name].items() if (k in given or k in _ACCESS_KEYS) and v is not None}
 
     def platform_settings(self, name: str) -> Any:
         """The adapter's own typed settings (platforms/<name>/settings.py) for a chat platform."""
@@ -252,9 +165,10 @@ class Config:
 
     # -- whole-config views ------------------------------------------------------------------
     def as_dict(self) -> dict[str, Any]:
-        """The validated config as plain dicts (for code that takes a mapping, e.g. agent.llm)."""
+        """The validated config as plain dicts, the model resolved (the shape
+        agent.llm.ModelSettings.from_config reads); the gateway itself reads the typed sections."""
         data = dict(self.data)
-        model = dict(data["model"])
+        model = dataclasses.asdict(self.model)
         model["timeout"] = model["timeout_seconds"]
         if not model.get("max_tokens"):
             model.pop("max_tokens", None)

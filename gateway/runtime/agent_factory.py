@@ -23,13 +23,14 @@ from typing import Any, Callable
 import httpx2
 import openai
 
-from agent.llm import ModelNotConfigured, ModelSettings, make_client
+from agent.llm import DEFAULT_MODEL, ModelNotConfigured, ModelSettings, make_client
 from agent.loop import Agent
 from agent.prompts import build_system_prompt
-from agent.tools import Tool, ToolRegistry
+from agent.tools import ToolRegistry
+from gateway.config.sections import MemoryConfig, ModelConfig, RecallConfig
 from gateway.source import SessionSource
 from tools.memory import NotePlace, make_memory_tool, read_snapshot
-from tools.session_search import SESSION_SEARCH_TOOL
+from tools.session_search import SearchSettings, make_session_search_tool
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +61,29 @@ class SessionAgent:
         self.owned_clients.clear()
 
 
-def default_tools(memory_limits: dict[str, int] | None = None) -> ToolRegistry:
-    """session_search and memory."""
-    tools: list[Tool] = [SESSION_SEARCH_TOOL]
-    tools.append(make_memory_tool(memory_limits))
-    return ToolRegistry(tools)
+def model_settings(model: ModelConfig) -> ModelSettings:
+    """The client settings of a resolved model section (the config consulted the environment
+    already, so it is not read twice)."""
+    return ModelSettings(
+        base_url=model.base_url or None,
+        api_key=model.api_key or None,
+        name=model.name or DEFAULT_MODEL,
+        timeout=float(model.timeout_seconds),
+        context_window=model.context_window,
+        max_tokens=model.max_tokens or None,  # 0: the endpoint's default
+    )
+
+
+def default_tools(memory_limits: dict[str, int] | None = None, search: SearchSettings | None = None) -> ToolRegistry:
+    """session_search and memory, built with what they need (None: their defaults)."""
+    return ToolRegistry([make_session_search_tool(search), make_memory_tool(memory_limits)])
 
 
 class AgentFactory:
     """Builds session agents over one shared model client (see the module doc). `http_client`
-    reaches the openai client's transport (bench/ answers the model in-process through it)."""
+    reaches the openai client's transport (bench/ answers the model in-process through it).
+    Without `tools`, the agents get session_search and memory built with `recall.*` and `memory.*`
+    (defaults when not given), the auxiliary model and the factory's recap client."""
 
     def __init__(
         self,
@@ -84,17 +98,28 @@ class AgentFactory:
         auxiliary: ModelSettings | None = None,
         http_client: httpx2.AsyncClient | None = None,
         notes: NotePlace | None = None,
+        memory: MemoryConfig | None = None,
+        recall: RecallConfig | None = None,
     ) -> None:
         self.settings = settings
         self.notes = notes  # where MEMORY.md/USER.md are read from; None: the files in `home`
         self.http_client = http_client
         self.home = Path(home)
-        self.tools = tools if tools is not None else default_tools()
         self.max_iterations = max_iterations
         self.instructions = instructions
         self.share_client = share_client
         self.clock = clock
         self.auxiliary = auxiliary
+        if tools is None:
+            recall = recall or RecallConfig()
+            search = SearchSettings(
+                deadline=float(recall.deadline_seconds),
+                recaps=recall.recaps,
+                recap_model=auxiliary,
+                recap_client=lambda: self.recap_client,
+            )
+            tools = default_tools((memory or MemoryConfig()).limits(), search)
+        self.tools = tools
         self._client: openai.AsyncOpenAI | None = None
         self._aux_client: openai.AsyncOpenAI | None = None
         self.built = 0

@@ -57,7 +57,6 @@ ERROR_TEXT = "Sorry, something went wrong while handling that message. Please tr
 INTERRUPTED_TEXT = (
     "Your message “{text}” was cut short by a restart before I could answer it. Send /retry to have it answered."
 )
-INTERRUPTED_MODES = ("rerun", "notify")
 
 
 class GatewayRunner:
@@ -95,8 +94,7 @@ class GatewayRunner:
         self.outbox = outbox
         self.leases = outbox.leases  # who runs which chat: SoloLeases on SQLite, SharedLeases on Postgres
         self.intake = intake_for(self, self.leases)
-        mode = getattr(config.gateway, "interrupted_turns", "rerun")  # read defensively: a newer config key
-        self.interrupted_mode = mode if mode in INTERRUPTED_MODES else "rerun"
+        self.interrupted_mode = config.gateway.interrupted_turns  # rerun | notify (checked by gateway.config)
         self.clock = clock
         self.metrics = metrics
         self.single_owner: bool = turns.single_owner

@@ -319,11 +319,6 @@ class TurnRunner:
             is_admin=self.access.is_admin(msg.source),
             single_owner=self.single_owner,
             home=self.config.home,
-            extra={
-                "config": self.config,
-                "recap_model": self.factory.auxiliary,
-                "recap_client": self.factory.recap_client,
-            },
         )
 
     async def _reply(

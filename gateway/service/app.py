@@ -31,7 +31,6 @@ from typing import IO, Any, Callable
 
 import httpx2
 
-from agent.llm import ModelSettings
 from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
 from gateway.db import SchemaTooNew, StorageFace, StorageUnavailable, open_db
@@ -40,7 +39,7 @@ from gateway.recall import semantic
 from gateway.recall.index import BackgroundIndexer
 from gateway.recall.index import stats as index_stats
 from gateway.runtime.agent_cache import AgentCache
-from gateway.runtime.agent_factory import AgentFactory, default_tools
+from gateway.runtime.agent_factory import AgentFactory, model_settings
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.leases import ChatLeases, SharedLeases
 from gateway.runtime.media import MediaIntake, vision_enabled
@@ -59,7 +58,7 @@ from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
-from tools.memory import limits_from_config, note_place
+from tools.memory import note_place
 
 log = logging.getLogger(__name__)
 
@@ -268,17 +267,17 @@ def build_runner(
     `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all).
     `cache`: the agent cache whose running turns the store must not reset under (build_agent_cache);
     `ops_url`: the ops HTTP server's address once it listens (/status shows it)."""
-    # The config already resolved the environment fallbacks; don't consult os.environ twice.
-    model_settings = ModelSettings.from_config(config.as_dict(), env={})
+    model = model_settings(config.model)
     factory = agent_factory or AgentFactory(
-        model_settings,
+        model,
         config.home,
-        default_tools(limits_from_config(config.as_dict())),
         max_iterations=config.model.max_iterations,
         clock=clock,
-        auxiliary=ModelSettings.from_config(config.as_dict(), role="auxiliary", env={}),
+        auxiliary=model_settings(config.auxiliary),
         http_client=http_client,
         notes=note_place(config.home, db),
+        memory=config.memory,
+        recall=config.recall,
     )
     cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
@@ -295,7 +294,7 @@ def build_runner(
         outbound=outbound,
         outbox=outbox,
         clock=clock,
-        model_settings=model_settings,
+        model_settings=model,
         access=access,
         config=config,
         media=build_media_intake(config),
@@ -459,8 +458,7 @@ def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics
         readiness=functools.partial(adapter_health, adapters),
         webhooks=webhooks,
         db=db,
-        # http.console_token is being declared in gateway.config; until then no token is set
-        console_token=getattr(config.http, "console_token", None) or None,
+        console_token=config.http.console_token or None,
     )
 
 

@@ -6,8 +6,10 @@ import dataclasses
 
 import pytest
 
-from gateway.config import ConfigError, parse_config
-from gateway.config.schema import ADAPTER_KEYS, SETTINGS_CLASSES
+from gateway.config import Config, ConfigError, parse_config
+from gateway.config.schema import ADAPTER_KEYS, SCHEMA, SETTINGS_CLASSES
+from gateway.config.sections import MemoryConfig
+from tools.memory import DEFAULT_LIMITS
 
 
 def problems(data: dict) -> str:
@@ -117,3 +119,46 @@ def test_storage_synchronous_is_full_unless_opted_out() -> None:
     assert "storage.synchronous: must be one of full, normal (got 'off')" in problems(
         {"storage": {"synchronous": "off"}}
     )
+
+
+def _sections() -> dict[str, type]:
+    return {f.name: f.metadata["section"] for f in dataclasses.fields(Config) if "section" in f.metadata}
+
+
+def _options(cls: type, prefix: str) -> list[tuple[str, dataclasses.Field]]:
+    found = []
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.default_factory):  # a section inside the section
+            found += _options(f.default_factory, f"{prefix}.{f.name}")
+        else:
+            found.append((f"{prefix}.{f.metadata.get('key') or f.name}", f))
+    return found
+
+
+def test_sections_are_declared_once() -> None:
+    """Issue 29 item 5: the schema, the defaults and the doc of a key come from its section's
+    dataclass; the validator fills exactly the view's defaults, and every key says what it is."""
+    assert list(SCHEMA) == [f.name for f in dataclasses.fields(Config) if f.name in SCHEMA]
+    defaults = parse_config({}, env={})
+    for name, cls in _sections().items():
+        view = getattr(defaults, name)
+        assert view == getattr(Config, "__dataclass_fields__")[name].default_factory(), name
+        for key, option in _options(cls, name):
+            assert option.metadata["doc"], f"{key} has no doc"
+    assert "tool_status" in SCHEMA["gateway"] and defaults.gateway.tool_status == "on"
+    assert parse_config({"gateway": {"tool_status": "off"}}, env={}).gateway.tool_status == "off"
+
+
+def test_memory_budgets_agree_with_the_tool() -> None:
+    """tools/ is above the config's floor, so the tool keeps its own default budgets: the same numbers."""
+    assert MemoryConfig().limits() == DEFAULT_LIMITS
+
+
+def test_truthy_strings_are_one_rule() -> None:
+    from platforms.settings import truthy
+
+    for word, meaning in (("Yes", True), (" on ", True), ("1", True), ("OFF", False), ("no", False), ("maybe", None)):
+        assert truthy(word) is meaning
+        if meaning is not None:
+            assert parse_config({"recall": {"recaps": word}}, env={}).recall.recaps is meaning
+    assert "recall.recaps: must be true or false (got 'maybe')" in problems({"recall": {"recaps": "maybe"}})

@@ -130,9 +130,9 @@ async def test_concurrent_adds_all_land(ctx, tmp_path):
     assert sorted(MemoryStore(tmp_path).entries("memory")) == sorted(f"note {i}" for i in range(25))
 
 
-async def test_limits_from_context_extra(tmp_path):
-    registry = ToolRegistry([make_memory_tool()])
-    ctx = ToolContext(session_id="s", home=tmp_path, extra={"memory_limits": {"memory": 10}})
+async def test_limits_the_tool_is_built_with(tmp_path):
+    registry = ToolRegistry([make_memory_tool({"memory": 10})])
+    ctx = ToolContext(session_id="s", home=tmp_path)
     assert (await call(registry, ctx, action="add", target="memory", content="x" * 20)).startswith("error: memory full")
 
 

@@ -20,8 +20,10 @@ from tools.session_search import (
     MAX_RECAP_TOKENS,
     MAX_SESSION_CHARS,
     SESSION_SEARCH_TOOL,
+    SearchSettings,
     asession_search,
     cut_around,
+    make_session_search_tool,
     render_messages,
     session_search,
 )
@@ -327,12 +329,12 @@ async def test_tool_applies_the_privacy_rule(db, add):
     assert parse(await registry.call("session_search", {"query": "budget"}, owner))["count"] == 2
 
 
-async def test_tool_uses_the_auxiliary_model_from_the_context(db, add):
+async def test_tool_uses_the_auxiliary_model_it_is_built_with(db, add):
     add(["alice: helm chart values"], user_id="alice")
     async with FakeOpenAI() as fake:
         fake.push("Helm values were changed.")
-        ctx = ctx_for(db, "alice", extra={"auxiliary": model_for(fake), "recall_deadline": 5})
-        out = parse(await SESSION_SEARCH_TOOL.handler({"query": "helm"}, ctx))
+        tool = make_session_search_tool(SearchSettings(deadline=5, recap_model=model_for(fake)))
+        out = parse(await tool.handler({"query": "helm"}, ctx_for(db, "alice")))
     assert out["results"][0]["summary"] == "Helm values were changed."
 
 

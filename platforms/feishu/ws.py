@@ -7,7 +7,7 @@ before the client is built), and reports back to the gateway's loop with `call_s
 
 Reconnecting is ours, not the SDK's: the client runs with ``auto_reconnect=False``, a lost
 connection ends the session, and the adapter starts a new one after a jittered back-off
-(platforms.base.Backoff). That keeps one retry policy, lets the watchdog force a fresh
+(platforms.helpers.Backoff). That keeps one retry policy, lets the watchdog force a fresh
 connection, and makes stopping a matter of stopping one loop.
 
 Only one session runs at a time per process (the SDK's module loop is a global).

@@ -40,16 +40,14 @@ from gateway.redact import redact_loggers
 from gateway.source import Platform, SessionSource
 from platforms.base import (
     Attachment,
-    Backoff,
     InboundMessage,
     MessageHandler,
     PlatformAdapter,
     RateLimited,
     ReplyStream,
-    Watchdog,
     WebhookHandler,
-    utf16_length,
 )
+from platforms.helpers import Backoff, Watchdog, cancel_and_wait, utf16_length
 from platforms.settings import settings_from
 from platforms.telegram.calls import (
     brief,
@@ -238,7 +236,7 @@ class TelegramAdapter(PlatformAdapter):
             if self._watchdog:
                 await self._watchdog.stop()
                 self._watchdog = None
-            await _cancel(self._loop_task)
+            await cancel_and_wait(self._loop_task)
             self._loop_task = None
             self.set_ready(True, "standby: another replica polls")
 
@@ -261,10 +259,10 @@ class TelegramAdapter(PlatformAdapter):
         if self._watchdog:
             await self._watchdog.stop()
             self._watchdog = None
-        await _cancel(self._loop_task)
+        await cancel_and_wait(self._loop_task)
         self._loop_task = None
         for task in list(self._tasks):
-            await _cancel(task)
+            await cancel_and_wait(task)
         await self._shutdown_app()
         self.set_ready(False, "stopped")
 
@@ -280,7 +278,7 @@ class TelegramAdapter(PlatformAdapter):
         """Watchdog callback: nothing heard for too long. Drop the (possibly half-dead) poll and
         start over; in webhook mode re-register the webhook."""
         log.warning("telegram: no poll or event for %.0fs; reconnecting", self.watchdog_seconds)
-        await _cancel(self._loop_task)
+        await cancel_and_wait(self._loop_task)
         if self.mode == "polling":
             self._loop_task = asyncio.create_task(self._poll_loop(), name="telegram-poll")
         else:
@@ -617,13 +615,3 @@ class TelegramAdapter(PlatformAdapter):
                 raise RateLimited(retry_after_seconds(exc), "telegram") from None
 
         return await self._call(once)
-
-
-async def _cancel(task: asyncio.Task | None) -> None:
-    if task is None or task.done():
-        return
-    task.cancel()
-    try:
-        await task
-    except (asyncio.CancelledError, Exception):
-        pass

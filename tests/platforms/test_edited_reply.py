@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from platforms.base import EditPacer, RateLimited
+from platforms.base import RateLimited
 from platforms.edited_reply import EditedReply
+from platforms.helpers import EditPacer
 from tests.fakes.virtual_clock import VirtualClock
 
 

@@ -1,4 +1,5 @@
-"""A conversation rendered as plain text for a model to read: the one renderer.
+"""A conversation rendered as plain text for a model to read: the one renderer (and, for a person,
+the one reading of a stored tool call: `tool_calls_for_person`).
 
 Two readers use it: compression's summariser (agent.compress) and session_search's recaps
 (tools.session_search). Both need the same walk — content that may be JSON, tool calls that may be
@@ -45,24 +46,46 @@ def cut_middle(text: str, edge: int, marker: str) -> str:
     return f"{text[:edge]}{marker.format(n=len(text) - 2 * edge)}{text[-edge:]}"
 
 
-def tool_calls_of(value: Any) -> list[dict[str, Any]]:
-    """A message's tool calls as (name, arguments) dicts, whether stored as JSON text, one dict or a list."""
+@dataclass(frozen=True)
+class ToolCall:
+    name: str | None  # None: the stored call names no tool
+    arguments: Any  # as stored: OpenAI's shape carries a JSON string
+
+
+def tool_calls_of(value: Any) -> list[ToolCall]:
+    """A message's tool calls, whether stored as JSON text, one dict or a list. Text that is not
+    JSON, or an entry that is not a dict, is one call naming no tool (a person still sees it)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
-            return []
-    if isinstance(value, dict):
-        value = [value]
+            return [ToolCall(None, value)]
     calls = []
-    for call in value if isinstance(value, list) else []:
-        if isinstance(call, dict):
-            function = call.get("function")
-            fn: dict[str, Any] = function if isinstance(function, dict) else {}
-            name = fn.get("name") or call.get("name")
-            if name:
-                calls.append({"name": str(name), "arguments": str(fn.get("arguments") or "")})
+    for call in value if isinstance(value, list) else [value]:
+        if not isinstance(call, dict):
+            calls.append(ToolCall(None, call))
+            continue
+        function = call.get("function")
+        fn: dict[str, Any] = function if isinstance(function, dict) else {}
+        name = fn.get("name") or call.get("name")
+        calls.append(ToolCall(str(name) if name else None, (fn or call).get("arguments", "")))
     return calls
+
+
+def tool_calls_for_person(value: Any) -> list[dict[str, str]]:
+    """Each tool call as {name, arguments} for a person (the console, `chinwag sessions show`):
+    "?" for a call naming no tool, JSON arguments re-indented, anything else as it is."""
+    shown = []
+    for call in tool_calls_of(value):
+        arguments = call.arguments
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, indent=2)
+        shown.append({"name": call.name or "?", "arguments": text})
+    return shown
 
 
 def render(messages: Iterable[dict[str, Any]], style: Style, edge: int = TOOL_EDGE_CHARS) -> Rendered:
@@ -83,16 +106,16 @@ def render(messages: Iterable[dict[str, Any]], style: Style, edge: int = TOOL_ED
             name = message.get("tool_name") or message.get("name") or style.unnamed_tool
             parts.append(f"[{style.tool_label} {name}]{sep}{cut_middle(content, edge, style.cut)}")
         elif role == "assistant":
-            calls = tool_calls_of(message.get("tool_calls"))
+            calls = [call for call in tool_calls_of(message.get("tool_calls")) if call.name]
             if style.call_arguments:
                 if content:
                     parts.append(f"[ASSISTANT]{sep}{content}")
                 for call in calls:
-                    arguments = cut_middle(call["arguments"], style.call_arguments, style.cut)
-                    parts.append(f"[ASSISTANT CALLS {call['name']}] {arguments}")
+                    arguments = cut_middle(str(call.arguments or ""), style.call_arguments, style.cut)
+                    parts.append(f"[ASSISTANT CALLS {call.name}] {arguments}")
             else:
                 if calls:
-                    parts.append(f"[ASSISTANT called: {', '.join(c['name'] for c in calls)}]")
+                    parts.append(f"[ASSISTANT called: {', '.join(str(c.name) for c in calls)}]")
                 if content:
                     parts.append(f"[ASSISTANT]{sep}{content}")
         else:

@@ -33,6 +33,7 @@ from bench.stats import percentile
 from gateway.db import SessionDB
 from gateway.recall import find_sessions
 from gateway.service.http import OpsServer
+from gateway.storage.media import MediaStore
 
 WORDS = (
     "deploy gateway timeout nginx docker rollback webhook config retry cache token proxy build test "
@@ -115,7 +116,7 @@ async def run(args: argparse.Namespace) -> None:
     seconds = build(path, args.sessions, args.per_session)
     print(f"store: {args.sessions:,} sessions, {args.sessions * args.per_session:,} messages, built in {seconds:.0f} s")
     db = SessionDB(path)
-    server = OpsServer("127.0.0.1", 0, db=db)
+    server = OpsServer("127.0.0.1", 0, db=db, media=MediaStore(work / "media"))
     await server.start()
     runs = args.runs
     deep = args.sessions // 2

@@ -12,7 +12,7 @@ formatting in the final edit. A 429 holds the chat's pacer for its `retry_after`
 is merged into the next one; nothing is dropped from the final text. `may_show` is asked right
 before each live call (a replica that no longer knows it holds the chat stops editing).
 
-The rate rule is the adapter's `EditPacer` (platforms.base), on the adapter's injectable clock, so
+The rate rule is the adapter's `EditPacer` (platforms.helpers), on the adapter's injectable clock, so
 tests run the whole flow on virtual time without sleeping.
 """
 
@@ -23,7 +23,8 @@ import logging
 import re
 from typing import Awaitable, Callable
 
-from platforms.base import EditPacer, RateLimited, ReplyStream
+from platforms.base import RateLimited, ReplyStream
+from platforms.helpers import EditPacer
 
 log = logging.getLogger(__name__)
 

@@ -37,14 +37,8 @@ from pathlib import Path
 from typing import IO, Any, AsyncIterator, Callable, TextIO, cast
 
 from gateway.source import Platform, SessionSource
-from platforms.base import (
-    Attachment,
-    InboundMessage,
-    MessageHandler,
-    PlatformAdapter,
-    ReplyStream,
-    cancel_and_wait,
-)
+from platforms.base import Attachment, InboundMessage, MessageHandler, PlatformAdapter, ReplyStream
+from platforms.helpers import cancel_and_wait
 from platforms.local_attach import is_attach_line, parse_attach_line, reopen_path
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ PACKAGES = ("gateway", "platforms", "agent", "tools")
 # Floors from the ground up. A unit may import itself, and any unit on a LOWER floor, except where
 # NARROWER says otherwise. Units on the same floor do not import each other.
 FLOORS: list[tuple[str, ...]] = [
-    ("gateway.source", "gateway.errors", "gateway.envvars", "gateway.text"),
+    ("gateway.source", "gateway.errors", "gateway.envvars", "gateway.text", "gateway.redact"),
     ("gateway.storage", "platforms"),
     ("gateway.db",),
     ("gateway.sessions", "gateway.embeddings"),
@@ -37,9 +37,9 @@ FLOORS: list[tuple[str, ...]] = [
 # Units whose reach is narrower than "everything below" (DESIGN §2).
 NARROWER: dict[str, set[str]] = {
     # the storage floor imports nothing above it
-    "gateway.storage": {"gateway.source", "gateway.errors", "gateway.envvars", "gateway.text"},
-    # platforms/ knows only gateway.source and the adapter contract
-    "platforms": {"gateway.source", "gateway.errors", "gateway.text"},
+    "gateway.storage": {"gateway.source", "gateway.errors", "gateway.envvars", "gateway.text", "gateway.redact"},
+    # platforms/ knows only gateway.source and the adapter contract (and redacts as everyone does)
+    "platforms": {"gateway.source", "gateway.errors", "gateway.text", "gateway.redact"},
     # agent/ and tools/ reach sessions only through the storage face
     "agent": {"gateway.source", "gateway.errors", "gateway.text", "gateway.db"},
     "tools": {"gateway.source", "gateway.errors", "gateway.text", "gateway.db", "gateway.recall", "agent"},
@@ -47,7 +47,7 @@ NARROWER: dict[str, set[str]] = {
 
 # A platform SDK is imported only inside its adapter package; the storage floor imports no SDK.
 SDKS = {"telegram": "platforms.telegram", "lark_oapi": "platforms.feishu", "discord": "platforms.discord"}
-NO_SDK_UNITS = {"gateway.storage", "gateway.db", "gateway.source", "gateway.errors"}
+NO_SDK_UNITS = {"gateway.storage", "gateway.db", "gateway.source", "gateway.errors", "gateway.redact"}
 ANY_SDK = ("telegram", "lark_oapi", "discord", "openai", "aiohttp", "httpx")
 
 

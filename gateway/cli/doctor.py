@@ -21,6 +21,7 @@ from typing import IO, Any
 import aiohttp
 
 from gateway.config.load import Config, ConfigError, load_config
+from gateway.redact import redact_dsn
 from gateway.storage.home import resolve_home
 from gateway.storage.schema import SCHEMA_VERSION, current_version
 
@@ -150,7 +151,6 @@ def check_postgres(report: Report, dsn: str, timeout: float) -> None:
     try:
         import psycopg
 
-        from gateway.storage.postgres.db import redact_dsn
         from gateway.storage.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
         from gateway.storage.postgres.schema import current_version as pg_version
     except ImportError as exc:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.load import Config, ConfigError, load_config
-from gateway.service.logs import Redactor, secrets_from_config, setup_logging
+from gateway.redact import Redactor
+from gateway.service.logs import secrets_from_config, setup_logging
 from gateway.storage.home import Home
 
 log = logging.getLogger("chinwag")

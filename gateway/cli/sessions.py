@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from agent.transcript import tool_calls_for_person
 from gateway.cli import transfer
 from gateway.cli.format import Progress, ago, fmt_time, human_bytes, table
 from gateway.cli.store import (
@@ -127,9 +128,22 @@ def cmd_show(args: argparse.Namespace) -> int:
             record["messages"] = [m for m in record["messages"] if m.get("active", 1)]
         print_json(record)
         return 0
-    s = record["session"]
+    for label, value in _session_facts(record["session"]):
+        print(f"{label:>12}: {value}")
+    hidden = sum(1 for m in record["messages"] if not m.get("active", 1))
+    if hidden and not args.all:
+        print(f"{'':>12}  ({hidden} hidden message(s); --all to show them)")
+    print()
+    for m in record["messages"]:
+        if m.get("active", 1) or args.all:
+            print(_message_line(m))
+    return 0
+
+
+def _session_facts(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """What `sessions show` says of a session, label by label."""
     ended = f"{fmt_time(s['ended_at'])} ({s['end_reason']})" if s.get("ended_at") else "no (current or resumable)"
-    facts = [
+    return [
         ("id", s["id"]),
         ("title", s.get("title") or "-"),
         ("source", s["source"]),
@@ -143,27 +157,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("messages", str(s["message_count"])),
         ("tokens", f"{s.get('input_tokens') or 0} in / {s.get('output_tokens') or 0} out"),
     ]
-    for label, value in facts:
-        print(f"{label:>12}: {value}")
-    hidden = sum(1 for m in record["messages"] if not m.get("active", 1))
-    if hidden and not args.all:
-        print(f"{'':>12}  ({hidden} hidden message(s); --all to show them)")
-    print()
-    for m in record["messages"]:
-        if not m.get("active", 1) and not args.all:
-            continue
-        flag = "" if m.get("active", 1) else (" [compacted]" if m.get("compacted") else " [undone]")
-        body = m.get("content") or ""
-        if m.get("tool_calls"):
-            names = (
-                [((c or {}).get("function") or {}).get("name") or "?" for c in m["tool_calls"] if isinstance(c, dict)]
-                if isinstance(m["tool_calls"], list)
-                else ["?"]
-            )
-            body = (body + " " if body else "") + f"[calls {', '.join(names)}]"
-        role = m["role"] + (f" ({m['tool_name']})" if m.get("tool_name") else "")
-        print(f"[{fmt_time(m.get('timestamp'))}] {role}{flag}: {body}")
-    return 0
+
+
+def _message_line(m: dict[str, Any]) -> str:
+    """One message of `sessions show`: when, who, whether hidden, its text and the tools it called."""
+    flag = "" if m.get("active", 1) else (" [compacted]" if m.get("compacted") else " [undone]")
+    body = m.get("content") or ""
+    if m.get("tool_calls"):
+        names = [call["name"] for call in tool_calls_for_person(m["tool_calls"])]
+        body = (body + " " if body else "") + f"[calls {', '.join(names)}]"
+    role = m["role"] + (f" ({m['tool_name']})" if m.get("tool_name") else "")
+    return f"[{fmt_time(m.get('timestamp'))}] {role}{flag}: {body}"
 
 
 def _embedder(args: argparse.Namespace) -> Any:

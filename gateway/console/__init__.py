@@ -39,7 +39,7 @@ def mount_console(
     media: MediaStore | None = None,
 ) -> ConsoleRoutes:
     """Add the console's pages, API and access rules to `app` (before it starts). `media`: the
-    attachments' files (default: `media/` beside the database, as a home lays them out)."""
+    app's store of attachments' files (None: the console serves none)."""
     routes = ConsoleRoutes(db, Access(bind_host, token), metrics=metrics, adapters=adapters, media=media)
     routes.mount(app)
     return routes

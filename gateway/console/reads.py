@@ -246,7 +246,7 @@ def _attachment_view(att: dict, session_id: str, media: MediaStore | None) -> di
     elif att.get("dropped"):
         state = "dropped"
     else:
-        state = "kept" if media is None or media.exists(sha) else "missing"
+        state = "kept" if media is not None and media.exists(sha) else "missing"
     url = media_url(session_id, sha) if state == "kept" and sha else None
     mime = (att.get("mime_type") or "").split(";")[0].strip().lower() or None
     return {
@@ -285,25 +285,6 @@ def _message_view(row: dict) -> dict[str, Any]:
         "user_id": row.get("user_id"),
         "state": state,
     }
-
-
-def tool_calls_shown(calls: Any) -> list[dict[str, str]]:
-    """Each tool call as {name, arguments}: OpenAI-shaped calls carry their arguments as a JSON
-    string, shown re-indented; anything else is shown as it is."""
-    shown = []
-    for call in calls if isinstance(calls, list) else [calls]:
-        fn = call.get("function") if isinstance(call, dict) else None
-        fn = fn if isinstance(fn, dict) else {}
-        name = fn.get("name") or (call.get("name") if isinstance(call, dict) else None) or "?"
-        arguments: Any = fn.get("arguments", call if not fn else "")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                pass
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, indent=2)
-        shown.append({"name": str(name), "arguments": text})
-    return shown
 
 
 def _brief(db: StorageFace, session_id: str | None) -> dict | None:

@@ -36,6 +36,7 @@ import jinja2
 from aiohttp import web
 from markupsafe import Markup
 
+from agent.transcript import tool_calls_for_person
 from gateway.console import auth, charts, highlight, markdown, reads
 from gateway.db import StorageFace
 from gateway.storage.media import MediaStore
@@ -127,8 +128,7 @@ class ConsoleRoutes:
         self.access = access
         self.metrics = metrics
         self.adapters = adapters
-        # the home's files sit beside its database (home/state.db, home/media/)
-        self.media = media or MediaStore(Path(db.path).parent / "media")
+        self.media = media  # the app's file store; None: no file is served (on Postgres, db.path is a DSN)
         self.templates = make_templates()
 
     def mount(self, app: web.Application) -> None:
@@ -236,7 +236,7 @@ class ConsoleRoutes:
         sid = data["session"]["id"]
         next_url = f"/console/sessions/{_path(sid)}?after={data['next_after']}" if data["next_after"] else None
         for message in data["messages"]:
-            message["calls"] = reads.tool_calls_shown(message["tool_calls"]) if message["tool_calls"] else []
+            message["calls"] = tool_calls_for_person(message["tool_calls"]) if message["tool_calls"] else []
         return await self._render(
             "transcript.html",
             page="transcript",
@@ -251,6 +251,8 @@ class ConsoleRoutes:
         found = await asyncio.to_thread(self.db.session_attachment, sid, sha) if sid and sha else None
         if found is None or sha is None:
             raise web.HTTPNotFound(text="no such file in this session")
+        if self.media is None:
+            raise web.HTTPNotFound(text="this server keeps no files")
         path = self.media.path_for(sha)
         try:
             with open(path, "rb") as fh:

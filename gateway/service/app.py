@@ -458,6 +458,7 @@ def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics
         readiness=functools.partial(adapter_health, adapters),
         webhooks=webhooks,
         db=db,
+        media=MediaStore(config.home / "media", config.media.max_bytes),
         console_token=config.http.console_token or None,
     )
 

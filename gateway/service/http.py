@@ -25,6 +25,7 @@ from aiohttp import web
 from gateway.console import mount_console
 from gateway.db import StorageFace
 from gateway.service.metrics import Metrics
+from gateway.storage.media import MediaStore
 from platforms.base import AdapterHealth, WebhookHandler
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class OpsServer:
         webhooks: Mapping[str, WebhookHandler] | None = None,
         db: StorageFace | None = None,
         console_token: str | None = None,
+        media: MediaStore | None = None,
     ) -> None:
         self.host = host
         self.requested_port = port
@@ -92,6 +94,7 @@ class OpsServer:
         self.webhooks = dict(webhooks or {})
         self.db = db  # the console is served when there is a DB to show
         self.console_token = console_token
+        self.media = media  # the attachments' files the console serves
         self.started_at = time.monotonic()
         self._runner: web.AppRunner | None = None
 
@@ -112,6 +115,7 @@ class OpsServer:
                 token=self.console_token,
                 metrics=self.metrics,
                 adapters=lambda: readiness_report(dict(self.readiness()))[1],
+                media=self.media,
             )
             app.router.add_get("/", self._home)
         return app

@@ -1,11 +1,8 @@
 """Structured logging (text or JSON lines) that never writes a secret.
 
-A `RedactingFilter` on the handler rewrites each record before it is formatted: the configured
-secrets (tokens, keys, app secrets) are replaced wherever they appear, and so is anything shaped
-like a credential even when nobody configured it — Telegram bot tokens (also inside API URLs),
-`sk-…` keys, `Authorization:` header values, bearer tokens, Discord-style dotted tokens, Feishu
-tenant tokens, and `secret=…`/`"token": "…"` pairs. Exceptions and stack traces are redacted too,
-because SDK errors love to echo the URL they failed on.
+A `RedactingFilter` (gateway.redact, the one redaction rule) on each handler rewrites every record
+before it is formatted: the configured secrets (`secrets_from_config`) and anything shaped like a
+credential, in the message, its exception and its extra fields.
 
 Where lines go: stderr (a daemon's journal collects it), and/or a file under the home. In an
 interactive terminal the conversation owns the screen, so `chinwag chat`/`run` there write the log
@@ -18,86 +15,13 @@ import json
 import logging
 import logging.handlers
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import IO, Any, Iterable
 from urllib.parse import urlsplit
 
-REDACTED = "[redacted]"
-
-# (pattern, replacement) — replacement keeps the non-secret prefix so the line stays readable.
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # Telegram bot token, bare or in /bot<token>/ URLs: 123456789:AA...
-    (re.compile(r"(?<![0-9])\d{5,12}:[A-Za-z0-9_-]{30,}"), REDACTED),
-    # OpenAI-style keys: sk-..., sk-proj-...
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), REDACTED),
-    # Authorization header values in any rendering: "Authorization: Bearer x", {'authorization': 'Bot x'}
-    (
-        re.compile(r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?)(?:(?:bearer|bot|basic|token)\s+)?[^\s'\",}]+"),
-        r"\1" + REDACTED,
-    ),
-    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + REDACTED),
-    # Discord bot tokens and JWTs: three dot-separated base64url parts.
-    (re.compile(r"\b[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{20,}\b"), REDACTED),
-    # A password in a URL's user part: postgresql://user:password@host/db
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+(@)"), r"\1" + REDACTED + r"\2"),
-    # Feishu/Lark tenant/app/user access tokens.
-    (re.compile(r"\b[tu]-[A-Za-z0-9_-]{20,}"), REDACTED),
-    # key=value / "key": "value" pairs whose name says secret.
-    (
-        re.compile(
-            r"(?i)((?:api[_-]?key|app[_-]?secret|client[_-]?secret|secret[_-]?token|access[_-]?token|"
-            r"verification[_-]?token|encrypt[_-]?key|password|secret|token)['\"]?\s*[:=]\s*['\"]?)"
-            r"(?!\[redacted\])[^\s'\",&}]{4,}"
-        ),
-        r"\1" + REDACTED,
-    ),
-]
-
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
-
-
-class Redactor:
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        # Longest first, so a secret containing another is replaced whole; tiny values would
-        # shred ordinary words, so they are left to the patterns.
-        self.secrets = sorted({s for s in secrets if isinstance(s, str) and len(s) >= 6}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        for pattern, replacement in _PATTERNS:
-            text = pattern.sub(replacement, text)
-        return text
-
-
-class RedactingFilter(logging.Filter):
-    """Redacts message, arguments, exception text and extra string fields of every record."""
-
-    def __init__(self, redactor: Redactor) -> None:
-        super().__init__()
-        self.redactor = redactor
-        self._formatter = logging.Formatter()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad format string must still log something
-            message = f"{record.msg!r} % {record.args!r}"
-        record.msg, record.args = self.redactor(message), ()
-        if record.exc_info and not record.exc_text:
-            record.exc_text = self._formatter.formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = self.redactor(record.exc_text)
-        if record.stack_info:
-            record.stack_info = self.redactor(record.stack_info)
-        for name, value in list(vars(record).items()):
-            if name not in _STANDARD and isinstance(value, str):
-                setattr(record, name, self.redactor(value))
-        return True
+from gateway.redact import STANDARD_FIELDS, RedactingFilter, Redactor
 
 
 class JsonFormatter(logging.Formatter):
@@ -111,7 +35,7 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         for name, value in vars(record).items():
-            if name not in _STANDARD and not name.startswith("_"):
+            if name not in STANDARD_FIELDS and not name.startswith("_"):
                 entry[name] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
@@ -128,7 +52,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        extras = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+        extras = {k: v for k, v in vars(record).items() if k not in STANDARD_FIELDS and not k.startswith("_")}
         if extras:
             text += " " + " ".join(f"{k}={v}" for k, v in extras.items())
         return text

@@ -196,7 +196,7 @@ MIGRATIONS: list[Migration] = [
     );
     CREATE INDEX idx_messages_session ON messages(session_id, id);
 
-    -- Contentless: the text lives once, in messages.content. See gateway/fts.py.
+    -- Contentless: the text lives once, in messages.content. See gateway/storage/fts.py.
     CREATE VIRTUAL TABLE messages_fts USING fts5(
         content, content='', tokenize='unicode61 remove_diacritics 2'
     );

@@ -1,4 +1,4 @@
-"""Message search over the two full-text indexes (see gateway/fts.py for what they hold).
+"""Message search over the two full-text indexes (see gateway/storage/fts.py for what they hold).
 
 Plan for a query:
 1. every term must occur (explicit ORs honoured), ranked by BM25 over the word index (newest

@@ -36,20 +36,18 @@ from gateway.source import Platform, SessionSource
 from platforms.base import (
     Attachment,
     AttachmentKind,
-    Backoff,
     CommandSuggester,
     InboundMessage,
     MessageHandler,
     PlatformAdapter,
     RateLimited,
     ReplyStream,
-    Watchdog,
-    cancel_and_wait,
 )
 from platforms.discord.settings import DiscordSettings
 from platforms.discord.slash import EPHEMERAL as _EPHEMERAL
 from platforms.discord.slash import InteractionAnswer, build_tree, command_message
 from platforms.edited_reply import EditedReply
+from platforms.helpers import Backoff, Watchdog, cancel_and_wait
 from platforms.settings import settings_from
 
 log = logging.getLogger(__name__)

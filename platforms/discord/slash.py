@@ -20,8 +20,9 @@ import discord
 from discord import app_commands
 
 from gateway.source import Platform, SessionSource
-from platforms.base import CommandSuggester, EditPacer, InboundMessage, ReplyStream
+from platforms.base import CommandSuggester, InboundMessage, ReplyStream
 from platforms.edited_reply import EditedReply
+from platforms.helpers import EditPacer
 
 
 class SlashHost(Protocol):

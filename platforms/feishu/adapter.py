@@ -26,22 +26,14 @@ from typing import Any, AsyncIterator, Callable, Mapping
 import lark_oapi as lark
 
 from gateway.source import Platform, SessionSource
-from platforms.base import (
-    Attachment,
-    Backoff,
-    InboundMessage,
-    MessageHandler,
-    PlatformAdapter,
-    ReplyStream,
-    Watchdog,
-    WebhookHandler,
-)
+from platforms.base import Attachment, InboundMessage, MessageHandler, PlatformAdapter, ReplyStream, WebhookHandler
 from platforms.feishu.api import FeishuApi, FeishuApiError, resolve_domain
 from platforms.feishu.cards import FeishuCardReply
 from platforms.feishu.events import MESSAGE_EVENT, MalformedEvent, message_from_event, resource_opener, resource_type
 from platforms.feishu.settings import FeishuSettings
 from platforms.feishu.webhook import WebhookKeys, make_handler
 from platforms.feishu.ws import HookedWsClient, WsHooks, WsSession
+from platforms.helpers import Backoff, Watchdog
 from platforms.settings import settings_from
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,8 @@ from lark_oapi.api.im.v1 import (
 from lark_oapi.core.exception import ObtainAccessTokenException
 from lark_oapi.core.token.manager import TokenManager
 
-from platforms.base import Backoff, RateLimited
+from platforms.base import RateLimited
+from platforms.helpers import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ import logging
 from typing import Any, Protocol
 
 from gateway.source import SessionSource
-from platforms.base import EditPacer
 from platforms.edited_reply import EditedReply
 from platforms.feishu.api import FeishuApi, FeishuApiError
+from platforms.helpers import EditPacer
 
 
 class CardHost(Protocol):

@@ -7,7 +7,7 @@ before the client is built), and reports back to the gateway's loop with `call_s
 
 Reconnecting is ours, not the SDK's: the client runs with ``auto_reconnect=False``, a lost
 connection ends the session, and the adapter starts a new one after a jittered back-off
-(platforms.base.Backoff). That keeps one retry policy, lets the watchdog force a fresh
+(platforms.helpers.Backoff). That keeps one retry policy, lets the watchdog force a fresh
 connection, and makes stopping a matter of stopping one loop.
 
 Only one session runs at a time per process (the SDK's module loop is a global).
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -25,26 +24,11 @@ from typing import Any, Callable
 import lark_oapi as lark
 import lark_oapi.ws.client as sdk_ws
 
+from gateway.redact import redact_loggers
+
 log = logging.getLogger(__name__)
 
-_TICKET = re.compile(r"((?:ticket|access_key)=)[^&\s]+")
-
-
-class _RedactTicket(logging.Filter):
-    """The long-connection URL carries a connection ticket; websockets logs the URL at DEBUG."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "ticket=" in message or "access_key=" in message:
-            record.msg, record.args = _TICKET.sub(r"\1***", message), ()
-        return True
-
-
-def install_log_redaction() -> None:
-    for name in ("websockets.client", "websockets"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _RedactTicket) for f in logger.filters):
-            logger.addFilter(_RedactTicket())
+WS_LOGGERS = ("websockets.client", "websockets")
 
 
 @dataclass
@@ -101,7 +85,7 @@ class WsSession:
         self._thread = threading.Thread(target=self._main, name="feishu-ws", daemon=True)
 
     def start(self) -> None:
-        install_log_redaction()
+        redact_loggers(WS_LOGGERS)  # the long-connection URL carries a ticket; websockets logs it at DEBUG
         self._thread.start()
 
     async def stop(self, timeout: float = 5.0) -> None:

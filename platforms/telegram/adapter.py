@@ -36,19 +36,18 @@ from telegram.error import (
 )
 from telegram.ext import Application, ApplicationBuilder
 
+from gateway.redact import redact_loggers
 from gateway.source import Platform, SessionSource
 from platforms.base import (
     Attachment,
-    Backoff,
     InboundMessage,
     MessageHandler,
     PlatformAdapter,
     RateLimited,
     ReplyStream,
-    Watchdog,
     WebhookHandler,
-    utf16_length,
 )
+from platforms.helpers import Backoff, Watchdog, cancel_and_wait, utf16_length
 from platforms.settings import settings_from
 from platforms.telegram.calls import (
     brief,
@@ -59,12 +58,28 @@ from platforms.telegram.calls import (
 )
 from platforms.telegram.format import to_markdown_v2
 from platforms.telegram.inbound import file_opener, message_key, parse_message_key, update_to_inbound
-from platforms.telegram.redact import redact_token
 from platforms.telegram.settings import TelegramSettings
 from platforms.telegram.stream import telegram_reply
 
 log = logging.getLogger(__name__)
 
+# The loggers that may print the bot token (a filter on a logger sees only that logger's records).
+SDK_LOGGERS = (
+    "httpx",
+    "httpcore",
+    "telegram",
+    "telegram.Bot",
+    "telegram.ext",
+    "telegram.ext.ExtBot",
+    "telegram.ext.Application",
+    "telegram.ext.Updater",
+    "telegram.request",
+    "telegram.request.BaseRequest",
+    "telegram.request.HTTPXRequest",
+    "platforms.telegram",
+    "platforms.telegram.adapter",
+    "platforms.telegram.inbound",
+)
 WEBHOOK_PATH = "/webhooks/telegram"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _SECRET_OK = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
@@ -92,14 +107,16 @@ class TelegramAdapter(PlatformAdapter):
         self.token = cfg.token.strip()
         if not self.token:
             raise TelegramConfigError("platforms.telegram.token is required (from @BotFather)")
-        redact_token(self.token)
+        # The Bot API puts the token in every URL: httpx logs each request URL at INFO,
+        # python-telegram-bot the base URL at DEBUG, and its InvalidToken message quotes it.
+        redact_loggers(SDK_LOGGERS, [self.token])
         self.base_url = cfg.base_url or "https://api.telegram.org/bot"
         self.base_file_url = cfg.base_file_url or "https://api.telegram.org/file/bot"
         self.webhook_url = cfg.webhook_url or None
         self.mode = cfg.effective_mode
         self.secret_token = cfg.secret_token or None
         if self.secret_token:
-            redact_token(str(self.secret_token))  # the SDK logs setWebhook parameters at DEBUG
+            redact_loggers(SDK_LOGGERS, [str(self.secret_token)])  # the SDK logs setWebhook parameters at DEBUG
         self.poll_timeout = cfg.poll_timeout
         self.watchdog_seconds = cfg.watchdog_seconds
         self.reconnect_base = cfg.reconnect_base
@@ -219,7 +236,7 @@ class TelegramAdapter(PlatformAdapter):
             if self._watchdog:
                 await self._watchdog.stop()
                 self._watchdog = None
-            await _cancel(self._loop_task)
+            await cancel_and_wait(self._loop_task)
             self._loop_task = None
             self.set_ready(True, "standby: another replica polls")
 
@@ -242,10 +259,10 @@ class TelegramAdapter(PlatformAdapter):
         if self._watchdog:
             await self._watchdog.stop()
             self._watchdog = None
-        await _cancel(self._loop_task)
+        await cancel_and_wait(self._loop_task)
         self._loop_task = None
         for task in list(self._tasks):
-            await _cancel(task)
+            await cancel_and_wait(task)
         await self._shutdown_app()
         self.set_ready(False, "stopped")
 
@@ -261,7 +278,7 @@ class TelegramAdapter(PlatformAdapter):
         """Watchdog callback: nothing heard for too long. Drop the (possibly half-dead) poll and
         start over; in webhook mode re-register the webhook."""
         log.warning("telegram: no poll or event for %.0fs; reconnecting", self.watchdog_seconds)
-        await _cancel(self._loop_task)
+        await cancel_and_wait(self._loop_task)
         if self.mode == "polling":
             self._loop_task = asyncio.create_task(self._poll_loop(), name="telegram-poll")
         else:
@@ -598,13 +615,3 @@ class TelegramAdapter(PlatformAdapter):
                 raise RateLimited(retry_after_seconds(exc), "telegram") from None
 
         return await self._call(once)
-
-
-async def _cancel(task: asyncio.Task | None) -> None:
-    if task is None or task.done():
-        return
-    task.cancel()
-    try:
-        await task
-    except (asyncio.CancelledError, Exception):
-        pass

@@ -15,7 +15,7 @@ from typing import Awaitable, Callable, TypeVar
 
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter
 
-from platforms.base import Backoff
+from platforms.helpers import Backoff
 
 log = logging.getLogger("platforms.telegram")
 T = TypeVar("T")

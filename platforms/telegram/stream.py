@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from gateway.source import SessionSource
-from platforms.base import EditPacer
 from platforms.edited_reply import EditedReply
+from platforms.helpers import EditPacer
 
 
 class TelegramSender(Protocol):

@@ -1,4 +1,4 @@
-"""Chat commands end to end (except /resume and /search: tests/test_commands_sessions.py)."""
+"""Chat commands end to end (except /resume and /search: tests/commands/test_commands_sessions.py)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -13,6 +14,7 @@ from gateway.console import mount_console
 from gateway.db import SessionDB, new_session_id
 from gateway.service.http import OpsServer
 from gateway.service.metrics import Metrics
+from gateway.storage.media import MediaStore
 from platforms.base import AdapterHealth
 
 
@@ -35,6 +37,7 @@ async def serve(db):
         metrics = kwargs.pop("metrics", None) or Metrics()
         health = {"telegram": AdapterHealth(True, "polling", time.monotonic() - 3)}
         kwargs.setdefault("readiness", lambda: health)
+        kwargs.setdefault("media", MediaStore(Path(db.path).parent / "media"))  # as a home lays it out
         server = OpsServer("127.0.0.1", 0, db=db, metrics=metrics, **kwargs)
         await server.start()
         servers.append(server)
@@ -52,7 +55,7 @@ async def serve_bound_as(db):
 
     async def start(bind_host: str, token: str | None = None) -> Served:
         app = web.Application()
-        mount_console(app, db, bind_host=bind_host, token=token)
+        mount_console(app, db, bind_host=bind_host, token=token, media=MediaStore(Path(db.path).parent / "media"))
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

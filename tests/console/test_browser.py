@@ -11,6 +11,8 @@ import pytest
 from tests.console.cdp import Browser, screenshot_dir
 from tests.console.media_corpus import seed
 
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
+
 
 @pytest.fixture
 async def browser():

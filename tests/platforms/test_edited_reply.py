@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from platforms.base import EditPacer, RateLimited
+from platforms.base import RateLimited
 from platforms.edited_reply import EditedReply
+from platforms.helpers import EditPacer
+from tests.fakes.loopback import wait_until
 from tests.fakes.virtual_clock import VirtualClock
 
 
@@ -85,8 +87,7 @@ async def test_a_cancelled_finish_is_cancelled_even_while_an_edit_is_in_flight()
     await stream.update("First sentence. ")
     await stream.first_shown.wait()
     await stream.update("First sentence. Second one.")
-    while stream.calls < 2:  # the live edit has started
-        await asyncio.sleep(0.001)
+    await wait_until(lambda: stream.calls >= 2)  # the live edit has started
     finishing = asyncio.create_task(stream.finish("First sentence. Second one. Done."))
     await asyncio.sleep(0.01)
     finishing.cancel()

@@ -4,7 +4,6 @@ own thread and loop) against the fake platform's endpoint and protobuf-framed we
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import pytest
@@ -129,9 +128,7 @@ async def test_watchdog_flips_readiness_and_forces_reconnect_on_silent_link(fake
 
 async def test_stop_does_not_hang_and_closes_connection(fake, make_adapter):
     adapter, _inbox = await make_adapter()
-    t0 = time.monotonic()
-    await asyncio.wait_for(adapter.stop(), 10)
-    assert time.monotonic() - t0 < 10
+    await asyncio.wait_for(adapter.stop(), 10)  # a hang fails here
     assert not adapter.health().ready
     await fake.wait_for(lambda: not fake.live_conns)
     # a second adapter in the same process can run after the first stopped

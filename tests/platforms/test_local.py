@@ -9,14 +9,7 @@ import os
 from gateway.source import Platform, build_session_key
 from platforms.base import InboundMessage
 from platforms.local import LocalAdapter, local_user_name
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    async def poll() -> None:
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), timeout)
+from tests.fakes.loopback import wait_until
 
 
 async def test_lines_become_dm_messages_in_order() -> None:
@@ -32,7 +25,7 @@ async def test_lines_become_dm_messages_in_order() -> None:
     await adapter.start(on_message)
     assert adapter.health().ready
     os.write(write_fd, "hello there\n\n   \n/search 你好\r\n".encode())
-    await wait_for(lambda: len(received) == 2)
+    await wait_until(lambda: len(received) == 2)
     os.write(write_fd, b"last line without newline")
     os.close(write_fd)
     await asyncio.wait_for(adapter.input_closed.wait(), 5)

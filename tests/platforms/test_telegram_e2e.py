@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from platforms.telegram.adapter import TelegramAdapter
-from tests.fakes.loopback import free_port
+from tests.fakes.loopback import free_port, wait_until
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.platform_stack import PlatformStack, running
 from tests.fakes.telegram_server import FakeTelegram
@@ -53,10 +53,7 @@ async def test_dm_turn_is_answered_and_stored(stack):
     tg = stack.telegram
     stack.llm.gate = asyncio.Event()  # hold the model's answer until the typing hint shows
     tg.push_message(tg.private_chat(ANN), ANN, "hello bot")
-    for _ in range(500):
-        if tg.calls_to("sendChatAction"):
-            break
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: tg.calls_to("sendChatAction"))
     assert tg.calls_to("sendChatAction")  # typing shown while the turn runs
     stack.llm.gate.set()
     [reply] = await stack.wait_replies(42, 1)

@@ -14,12 +14,15 @@ import random
 from typing import Callable
 
 import aiohttp
+import pytest
 
 from tests.fakes.daemon import Daemon, diagnose, settled
 from tests.fakes.daemon import post_until_acknowledged as resend_until_acknowledged
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
 
 SECRET = "crash-test-secret"
 CHATS = 8

@@ -24,11 +24,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import aiohttp
+import pytest
 
 from tests.fakes.daemon import Daemon, MakeRequest, diagnose, post_until_acknowledged, settled
 from tests.fakes.feishu_server import FakeFeishu
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
+
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
 
 APP_ID, APP_SECRET = "cli_crashtest", "crash-app-secret"
 ENCRYPT_KEY, TOKEN = "crash-encrypt-key", "crash-verification-token"

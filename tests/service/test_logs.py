@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from gateway.config.load import parse_config
-from gateway.service.logs import REDACTED, Redactor, secrets_from_config, setup_logging
+from gateway.redact import REDACTED, Redactor
+from gateway.service.logs import secrets_from_config, setup_logging
 
 TG_TOKEN = "1234567890:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 DISCORD_TOKEN = "MTA4NzY1NDMyMTA5ODc2NTQzMg.GaBcDe.abcdefghijklmnopqrstuvwxyz0123456"

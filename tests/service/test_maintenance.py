@@ -13,6 +13,7 @@ from gateway.config.schema import ConfigError
 from gateway.db import SessionDB
 from gateway.service.maintenance import Maintenance, run_maintenance
 from gateway.storage.retention import EVENT_TTL_SECONDS
+from tests.fakes.loopback import wait_until
 
 DAY = 86400.0
 
@@ -72,11 +73,7 @@ async def test_the_schedule_runs_at_once_repeats_and_stops_cleanly(db):
     upkeep = Maintenance(db, retention_days=0, interval_seconds=0.02)
     upkeep.start()
 
-    async def rounds(n: int) -> None:
-        while upkeep.rounds < n:
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(rounds(3), 5)
+    await wait_until(lambda: upkeep.rounds >= 3)
     assert not db.is_event_seen("feishu", "ancient")
     await upkeep.stop()
     done = upkeep.rounds

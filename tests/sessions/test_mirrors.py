@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -13,15 +12,8 @@ from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies
 from gateway.sessions.store import SessionStore
 from gateway.source import SessionSource
+from tests.fakes.loopback import wait_until_blocking
 from tests.mirror_check import mirror_problems
-
-
-def wait_for(cond, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -70,7 +62,7 @@ async def test_appends_never_rewrite_sessions_json_or_the_transcript(home, db, m
     source = SessionSource(platform="telegram", chat_id="7", chat_type="dm", user_id="7")
     sid = (await store.get_or_create(source)).entry.session_id
     index = home / "sessions.json"
-    wait_for(lambda: mirrors.index_writes == 1 and index.exists())
+    wait_until_blocking(lambda: mirrors.index_writes == 1 and index.exists())
     before = (os.stat(index).st_ino, os.stat(index).st_mtime_ns, mirrors.index_writes)
     transcript = home / "sessions" / f"{sid}.jsonl"
     for i in range(100):  # the runner's per-message path: lookup, then persist

@@ -1,4 +1,4 @@
-"""Writer process for tests/test_crash.py: many chats appending at once, until it is killed.
+"""Writer process for tests/storage/test_crash.py: many chats appending at once, until it is killed.
 
 Usage: python -m tests.storage.crash_writer HOME SEED [CHATS]
 Each chat is an asyncio task going through the real stack (SessionStore -> SessionDB with the

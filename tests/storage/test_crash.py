@@ -13,9 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway.db import SessionDB
 from gateway.sessions.mirrors import Mirrors
 from tests.mirror_check import mirror_problems
+
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 10

@@ -3,7 +3,6 @@
 import asyncio
 import sqlite3
 import threading
-import time
 
 import pytest
 
@@ -11,6 +10,7 @@ from gateway.db import SessionDB, TitleTaken, UnknownSession, new_session_id
 from gateway.errors import ImportRecordError
 from gateway.storage.events import KeyChanged, KeyDeleted, MessageAppended, SessionDeleted, SessionRewritten
 from gateway.storage.schema import MIGRATIONS, SCHEMA_VERSION, SchemaTooNew, _statements
+from tests.fakes.loopback import wait_until_blocking
 
 pytestmark = pytest.mark.both_backends
 
@@ -419,9 +419,7 @@ def test_an_op_failing_midway_leaves_nothing_and_its_batch_commits(db):
     ]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 5
-    while db._writer._queue.qsize() < 3 and time.monotonic() < deadline:  # queued behind the held batch
-        time.sleep(0.001)
+    wait_until_blocking(lambda: db._writer._queue.qsize() >= 3)  # queued behind the held batch
     release.set()
     for t in [first, *threads]:
         t.join()

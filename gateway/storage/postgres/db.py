@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 from typing import Callable, TypeVar
 
@@ -28,6 +27,7 @@ import psycopg
 import psycopg_pool
 from psycopg import errors
 
+from gateway.redact import redact_dsn
 from gateway.storage import fence
 from gateway.storage.base import CommitListener, StorageFace
 from gateway.storage.conn import Conn
@@ -46,12 +46,6 @@ MESSAGE_COLUMNS = ("id", "session_id", "role", "content", *MESSAGE_FIELDS, "acti
 _SELECT_MESSAGE = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 RETRIES = 5  # a write losing a deadlock or serialization race is run again this many times
 REBUILD_BATCH = 1000
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN without its password, for messages and `stats()["path"]`."""
-    dsn = re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", dsn)
 
 
 class PostgresSessionDB(StorageFace):

@@ -213,8 +213,8 @@ def test_stats_and_a_redacted_dsn(db, make_session):
             "tables",
         }
     )
-    assert redact_dsn("host=h password=s3cret user=u") == "host=h password=*** user=u"
-    assert redact_dsn("postgresql://me:s3cret@h/db") == "postgresql://me:***@h/db"
+    assert redact_dsn("host=h password=s3cret user=u") == "host=h password=[redacted] user=u"
+    assert redact_dsn("postgresql://me:s3cret@h/db") == "postgresql://me:[redacted]@h/db"
 
 
 def test_rebuild_recomputes_the_word_column(db, make_session):

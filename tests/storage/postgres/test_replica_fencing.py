@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from gateway.runtime.delivery import encode_message
 from gateway.runtime.leases import SharedLeases
@@ -22,6 +23,8 @@ from gateway.storage.postgres.db import PostgresSessionDB
 from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.gateway_harness import make_config
 from tests.fakes.openai_server import FakeOpenAI
+
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
 
 QUIET = 60.0  # a heartbeat that never comes in a test: no renewal, no poll unless asked
 

@@ -18,6 +18,8 @@ from gateway.storage.postgres import replicas
 from gateway.storage.postgres.db import PostgresSessionDB
 from tests.fakes.loopback import wait_until
 
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
+
 
 def guarded_add(key: str, replica_id: str, fence: int | None, event_id: str):
     """An inbox insert that commits only while `replica_id` holds `key` at `fence`."""

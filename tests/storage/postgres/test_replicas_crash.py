@@ -23,11 +23,14 @@ from pathlib import Path
 
 import aiohttp
 import psycopg
+import pytest
 
 from tests.fakes.daemon import Daemon
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.telegram_server import FakeTelegram
+
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
 
 SECRET = "replica-test-secret"
 WEBHOOK = "/webhooks/telegram"

@@ -79,6 +79,10 @@ def build_server(counter_file: str | None = None) -> MCPServer:
                 f.write(label + "\n")
         return f"counted {label}"
 
+    @server.tool(description="A header of the HTTP request that carried this call (empty over stdio).")
+    def header(name: str, ctx: Context) -> str:
+        return (ctx.headers or {}).get(name.lower(), "")
+
     @server.tool(description="The server process id.")
     def pid() -> int:
         return os.getpid()
@@ -105,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen()  # connections made after the port is printed wait in the backlog until uvicorn serves
     sys.stdout.write(f"{sock.getsockname()[1]}\n")
     sys.stdout.flush()
     app = server.streamable_http_app()

@@ -3,8 +3,9 @@
 A supervisor task owns the connection (the SDK's transports and `ClientSession` are anyio context
 managers that must be entered and left by the same task): it starts the stdio process or opens the
 Streamable HTTP session, initializes, lists the tools, and then waits until the connection is lost.
-Lost means the stdio process's stdout ended (the read stream is relayed through one memory stream
-so its end is seen at once, not at the next call) or a call failed on the transport. Then it
+Lost means the transport's read stream ended (a dead stdio process, a closed HTTP session: watched
+through the SDK's `ReadStream` protocol, so it is seen at once, not at the next call) or a call
+failed on the transport. Then it
 retries: the first retry after `first_retry` (1 s), doubling up to `max_retry` (60 s), back to 1 s
 once a connection has stayed up for `max_retry`. `notifications/tools/list_changed` lists the tools
 again.
@@ -29,7 +30,6 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
 from tools.mcp.settings import McpServerSettings
 
@@ -162,10 +162,9 @@ class ServerConnection:
         async with contextlib.AsyncExitStack() as stack:
             async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
                 read, write = await stack.enter_async_context(self._transport(stack))
-                relay_in, relay_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-                stack.push_async_callback(_cancel, asyncio.create_task(self._relay(read, relay_in)))
+                watched = _EndWatched(read, self._lost.set)
                 session = await stack.enter_async_context(
-                    ClientSession(relay_out, write, message_handler=self._on_message)
+                    ClientSession(watched, write, message_handler=self._on_message)
                 )
                 await session.initialize()
                 tools = await _list_tools(session)
@@ -181,17 +180,6 @@ class ServerConnection:
         client = create_mcp_http_client(headers=dict(s.headers) or None)
         stack.push_async_callback(client.aclose)
         return streamable_http_client(s.url, http_client=client)
-
-    async def _relay(self, read: Any, relay_in: Any) -> None:
-        """Pass the transport's messages to the session; their end means the connection is lost."""
-        try:
-            async with relay_in:
-                async for item in read:
-                    await relay_in.send(item)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
-            pass
-        finally:
-            self._lost.set()
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
@@ -227,10 +215,40 @@ async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
             return tools
 
 
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+class _EndWatched:
+    """The transport's read stream (the SDK's `ReadStream` protocol), telling `on_end` when it ends:
+    a dead stdio process or a closed HTTP session is seen at once, without a relay task's extra hop."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream, self._on_end = stream, on_end
+
+    def __getattr__(self, name: str) -> Any:  # `last_context` and anything else the SDK reads
+        return getattr(self._stream, name)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _EndWatched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _EndWatched:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def _describe(exc: BaseException) -> str:

@@ -111,6 +111,7 @@ async def test_streamable_http_round_trip(make_tools, http_server):
     tools = await make_tools({"remote": {"url": url, "headers": {"X-Test": "yes"}}})
     assert tools.states()["remote"].state == "ready" and tools.states()["remote"].transport == "http"
     assert (await tools.call("mcp__remote__echo", {"text": "over http"})).text == "over http"
+    assert (await tools.call("mcp__remote__header", {"name": "X-Test"})).text == "yes"
     assert (await tools.call("mcp__remote__count", {"label": "h"})).text == "counted h"
     assert counter.read_text().splitlines() == ["h"]
     image = await tools.call("mcp__remote__pixel", {})

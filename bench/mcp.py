@@ -6,8 +6,9 @@ from other processes falls on both sides alike. Prints p50/p99 per call for each
     python -m bench.mcp                      # 2000 calls a side, stdio and Streamable HTTP
     python -m bench.mcp --calls 500 --transport stdio
 
-Over stdio each side has its own server process (a stdio server has one client); over HTTP both
-talk to the same server process. The call is `echo` with a short text: the server's own work is
+Over stdio each side has its own server process (a stdio server has one client), and on a loaded
+machine two processes differ by more than the gateway adds, so the run is split into `--rounds` of
+fresh processes; over HTTP both talk to the same server process. The call is `echo` with a short text: the server's own work is
 nil, so the difference is the gateway's part (argument parsing, the name lookup, the relay of the
 read stream, the timeout scope, the result conversion).
 """
@@ -66,26 +67,35 @@ def server_config(transport: str, url: str | None) -> dict[str, Any]:
     return {"url": url}
 
 
-async def compare(transport: str, calls: int, url: str | None) -> None:
+async def one_round(
+    transport: str, calls: int, url: str | None, direct_first: bool, gateway: list[float], direct: list[float]
+) -> None:
     tools = McpTools(mcp_settings_from({"servers": {"bench": server_config(transport, url)}}))
-    await tools.start()
-    await tools.wait_ready(timeout=60)
-    assert tools.states()["bench"].state == "ready", tools.states()
+    async with contextlib.AsyncExitStack() as stack:
+        if direct_first:  # which side's server starts first alternates by round, too
+            session = await stack.enter_async_context(direct_session(transport, url))
+        stack.push_async_callback(tools.close)
+        await tools.start()
+        await tools.wait_ready(timeout=60)
+        assert tools.states()["bench"].state == "ready", tools.states()
+        if not direct_first:
+            session = await stack.enter_async_context(direct_session(transport, url))
+        for i in range(calls + calls // 10):  # the first tenth warms both sides up and is not counted
+            text = f"call {i}"
+            if i % 2:  # who goes first alternates: the second of a pair may find caches warm
+                d, g = await timed(session.call_tool("echo", {"text": text})), await timed(call(tools, text))
+            else:
+                g, d = await timed(call(tools, text)), await timed(session.call_tool("echo", {"text": text}))
+            if i >= calls // 10:
+                gateway.append(g)
+                direct.append(d)
+
+
+async def compare(transport: str, calls: int, rounds: int, url: str | None) -> None:
     gateway: list[float] = []
     direct: list[float] = []
-    try:
-        async with direct_session(transport, url) as session:
-            for i in range(calls + calls // 10):  # the first tenth warms both sides up and is not counted
-                text = f"call {i}"
-                if i % 2:  # who goes first alternates: the second of a pair may find caches warm
-                    d, g = await timed(session.call_tool("echo", {"text": text})), await timed(call(tools, text))
-                else:
-                    g, d = await timed(call(tools, text)), await timed(session.call_tool("echo", {"text": text}))
-                if i >= calls // 10:
-                    gateway.append(g)
-                    direct.append(d)
-    finally:
-        await tools.close()
+    for n in range(rounds):  # fresh processes each round: one server process's scheduling luck evens out
+        await one_round(transport, calls // rounds, url, n % 2 == 1, gateway, direct)
     ms = 1000.0
     for label, q in (("p50", 0.5), ("p99", 0.99)):
         g, d = percentile(gateway, q) * ms, percentile(direct, q) * ms
@@ -99,8 +109,9 @@ async def compare(transport: str, calls: int, url: str | None) -> None:
 
 
 def import_cost(runs: int = 5) -> float:
-    """Median seconds to import what a server needs (tools.mcp.connection and the SDK) in a fresh process."""
-    code = "import time; t = time.perf_counter(); import tools.mcp.connection; print(time.perf_counter() - t)"
+    """Median CPU seconds to import what a server needs (tools.mcp.connection and the SDK) in a fresh
+    process: CPU time, because the wall time on a shared machine measures the other processes too."""
+    code = "import time; t = time.process_time(); import tools.mcp.connection; print(time.process_time() - t)"
     times = [
         float(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout)
         for _ in range(runs)
@@ -111,18 +122,21 @@ def import_cost(runs: int = 5) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=4, help="fresh server processes and clients per transport")
     parser.add_argument("--transport", choices=("stdio", "http", "both"), default="both")
     args = parser.parse_args()
-    print(f"importing the mcp SDK (tools.mcp.connection): {import_cost() * 1000:.0f} ms (median of 5 fresh processes)")
+    print(
+        f"importing the mcp SDK (tools.mcp.connection): {import_cost() * 1000:.0f} ms CPU (median of 5 fresh processes)"
+    )
     print(f"tool call round trip, {args.calls} calls a side, interleaved:")
     if args.transport in ("stdio", "both"):
-        asyncio.run(compare("stdio", args.calls, None))
+        asyncio.run(compare("stdio", args.calls, args.rounds, None))
     if args.transport in ("http", "both"):
         server = subprocess.Popen([sys.executable, *FAKE, "--http"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
         try:
             assert server.stdout is not None
             url = f"http://127.0.0.1:{int(server.stdout.readline())}/mcp"
-            asyncio.run(compare("http", args.calls, url))
+            asyncio.run(compare("http", args.calls, args.rounds, url))
         finally:
             server.kill()
             server.wait()

@@ -63,8 +63,14 @@ def build_server(counter_file: str | None = None) -> MCPServer:
     def fail(message: str) -> str:
         raise ToolError(message)
 
-    @server.tool(description="Never answers.")
+    def record(label: str) -> None:
+        if counter_file:
+            with open(counter_file, "a", encoding="utf-8") as f:
+                f.write(label + "\n")
+
+    @server.tool(description="Never answers (records that it started, so a test knows the call arrived).")
     async def sleep_forever() -> str:
+        record("sleeping")
         await anyio.sleep_forever()
         return "unreachable"
 
@@ -74,9 +80,7 @@ def build_server(counter_file: str | None = None) -> MCPServer:
 
     @server.tool(description="Count this call: appends the label to the counter file.")
     def count(label: str) -> str:
-        if counter_file:
-            with open(counter_file, "a", encoding="utf-8") as f:
-                f.write(label + "\n")
+        record(label)
         return f"counted {label}"
 
     @server.tool(description="A header of the HTTP request that carried this call (empty over stdio).")

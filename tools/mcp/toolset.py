@@ -6,8 +6,9 @@ tool its function name (`mcp__<server>__<tool>`), description, simplified schema
 raises (an unknown name, bad arguments, a down server, a timeout, a lost connection each become a
 `ToolOutcome` saying so), `states()` feeds /readyz and doctor.
 
-The SDK is imported only when a server is enabled (`start()`): importing it costs ~0.3-0.5 s of CPU
-(bench/mcp.py prints the figure), which a daemon without MCP servers should not pay at start.
+The SDK is imported only when a server is enabled (`start()`): importing it cost 0.9 s of CPU here
+(`python -m bench.mcp` prints the figure; pydantic models of two protocol revisions), which a daemon
+without MCP servers should not pay at start.
 """
 
 from __future__ import annotations
@@ -165,8 +166,9 @@ class McpTools:
         return out
 
     async def close(self) -> None:
-        connections, self._connections = list(self._connections.values()), {}
-        await asyncio.gather(*(c.close() for c in connections))
+        """Stop every server (states say `closed`; nothing is offered any more)."""
+        await asyncio.gather(*(c.close() for c in self._connections.values()))
+        self._tools = {}
 
     def _listed(self, server: str, listed: list[mcp_types.Tool]) -> None:
         """A server's tool list arrived (start, restart or list_changed): rebuild its part."""

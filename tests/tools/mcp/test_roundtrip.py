@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.fakes.mcp_server import PIXEL_PNG
-from tests.tools.mcp.conftest import ROOT, stdio_server
+from tests.tools.mcp.conftest import ROOT, settings, stdio_server
+from tools.mcp import McpTools
 
 
 async def test_stdio_tools_are_offered_under_their_function_names(make_tools):
@@ -128,3 +132,17 @@ def test_importing_tools_mcp_without_servers_does_not_load_the_sdk():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["[]", "{}", "False", "False"]
+
+
+async def test_a_turn_waits_for_tools_being_listed_and_close_ends_the_server():
+    tools = McpTools(settings({"fake": stdio_server()}))
+    await tools.start()
+    assert tools.specs() == [] and tools.states()["fake"].state == "starting"
+    await tools.wait_ready(timeout=30)
+    assert "mcp__fake__echo" in {s["function"]["name"] for s in tools.specs()}
+    pid = int((await tools.call("mcp__fake__pid", {})).text)
+    await tools.close()
+    assert tools.states()["fake"].state == "closed" and tools.specs() == []
+    assert (await tools.call("mcp__fake__echo", {"text": "late"})).outcome == "unknown_tool"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

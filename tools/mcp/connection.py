@@ -92,7 +92,7 @@ class ServerConnection:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(READY_WAIT_SECONDS):
                     await self._ready.wait()
-        session = self._session
+        session, lost = self._session, self._lost  # a late failure must not end the next connection
         if self.state != READY or session is None:
             raise Unavailable(self.error or f"it is {self.state}")
         try:
@@ -103,10 +103,10 @@ class ServerConnection:
         except MCPError as exc:
             if exc.code != mcp_types.CONNECTION_CLOSED:
                 raise
-            self._lost.set()
+            lost.set()
             raise ConnectionLost(exc.message) from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            self._lost.set()
+            lost.set()
             raise ConnectionLost(f"{type(exc).__name__}: {exc}") from None
 
     async def close(self) -> None:

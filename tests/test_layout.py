@@ -42,7 +42,15 @@ NARROWER: dict[str, set[str]] = {
     "platforms": {"gateway.source", "gateway.errors", "gateway.text", "gateway.redact"},
     # agent/ and tools/ reach sessions only through the storage face
     "agent": {"gateway.source", "gateway.errors", "gateway.text", "gateway.db"},
-    "tools": {"gateway.source", "gateway.errors", "gateway.text", "gateway.db", "gateway.recall", "agent"},
+    "tools": {
+        "gateway.source",
+        "gateway.errors",
+        "gateway.envvars",
+        "gateway.text",
+        "gateway.db",
+        "gateway.recall",
+        "agent",
+    },
 }
 
 # A platform SDK is imported only inside its adapter package; the storage floor imports no SDK.

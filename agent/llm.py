@@ -327,6 +327,25 @@ class _StreamError(Exception):
         self.message, self.body = message, body
 
 
+def _chunk_of(event: Event) -> dict[str, Any]:
+    """The chunk an event carries; an error event, or one that is not a JSON object, raises."""
+    try:
+        chunk = json.loads(event.data)
+    except ValueError:
+        raise _StreamError(f"the model sent a stream event that is not JSON: {_short(event.data, 80)}", None) from None
+    if not isinstance(chunk, dict):
+        raise _StreamError(f"the model sent a stream event that is not an object: {_short(event.data, 80)}", None)
+    error = chunk.get("error")
+    if error or event.name == "error":
+        # as the SDK does: the error's own message, else a generic one; the body is the error
+        message = error.get("message") if isinstance(error, dict) else None
+        raise _StreamError(
+            message if isinstance(message, str) and message else "An error occurred during streaming",
+            error if error else chunk,
+        )
+    return chunk
+
+
 class _StreamedReply:
     """The assistant message assembled from chat.completion.chunk events (plain dicts)."""
 
@@ -343,22 +362,7 @@ class _StreamedReply:
         if event.data.startswith("[DONE]"):
             self.done = True
             return
-        try:
-            chunk = json.loads(event.data)
-        except ValueError:
-            raise _StreamError(
-                f"the model sent a stream event that is not JSON: {_short(event.data, 80)}", None
-            ) from None
-        if not isinstance(chunk, dict):
-            raise _StreamError(f"the model sent a stream event that is not an object: {_short(event.data, 80)}", None)
-        error = chunk.get("error")
-        if error or event.name == "error":
-            # as the SDK does: the error's own message, else a generic one; the body is the error
-            message = error.get("message") if isinstance(error, dict) else None
-            raise _StreamError(
-                message if isinstance(message, str) and message else "An error occurred during streaming",
-                error if error else chunk,
-            )
+        chunk = _chunk_of(event)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.prompt_tokens = usage.get("prompt_tokens") or 0
@@ -369,26 +373,29 @@ class _StreamedReply:
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
             delta = choice.get("delta")
-            if not isinstance(delta, dict):
+            if isinstance(delta, dict):
+                self._add_delta(delta)
+
+    def _add_delta(self, delta: dict[str, Any]) -> None:
+        """A piece of the answer: text, reasoning, and pieces of tool calls (by their index)."""
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.text.append(content)
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(thought, str) and thought:
+            self.reasoning.append(thought)
+        for position, call in enumerate(delta.get("tool_calls") or ()):
+            if not isinstance(call, dict):
                 continue
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self.text.append(content)
-            thought = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(thought, str) and thought:
-                self.reasoning.append(thought)
-            for position, call in enumerate(delta.get("tool_calls") or ()):
-                if not isinstance(call, dict):
-                    continue
-                index = call.get("index")
-                index = index if isinstance(index, int) else position
-                slot = self.calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                function = call.get("function")
-                if isinstance(function, dict):
-                    slot["name"] += function.get("name") or ""
-                    slot["arguments"] += function.get("arguments") or ""
+            index = call.get("index")
+            index = index if isinstance(index, int) else position
+            slot = self.calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
+            if call.get("id"):
+                slot["id"] = call["id"]
+            function = call.get("function")
+            if isinstance(function, dict):
+                slot["name"] += function.get("name") or ""
+                slot["arguments"] += function.get("arguments") or ""
 
     def take_piece(self) -> str:
         """The text added since the last call, as one piece."""

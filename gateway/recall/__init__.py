@@ -10,10 +10,12 @@ from gateway.recall.rank import (
     plan_query,
     recent_sessions,
 )
+from gateway.recall.weights import RankWeights
 
 __all__ = [
     "HIDDEN_SOURCES",
     "MAX_SESSIONS",
+    "RankWeights",
     "SessionHit",
     "allowed_sessions",
     "cjk_pieces",

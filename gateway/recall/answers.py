@@ -5,17 +5,18 @@ council meeting for adoption"); a later session that only re-mentions the event 
 adoption meeting...") says the same words without one. So, as question answering has long typed
 its answers (a date for "when", a number for "how many"), recall looks at the leaders' weightiest
 passages (gateway/recall/rank.py `_passage_rerank`) and lets a passage that holds the question's
-words AND an answer of the asked-for kind count GAIN more in best(s). A passage with the kind of
+words AND an answer of the asked-for kind count `gain` more in best(s). A passage with the kind of
 answer but none of the question's words gains nothing (the gain multiplies the words' mass), so
-no session rises on "yesterday" alone.
+no session rises on "yesterday" alone. (`gain` and `before`, below, are fields of
+gateway/recall/weights.py's `RankWeights`.)
 
 Measured (bench/recall.py, LoCoMo raw questions pooled, + the local model; 132 of 762 questions
-are "when" questions): GAIN 0.3 raises tune any@1 0.745 -> 0.749 and MRR 0.817 -> 0.820, held
+are "when" questions): `gain` 0.3 raises tune any@1 0.745 -> 0.749 and MRR 0.817 -> 0.820, held
 0.771 -> 0.773 / 0.836 -> 0.837; 0.6 and 1.0 are the same on held and no better on tune, so the
 smallest gain that moves is kept. MemoryBank-CN unchanged (its questions ask "what", not "when").
 The patterns are language knowledge, English and Chinese, not words of the data.
 
-The same GAIN for the other kinds, on top of TIME (raw questions pooled, + the local model; in
+The same `gain` for the other kinds, on top of TIME (raw questions pooled, + the local model; in
 brackets the lexical ranking alone):
 - COUNT ("how many / much / often / old / far", 多少, 几个 ...; 3 tune and 19 held questions): a
   cardinal in digits or words. Tune any@1 0.749 -> 0.753 (lexical 0.749, the same), MRR 0.820 ->
@@ -28,28 +29,28 @@ brackets the lexical ranking alone):
   capitalised name after in / at / to / from / near / visit (not a month or a weekday), or a word
   for a place (city, park, beach ...). Held any@1 0.773 -> 0.775, MRR 0.837 -> 0.838 (lexical
   0.766 -> 0.767, 0.829 -> 0.830); tune unchanged. The names after in / at / near alone do as well.
-With both, GAIN 0.25-0.35 and 0.5 give the same or one question either way; 0.3 is kept for all.
+With both, `gain` 0.25-0.35 and 0.5 give the same or one question either way; 0.3 is kept for all.
 MemoryBank-CN (1 count and 1 place question, held) and MemoryBank-EN unchanged.
 
 Where the kind is looked for, and how much it adds. An exchange often tells the time before the
 event it dates ("Guess what happened last Saturday!" / "What?" / "The kids played their recital"),
-so the kind is looked for in the passage and in the BEFORE = 2 messages ahead of it. And a kind
+so the kind is looked for in the passage and in the `before` = 2 messages ahead of it. And a kind
 said in the same message as the question's words is the surer sign, so the passage counts
-(1 + GAIN) x its words, plus GAIN x the words of its weightiest message that holds the kind.
+(1 + `gain`) x its words, plus `gain` x the words of its weightiest message that holds the kind.
 Both together, LoCoMo raw questions (pooled; in brackets scoped): lexical tune any@1 0.749 ->
 0.753 (0.753 -> 0.758), MRR 0.810 -> 0.812 (0.813 -> 0.816); + the local model tune MRR 0.822 ->
 0.823 (0.825 -> 0.826), any@1 unchanged; held any@1 unchanged everywhere, MRR + local 0.838 ->
 0.839, lexical 0.830 the same at three decimals (a few ranks up); any@5 and all@5 never lower
 (held pooled 0.928 -> 0.930 lexical, 0.932 -> 0.934 + local). MemoryBank-CN and -EN unchanged.
-BEFORE 1 is the same at @1 but lets two questions (one each half) out of the lexical five; 2, 3
-and 4 are the same within a rank; 0 (the passage alone) lowers held MRR. GAIN 0.2 - 0.4 move a
+`before` 1 is the same at @1 but lets two questions (one each half) out of the lexical five; 2, 3
+and 4 are the same within a rank; 0 (the passage alone) lowers held MRR. `gain` 0.2 - 0.4 move a
 rank or two either way; the added term with a gain of its own (0.5 - 0.9, the multiplier 0.3 or
 none) lowers lexical MRR on one half or both. Apart, and not kept:
-- the message ahead alone (BEFORE 1) without the added term: one held question up (lexical), no other.
+- the message ahead alone (`before` 1) without the added term: one held question up (lexical), no other.
 - the kind looked for in the passage's first message only: tune any@1 -1 on every ranking.
-- GAIN x the words of the passage's weightiest message, in place of the multiplier (0.3 - 1.0):
+- `gain` x the words of the passage's weightiest message, in place of the multiplier (0.3 - 1.0):
   held any@1 -1 on every ranking.
-- GAIN x the words of the message holding the kind, in place of the multiplier: 0.7 - 0.9 raise
+- `gain` x the words of the message holding the kind, in place of the multiplier: 0.7 - 0.9 raise
   tune + local any@1 0.753 -> 0.758 (MRR 0.826) but lower held scoped lexical MRR (a place
   question's answer, told in the message ahead of the words, leaves the five); with the message
   ahead looked at too, the same.
@@ -80,9 +81,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-GAIN = 0.3  # how much more a passage with the asked-for kind of answer counts (docstring)
-BEFORE = 2  # messages ahead of a passage where the answer is looked for too (docstring)
 
 _WEEKDAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)"
 _MONTH = r"(?:january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)"

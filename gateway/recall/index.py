@@ -26,6 +26,7 @@ import threading
 from typing import Any, Callable
 
 from gateway.storage import vectors
+from gateway.storage.base import StorageFace
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ BATCH = 128  # messages read per step
 RETRY_SECONDS = (5.0, 30.0, 120.0)  # waits after failed steps (the last repeats)
 
 
-def forget_other_models(db: Any, model: str) -> int:
+def forget_other_models(db: StorageFace, model: str) -> int:
     """Drop windows embedded by another model (after a model change), in batches."""
     total = 0
     while True:
@@ -43,7 +44,7 @@ def forget_other_models(db: Any, model: str) -> int:
             return total
 
 
-def index_step(db: Any, embedder: Any, batch: int = BATCH) -> int:
+def index_step(db: StorageFace, embedder: Any, batch: int = BATCH) -> int:
     """Embed the windows of the next `batch` messages; returns how many messages the watermark
     advanced over (0: nothing left). Raises when the embedder fails (nothing is stored then)."""
     model = str(embedder.model)
@@ -60,7 +61,9 @@ def index_step(db: Any, embedder: Any, batch: int = BATCH) -> int:
     return max(1, upto - before)
 
 
-def backfill(db: Any, embedder: Any, progress: Callable[[int, int], None] | None = None, batch: int = BATCH) -> int:
+def backfill(
+    db: StorageFace, embedder: Any, progress: Callable[[int, int], None] | None = None, batch: int = BATCH
+) -> int:
     """Embed everything not yet embedded for this model; `progress(done, total)` after each step.
     Returns the number of messages looked at."""
     model = str(embedder.model)
@@ -75,7 +78,7 @@ def backfill(db: Any, embedder: Any, progress: Callable[[int, int], None] | None
     return done
 
 
-def stats(db: Any, model: str) -> dict[str, int]:
+def stats(db: StorageFace, model: str) -> dict[str, int]:
     def read(conn: Any) -> dict[str, int]:
         windows, size = vectors.stored(conn, model)
         return {"backlog": vectors.backlog(conn, model), "windows": windows, "vector_bytes": size}
@@ -86,7 +89,7 @@ def stats(db: Any, model: str) -> dict[str, int]:
 class BackgroundIndexer:
     """Embeds new messages after they are committed, on its own thread, in batches."""
 
-    def __init__(self, db: Any, embedder: Any, batch: int = BATCH, poll_seconds: float | None = None) -> None:
+    def __init__(self, db: StorageFace, embedder: Any, batch: int = BATCH, poll_seconds: float | None = None) -> None:
         self.db, self.embedder, self.batch = db, embedder, batch
         self.poll_seconds = poll_seconds  # None: woken by this process's commits only
         self._wake = threading.Event()

@@ -10,7 +10,7 @@
   words and stop characters and the rest split into overlapping bigrams
   ("上次部署网关超时是怎么解决的" -> 部署 署网 网关 关超 超时 解决);
 - a proximity pair: two adjacent query words found close together in one message;
-- a date ("on 8 May, 2023", "5月2日"), cut out of the text (see gateway/recall_dates.py).
+- a date ("on 8 May, 2023", "5月2日"), cut out of the text (see gateway/recall/dates.py).
 Stop words go (fts.ENGLISH_STOP_WORDS, CHINESE_STOP_*) unless nothing else is left.
 Every FTS5 expression is built from letters and digits inside quotes, so no input can raise.
 

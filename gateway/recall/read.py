@@ -1,21 +1,22 @@
-"""Reading a query's matches for recall (gateway/recall.py ranks them): each unit's newest
-matches first, a PROBE of every unit, then a shared HIT_BUDGET given to the units that carry
+"""Reading a query's matches for recall (gateway/recall/rank.py ranks them): each unit's newest
+matches first, a `probe` of every unit, then a shared `hit_budget` given to the units that carry
 weight, and the units not read to their end read again beside the anchor (the weightiest unit read
 in full). Plain functions over a connection.
 
 Why these budgets: every later stage of recall (session rows, roots, scoring, passages) is linear
 in the matches read, so the rows read set the cost of a query on a large store (~10 us of CPU per
-row all told, 1M synthetic messages). The old budgets (PROBE 250 for every unit, HIT_BUDGET 6000
+row all told, 1M synthetic messages). The old budgets (probe 250 for every unit, hit_budget 6000
 shared by weight) read 7,000-11,500 rows for a long or a Chinese question: 50-120 ms of CPU. Now
-the probes share PROBE_BUDGET (a 19-unit question probed 4,750 rows before any budget was spent),
-the weightiest word is read first, up to `cap`, and the rest of HIT_BUDGET (3000) is shared by
+the probes share `probe_budget` (a 19-unit question probed 4,750 rows before any budget was spent),
+the weightiest word is read first, up to `cap`, and the rest of `hit_budget` (3000) is shared by
 weight. Why the weightiest first: read to its end, a rare word is the anchor an old answer is found
 beside; merely shrinking the shared budget (2,500 or 4,000) cost the planted answers of
 `bench/recall.py --needles 1000000` a lot (any@1 0.675 before -> 0.39 / 0.57), while reading the
 rare word first raised it (0.735, any@5 0.825 -> 0.845, MRR 0.735 -> 0.782). The reads beside the
 anchor walk only the index (their rows are the anchor's, already read). Where every match fits the
 budgets (the labelled dev and held data) nothing changes: all matches are read either way, and
-`bench/recall.py --split dev` / `--split held` print the same figures to the last digit."""
+`bench/recall.py --split dev` / `--split held` print the same figures to the last digit. The
+budgets are fields of gateway/recall/weights.py's `RankWeights`."""
 
 from __future__ import annotations
 
@@ -24,13 +25,9 @@ from typing import Callable
 
 from gateway.db import visible_sql
 from gateway.recall.query import PrefixTerms, Unit, expand_prefixes
+from gateway.recall.weights import RankWeights
 from gateway.storage.conn import Conn, RecallMatch
 
-PROBE = 150  # newest matching messages every unit looks at (fewer when the query has many units)
-PROBE_BUDGET = 1500  # the probes of all units together, at most (each keeps at least MIN_PROBE)
-MIN_PROBE = 40
-HIT_BUDGET = 3000  # matches looked at beyond the probes, over all units of a query
-PAIR_WEIGHT = 0.5  # weight of a two-word unit against a single word
 VISIBLE_SQL = visible_sql("m")  # the one rule, in gateway.storage.schema
 
 
@@ -76,12 +73,18 @@ def session_idf(df: float, n_sessions: int) -> float:
 
 
 def read_units(
-    conn: Conn, units: list[Unit], roles: list[str], cap: int, newest_id: int, n_sessions: int
+    conn: Conn,
+    units: list[Unit],
+    roles: list[str],
+    cap: int,
+    newest_id: int,
+    n_sessions: int,
+    weights: RankWeights,
 ) -> list[list[Matches]]:
-    """Read each unit's newest matches: PROBE of each first, then more for the units that carry
+    """Read each unit's newest matches: a `probe` of each first, then more for the units that carry
     weight. A unit found in most sessions adds next to nothing to any score (its idf is tiny), so a
     few hundred of its newest matches serve as well as thousands; a rarer unit reads up to `cap`.
-    Over all units at most HIT_BUDGET matches are read beyond the probes, shared by weight."""
+    Over all units at most `hit_budget` matches are read beyond the probes, shared by weight."""
     # a database whose index answers a prefix itself (Postgres's GIN) has nothing to expand
     terms: Callable[[str], list[str] | None] = PrefixTerms(conn) if conn.dialect.expands_prefixes else (lambda p: None)
     readers: list[list[Matches]] = []
@@ -93,23 +96,23 @@ def read_units(
             sources.append(Matches("messages_ident", unit.ident_expr))
         readers.append(sources)
     n_sources = sum(len(sources) for sources in readers)
-    probe = min(PROBE, cap, max(MIN_PROBE, PROBE_BUDGET // max(1, n_sources)))
+    probe = min(weights.probe, cap, max(weights.min_probe, weights.probe_budget // max(1, n_sources)))
     for sources in readers:
         for source in sources:
             source.read(conn, roles, probe)
     wanting: list[tuple[Matches, float]] = []  # sources with more to read, and their unit's weight
-    weights: dict[int, float] = {}  # unit index -> estimated weight (idf), from the first source read
+    unit_weights: dict[int, float] = {}  # unit index -> estimated weight (idf), from the first source read
     for i, (unit, sources) in enumerate(zip(units, readers)):
         for source in sources:
             if not source.rows:
                 continue
             sessions = len({sid for _, sid, _, _ in source.rows})
             df = min(n_sessions, sessions * source.estimate(newest_id) / len(source.rows))
-            weight = session_idf(df, n_sessions) * (PAIR_WEIGHT if unit.pair else 1.0)
-            weights.setdefault(i, weight)
+            weight = session_idf(df, n_sessions) * (weights.pair_weight if unit.pair else 1.0)
+            unit_weights.setdefault(i, weight)
             if not source.done and len(source.rows) < cap:
                 wanting.append((source, weight))
-    budget = HIT_BUDGET
+    budget = weights.hit_budget
     words = [(s, w) for s, w in wanting if s.table == "messages_fts"]
     if words:  # the weightiest word first, up to `cap`: read to its end it is the anchor an old
         # answer is found beside (see _read_beside_anchor); shared by weight, a rare word got only
@@ -128,7 +131,7 @@ def read_units(
         if not any(s.done for s, _ in wanting):  # every grant was used up
             break
         wanting = [(s, w) for s, w in wanting if not s.done and len(s.rows) < cap]  # share what is left
-    _read_beside_anchor(conn, units, readers, roles, cap, weights)
+    _read_beside_anchor(conn, units, readers, roles, cap, unit_weights)
     return readers
 
 

@@ -10,33 +10,33 @@ query, each scaled to its own range over the leaders (lexical score / the best l
 similarity min-max over the leaders), so no constant depends on how large BM25 scores or cosines
 run for one model or one store:
 
-    fused(s) = lexical(s) / max lexical + SEMANTIC_WEIGHT * (sim(s) - min sim) / (max sim - min sim)
+    fused(s) = lexical(s) / max lexical + semantic_weight * (sim(s) - min sim) / (max sim - min sim)
 
 and the lexical leader keeps the first place unless the fused winner's similarity is more than
-OVERRULE_MARGIN (0.1 cosine) above its own. Why: measured on the dev data with
+`overrule_margin` (0.1 cosine) above its own. Why: measured on the dev data with
 multilingual-e5-small (bench/recall.py), ordering the top 10 by similarity alone puts the answer
 first for 0.50 of LoCoMo questions (0.53 held) against 0.74 (0.76) for the words, and every
 fusion tried (min-max, z-score, raw cosine gaps, reciprocal ranks, a product, gated to near
 ties; windows of 1, 4 and 8 messages) lowered any@1 on the tune half; with the first place kept,
 the fused order of the rest raises MRR (0.800 -> 0.812 tune, 0.823 -> 0.828 held) and any@5
 (0.91 -> 0.94 tune): meaning is good at bringing the answer into the five sessions recapped, not
-at overruling the best lexical match. SEMANTIC_WEIGHT 0.3: MRR is flat between 0.3 and 0.5 and
-any@5 falls past 0.5 (held); LEADERS 10: 20 changes nothing measurable and compares twice as many.
-OVERRULE_MARGIN 0.1: with e5-small no dev question has a fused winner that far above the lexical
+at overruling the best lexical match. `semantic_weight` 0.3: MRR is flat between 0.3 and 0.5 and
+any@5 falls past 0.5 (held); `leaders` 10: 20 changes nothing measurable and compares twice as many.
+`overrule_margin` 0.1: with e5-small no dev question has a fused winner that far above the lexical
 leader (margins 0.02-0.06 each moved one or two questions, either way); a model whose cosines
 spread wider, or a paraphrase with no competing meaning, still lets meaning win outright.
 
 Meaning also counts inside the lexical stage, where words and meaning meet: a passage's evidence
-in `best(s)` (gateway/recall/rank.py) gains PASSAGE_WEIGHT x the best passage mass of the leaders x
+in `best(s)` (gateway/recall/rank.py) gains `passage_weight` x the best passage mass of the leaders x
 the similarity of the window holding it, min-max scaled over those windows (`passage_bonus`; the
-windows of each leader's PASSAGE_MESSAGES weightiest evidence messages, one key seek each, so a
+windows of each leader's `passage_messages` weightiest evidence messages, one key seek each, so a
 long session costs no more than a short one). So of two sessions that both say the question's
 words, the one whose passage around them means what the question asks moves up, and a session
 with no word of the question gains nothing. Measured on LoCoMo raw questions (pooled, with the
 fusion above): tune any@1 0.745 -> 0.745, MRR 0.817 -> 0.817, any@5 0.935 -> 0.939; held any@1
 0.764 -> 0.771, MRR 0.832 -> 0.836; MemoryBank-CN held scoped any@1 0.786 -> 0.821, tune unchanged.
-PASSAGE_WEIGHT 0.1 is the same on LoCoMo (MemoryBank-CN held scoped stays 0.786), 0.2 and 0.3
-cost tune any@1 (0.740, 0.732); PASSAGE_MESSAGES 4 costs a tune question, 16 is the same as 8
+`passage_weight` 0.1 is the same on LoCoMo (MemoryBank-CN held scoped stays 0.786), 0.2 and 0.3
+cost tune any@1 (0.740, 0.732); `passage_messages` 4 costs a tune question, 16 is the same as 8
 (held 0.769).
 
 A session's similarity stays its single best window. The mean of its best k windows (a session
@@ -47,7 +47,8 @@ mix of the best and the mean (0.6-0.8 of the best, k 5 or 8) moved tune MRR by a
 0.834): no signal beyond noise, and two fitted constants.
 
 When the lexical stage finds nothing (every word unknown to the store), the newest windows are
-compared alone (VECTOR_SCAN of them).
+compared alone (`vector_scan` of them). The numbers named here are fields of
+gateway/recall/weights.py's `RankWeights`.
 
 The query vector is computed before the read transaction; when the embedder fails, recall is
 lexical (logged once per failure), never an error.
@@ -63,17 +64,12 @@ from dataclasses import dataclass
 from operator import mul
 from typing import Any, Iterable, Mapping, Sequence
 
+from gateway.recall.weights import DEFAULT_WEIGHTS, RankWeights
 from gateway.storage import vectors as stored_vectors
 from gateway.storage.conn import Conn
 
 log = logging.getLogger(__name__)
 
-LEADERS = 10  # lexical leaders re-ranked by similarity (the answer is in the lexical top 10 for >90 %)
-SEMANTIC_WEIGHT = 0.3  # dev data, e5-small: MRR flat over 0.3-0.5, any@5 lower past 0.5 (module docstring)
-OVERRULE_MARGIN = 0.1  # cosine lead that lets meaning take the first place from the words (docstring)
-VECTOR_SCAN = 5000  # newest windows compared when the lexical stage finds nothing
-PASSAGE_WEIGHT = 0.15  # a passage's meaning against its words, inside best(s) (docstring: flat over 0.05-0.2)
-PASSAGE_MESSAGES = 8  # a leader's weightiest evidence messages whose windows are looked up (docstring)
 
 _np: Any
 try:  # optional: numpy makes the comparison ~50x faster; pure Python is the fallback
@@ -139,8 +135,14 @@ def similarities(conn: Conn, query: QueryVector, members: Mapping[str, Iterable[
     return out
 
 
-def passage_bonus(conn: Conn, query: QueryVector, messages: Mapping[int, str], scale: float) -> dict[int, float]:
-    """message id -> what its passage gains for meaning: PASSAGE_WEIGHT * `scale` * the similarity
+def passage_bonus(
+    conn: Conn,
+    query: QueryVector,
+    messages: Mapping[int, str],
+    scale: float,
+    weights: RankWeights = DEFAULT_WEIGHTS,
+) -> dict[int, float]:
+    """message id -> what its passage gains for meaning: `passage_weight` * `scale` * the similarity
     of the window holding the message, min-max scaled over the windows of the `messages` (message
     id -> its session). A message in no stored window gains nothing. Each window is found by one
     seek on the table's key (session, first message): a long session's other windows are not read."""
@@ -164,7 +166,8 @@ def passage_bonus(conn: Conn, query: QueryVector, messages: Mapping[int, str], s
     low, high = min(sims.values()), max(sims.values())
     if high - low <= 1e-9:
         return {}
-    return {mid: PASSAGE_WEIGHT * scale * (sims[key] - low) / (high - low) for mid, key in window_of.items()}
+    weight = weights.passage_weight
+    return {mid: weight * scale * (sims[key] - low) / (high - low) for mid, key in window_of.items()}
 
 
 def _cosines(query: QueryVector, blobs: Sequence[bytes]) -> list[float]:
@@ -183,10 +186,10 @@ def _cosines(query: QueryVector, blobs: Sequence[bytes]) -> list[float]:
     return out
 
 
-def fuse(lexical: Mapping[str, float], semantic: Mapping[str, float]) -> dict[str, float]:
+def fuse(lexical: Mapping[str, float], semantic: Mapping[str, float], weights: RankWeights) -> dict[str, float]:
     """Fused scores of the leaders (see the module docstring); the lexical leader (ties: the
     smallest id, as the leaders are taken) stays first unless meaning overrules it by
-    OVERRULE_MARGIN. A leader with no vectors gets the
+    `overrule_margin`. A leader with no vectors gets the
     leaders' lowest similarity: it is neither helped nor sunk by not being embedded yet."""
     if not lexical:
         return {}
@@ -200,16 +203,18 @@ def fuse(lexical: Mapping[str, float], semantic: Mapping[str, float]) -> dict[st
     for root, score in lexical.items():
         sim = semantic.get(root, low)
         scaled = (sim - low) / spread if spread > 1e-9 else 0.0
-        out[root] = score / top + SEMANTIC_WEIGHT * scaled
+        out[root] = score / top + weights.semantic_weight * scaled
     first = min(lexical, key=lambda r: (-lexical[r], r))
     winner = max(out, key=lambda r: (out[r], -lexical[r]))
-    overrules = winner in semantic and first in semantic and semantic[winner] - semantic[first] > OVERRULE_MARGIN
+    overrules = (
+        winner in semantic and first in semantic and semantic[winner] - semantic[first] > weights.overrule_margin
+    )
     if not overrules:  # the words choose the first session better than meaning does
         out[first] = max(out.values()) + 1.0
     return out
 
 
-def scan_newest(conn: Conn, query: QueryVector, limit: int = VECTOR_SCAN) -> dict[str, float]:
+def scan_newest(conn: Conn, query: QueryVector, limit: int) -> dict[str, float]:
     """session -> best similarity over the newest `limit` windows (the vector-only stage)."""
     by_session: dict[str, list[bytes]] = {}
     for sid, blob in stored_vectors.newest_vectors(conn, query.model, limit):

@@ -9,13 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gateway.recall.rank as rank
 import gateway.recall.read as recall_read
 from gateway.db import new_session_id
-from gateway.recall import answers
 from gateway.recall.dates import DateSpec, dates_in
 from gateway.recall.query import MAX_PREFIX_TERMS, expand_prefixes
 from gateway.recall.rank import MAX_SESSIONS, cjk_pieces, find_sessions, plan_query, recent_sessions
+from gateway.recall.weights import RankWeights
 
 pytestmark = pytest.mark.both_backends
 
@@ -221,8 +220,6 @@ def test_hit_budget_goes_to_the_informative_unit(db, add, monkeypatch):
     target = add(["the backup job failed with rsync error 23", "retry it with --partial"])
     for i in range(40):
         add([f"backup job {i} ran", "backup verified", "backup rotated"])
-    monkeypatch.setattr(recall_read, "PROBE", 5)
-    monkeypatch.setattr(recall_read, "HIT_BUDGET", 10)
     read: dict[str, int] = {}
     real = recall_read.read_units
 
@@ -234,7 +231,7 @@ def test_hit_budget_goes_to_the_informative_unit(db, add, monkeypatch):
         return readers
 
     monkeypatch.setattr(recall_read, "read_units", spy)
-    hits = find_sessions(db, "backup rsync", see_all=True)
+    hits = find_sessions(db, "backup rsync", see_all=True, weights=RankWeights(probe=5, hit_budget=10))
     assert ids(hits)[0] == target
     assert read["rsync"] == 1 and read["backup"] <= 5 + 10
     # the newest matches of "backup" never reach the answer; reading it beside "rsync" does
@@ -248,9 +245,6 @@ def test_a_query_with_many_units_reads_a_bounded_number_of_matches(db, add, monk
     answer = add([" ".join(words) + " zulu"])
     for i in range(20):
         add([" ".join(words) + f" round {i}", " ".join(reversed(words))])
-    monkeypatch.setattr(recall_read, "PROBE_BUDGET", 60)
-    monkeypatch.setattr(recall_read, "MIN_PROBE", 2)
-    monkeypatch.setattr(recall_read, "HIT_BUDGET", 30)
     read: dict[str, int] = {}
     real = recall_read.read_units
 
@@ -261,22 +255,21 @@ def test_a_query_with_many_units_reads_a_bounded_number_of_matches(db, add, monk
         return readers
 
     monkeypatch.setattr(recall_read, "read_units", spy)
-    hits = find_sessions(db, " ".join(words) + " zulu", see_all=True)
+    budgets = RankWeights(probe_budget=60, min_probe=2, hit_budget=30)
+    hits = find_sessions(db, " ".join(words) + " zulu", see_all=True, weights=budgets)
     assert read["units"] > 12  # the words and their pairs
     assert read["joined"] <= 60 + 30 + read["units"]  # the budgets, give or take a row per unit's share
     assert ids(hits)[0] == answer  # the rare word still finds it, and its common words beside it count
     assert set(hits[0].matched) >= {"zulu", "alpha", "lima"}
 
 
-def test_common_words_of_an_old_answer_count_beside_its_rare_word(db, add, monkeypatch):
+def test_common_words_of_an_old_answer_count_beside_its_rare_word(db, add):
     answer = add(["the nginx proxy timeout on gw7 was fixed by raising proxy_read_timeout"])
     other = add(["gw7 was rebooted"])
     for i in range(15):  # the common words: in half the sessions, many times each, all newer
         add([f"nginx proxy timeout again {i}", "nginx proxy timeout retry", "nginx proxy timeout", "nginx up"])
         add(FILLER)
-    monkeypatch.setattr(recall_read, "PROBE", 3)
-    monkeypatch.setattr(recall_read, "HIT_BUDGET", 6)
-    hits = find_sessions(db, "nginx proxy timeout gw7", see_all=True)
+    hits = find_sessions(db, "nginx proxy timeout gw7", see_all=True, weights=RankWeights(probe=3, hit_budget=6))
     assert ids(hits)[0] == answer and other in ids(hits)
     assert set(hits[0].matched) >= {"nginx", "proxy", "timeout", "gw7"}
 
@@ -322,7 +315,7 @@ def test_dates_in_the_query_are_evidence(db, add):
     assert dates_in("in June 2022 and 2023-05-02") == [DateSpec(2023, 5, 2), DateSpec(2022, 6, None)]
 
 
-def test_a_named_day_outweighs_the_words_of_the_question(db, add, monkeypatch):
+def test_a_named_day_outweighs_the_words_of_the_question(db, add):
     # the words of "what did we talk about" are everywhere; the day the person names is the signal
     that_day = add(["morning! shall we plan the garden today?", "yes: tomatoes and basil"], started=ts("2023-04-27"))
     chatty = add(
@@ -333,8 +326,9 @@ def test_a_named_day_outweighs_the_words_of_the_question(db, add, monkeypatch):
         assert ids(find_sessions(db, question, embedder=None))[:2] == [that_day, chatty]
     # a month names when the event was as often as when we spoke: it stays one unit among the words
     assert ids(find_sessions(db, "What topics did we talk about in April 2023?", embedder=None))[0] == chatty
-    monkeypatch.setattr(rank, "DAY_OVER_WORDS", 0.0)  # the day as one more unit: the words win
-    assert ids(find_sessions(db, "What topics did we talk about on 27 April 2023?", embedder=None))[0] == chatty
+    day_as_a_unit = RankWeights(day_over_words=0.0)  # the day as one more unit: the words win
+    question = "What topics did we talk about on 27 April 2023?"
+    assert ids(find_sessions(db, question, embedder=None, weights=day_as_a_unit))[0] == chatty
 
 
 def test_a_named_day_lifts_a_months_long_session_only_by_its_share_of_that_day(db, add):
@@ -457,7 +451,7 @@ def test_a_whole_question_in_quotes_still_finds_its_words(db, add):
     assert ids(hits)[:1] == [food]
 
 
-def test_a_when_question_prefers_the_passage_that_tells_the_time(db, add, monkeypatch):
+def test_a_when_question_prefers_the_passage_that_tells_the_time(db, add):
     # both sessions say the question's words; the older one tells when it happened
     told = add(["Last Friday the kids were at a pottery workshop.", "That sounds fun!", *FILLER])
     retold = add(["The kids still talk of the pottery workshop.", "They loved it.", *FILLER])
@@ -465,8 +459,8 @@ def test_a_when_question_prefers_the_passage_that_tells_the_time(db, add, monkey
     assert ids(find_sessions(db, when, embedder=None))[0] == told
     # a question that asks for no time keeps the order the words give (the later session first)
     assert ids(find_sessions(db, "Was the kids' pottery workshop any good?", embedder=None))[0] == retold
-    monkeypatch.setattr(answers, "GAIN", 0.0)  # without the answer type the two tie on words
-    assert ids(find_sessions(db, when, embedder=None))[0] == retold
+    no_gain = RankWeights(gain=0.0)  # without the answer type the two tie on words
+    assert ids(find_sessions(db, when, embedder=None, weights=no_gain))[0] == retold
 
 
 def test_a_derived_noun_finds_its_root_word(db, add):
@@ -476,7 +470,7 @@ def test_a_derived_noun_finds_its_root_word(db, add):
     assert ids(find_sessions(db, "their friendship", embedder=None)) == []  # "friend" occurs nowhere
 
 
-def test_the_time_told_just_before_the_words_counts_for_a_when_question(db, add, monkeypatch):
+def test_the_time_told_just_before_the_words_counts_for_a_when_question(db, add):
     # an exchange tells the time first and the event after it: "Guess what happened last Saturday!"
     told = add(
         ["Guess what happened last Saturday!", "The kids played their piano recital at the old school hall.", "Wow!"]
@@ -485,15 +479,15 @@ def test_the_time_told_just_before_the_words_counts_for_a_when_question(db, add,
     retold = add(["The kids still hum the piano recital tunes.", "They loved it.", "Nice."] + FILLER)
     when = "When was the kids' piano recital?"
     assert ids(find_sessions(db, when, embedder=None))[0] == told
-    monkeypatch.setattr(answers, "BEFORE", 0)  # the passage alone: the shorter, later mention leads
-    assert ids(find_sessions(db, when, embedder=None))[0] == retold
+    passage_alone = RankWeights(before=0)  # the passage alone: the shorter, later mention leads
+    assert ids(find_sessions(db, when, embedder=None, weights=passage_alone))[0] == retold
 
 
-def test_a_time_in_the_message_with_the_words_counts_more_than_one_in_the_reply(db, add, monkeypatch):
+def test_a_time_in_the_message_with_the_words_counts_more_than_one_in_the_reply(db, add):
     # both passages tell a time; in one the words' own message tells it, in the other only the reply
     same = add(["We took the kids to the pottery workshop in town last Friday.", "Fun!"] + FILLER)
     reply = add(["The kids and the pottery workshop!", "That was last Friday, right?"] + FILLER)
     when = "When was the kids' pottery workshop?"
     assert ids(find_sessions(db, when, embedder=None))[0] == same
-    monkeypatch.setattr(answers, "GAIN", 0.0)  # on words alone the shorter message leads
-    assert ids(find_sessions(db, when, embedder=None))[0] == reply
+    no_gain = RankWeights(gain=0.0)  # on words alone the shorter message leads
+    assert ids(find_sessions(db, when, embedder=None, weights=no_gain))[0] == reply

@@ -12,6 +12,7 @@ from gateway.embeddings import EmbeddingSettings, EndpointEmbedder, make_embedde
 from gateway.recall import semantic
 from gateway.recall.index import BackgroundIndexer, backfill, index_step, stats
 from gateway.recall.rank import find_sessions
+from gateway.recall.weights import DEFAULT_WEIGHTS, RankWeights
 from gateway.storage import vectors
 from tests.fakes.loopback import wait_until_blocking
 from tests.fakes.openai_server import FakeOpenAI, hashed_embedding
@@ -202,7 +203,7 @@ def test_the_background_indexer_embeds_what_is_committed(db, endpoint):
 # --- ranking -----------------------------------------------------------------------------------
 
 
-def test_the_semantic_stage_lifts_the_session_that_means_the_question(db, endpoint, monkeypatch):
+def test_the_semantic_stage_lifts_the_session_that_means_the_question(db, endpoint):
     met = "s_met"
     add(db, met, ["Tom: I met a wonderful woman at the cafe today", "That is lovely news, Tom!"])
     add(db, "s_car", ["Tom: my wife needs the car for work", "Then take the bus, Tom."], started=1.7e9 + 100)
@@ -210,8 +211,8 @@ def test_the_semantic_stage_lifts_the_session_that_means_the_question(db, endpoi
     assert [h.session_id for h in find_sessions(db, question, embedder=None)][0] == "s_car"
     embedder = endpoint.embedder()
     backfill(db, embedder)
-    monkeypatch.setattr(semantic, "SEMANTIC_WEIGHT", 1.0)
-    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == met
+    weights = RankWeights(semantic_weight=1.0)
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder, weights=weights)][0] == met
 
 
 def test_vectors_alone_answer_when_no_word_of_the_query_occurs(db, endpoint):
@@ -249,7 +250,7 @@ def test_the_installed_embedder_is_the_default(db, endpoint):
     assert find_sessions(db, "spouse") == []
 
 
-def test_a_small_lead_in_meaning_does_not_take_the_first_place_from_the_words(db, endpoint, monkeypatch):
+def test_a_small_lead_in_meaning_does_not_take_the_first_place_from_the_words(db, endpoint):
     # nearly the same meaning everywhere (cosines within 0.01): what the words say first stays first
     endpoint.fake.embed = lambda texts, model: [[1.0, 0.1] if "beta" in t else [1.0, 0.0] for t in texts]
     add(db, "s_words", ["alpha gamma delta", "noted"])
@@ -260,10 +261,10 @@ def test_a_small_lead_in_meaning_does_not_take_the_first_place_from_the_words(db
     embedder = endpoint.embedder()
     backfill(db, embedder)
     assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_words"
-    monkeypatch.setattr(semantic, "SEMANTIC_WEIGHT", 1.0)
-    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_words"
-    monkeypatch.setattr(semantic, "OVERRULE_MARGIN", 0.0)  # without the rule, the small lead would win
-    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_meaning"
+    weights = RankWeights(semantic_weight=1.0)
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder, weights=weights)][0] == "s_words"
+    weights = RankWeights(semantic_weight=1.0, overrule_margin=0.0)  # without the rule, the small lead would win
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder, weights=weights)][0] == "s_meaning"
 
 
 @pytest.mark.sqlite_only("SQLite's EXPLAIN QUERY PLAN")
@@ -277,7 +278,7 @@ def test_a_leaders_vectors_are_read_by_session_not_by_scanning_the_model(db):
     assert "PRIMARY KEY" in plan and "idx_message_vectors_newest" not in plan
 
 
-def test_meaning_where_the_words_are_decides_between_equal_word_matches(db, endpoint, monkeypatch):
+def test_meaning_where_the_words_are_decides_between_equal_word_matches(db, endpoint):
     # both hold the question's one word; the words favour the shorter message, meaning the other turn
     add(db, "s_coffee", ["my wife joined us at last", "over coffee, lovely"])
     add(db, "s_weather", ["my wife joined us", "the weather was grey indeed"], started=1.7e9 + 100)
@@ -285,11 +286,10 @@ def test_meaning_where_the_words_are_decides_between_equal_word_matches(db, endp
     assert [h.session_id for h in find_sessions(db, question, embedder=None)][0] == "s_weather"
     embedder = endpoint.embedder()
     backfill(db, embedder)
-    monkeypatch.setattr(semantic, "OVERRULE_MARGIN", 1.0)  # the session-level fusion keeps the leader first
-    monkeypatch.setattr(semantic, "PASSAGE_WEIGHT", 0.0)
-    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_weather"
-    monkeypatch.setattr(semantic, "PASSAGE_WEIGHT", 0.15)
-    hits = find_sessions(db, question, embedder=embedder)
+    weights = RankWeights(overrule_margin=1.0, passage_weight=0.0)  # the session-level fusion keeps the leader first
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder, weights=weights)][0] == "s_weather"
+    weights = RankWeights(overrule_margin=1.0, passage_weight=0.15)
+    hits = find_sessions(db, question, embedder=embedder, weights=weights)
     assert [h.session_id for h in hits][0] == "s_coffee"
     assert len(hits) == 2  # nothing without the words is brought in by meaning
 
@@ -301,6 +301,6 @@ def test_passage_bonus_is_scaled_over_the_leading_windows(db, endpoint):
     query = semantic.embed_query(embedder, "meet wife tom")
     assert query is not None
     bonus = db.read(lambda conn: semantic.passage_bonus(conn, query, {ids[0]: "s_a", ids[2]: "s_b"}, 10.0))
-    assert bonus[ids[0]] == pytest.approx(semantic.PASSAGE_WEIGHT * 10.0)  # the best window: the full share
+    assert bonus[ids[0]] == pytest.approx(DEFAULT_WEIGHTS.passage_weight * 10.0)  # the best window: the full share
     assert bonus[ids[2]] == pytest.approx(0.0)  # the worst: nothing
     assert db.read(lambda conn: semantic.passage_bonus(conn, query, {ids[0]: "s_a"}, 10.0)) == {}  # one window

@@ -16,8 +16,9 @@ persistence is its `TurnRecorder`; its reply is committed to the outbox with the
 Streaming (`begin_reply` gives a ReplyStream for the message, or None): the model's text goes to the
 reply as it is written (gateway.runtime.reply_feed), the typing hint stops once text is visible, and
 the final text replaces it. A stopped or failed turn leaves what was shown (a model error mid-answer
-puts the apology under the text so far, rather than in its place); only the final answer is
-stored, as without streaming.
+puts the apology under the text so far, rather than in its place). The final answer is stored as
+without streaming; a stopped one (/stop, Ctrl-C, an interrupting message) is stored as it was shown,
+marked `finish_reason="stopped"`, so the conversation never holds two questions in a row.
 """
 
 from __future__ import annotations
@@ -268,8 +269,10 @@ class TurnRunner:
             if stream is not None:  # another replica answers: this one's draft is left as it is
                 await _settle(stream.abandon())
             raise
-        except BaseException:
+        except BaseException as exc:
             if stream is not None:  # stopped, interrupted or crashed: what was shown stays
+                if isinstance(exc, asyncio.CancelledError) and feed is not None and not committed:
+                    await asyncio.shield(self._keep_shown(session_id, lane.key, stream, feed.so_far, guard))
                 await _settle(stream.fail())
             raise
         finally:
@@ -320,6 +323,27 @@ class TurnRunner:
             single_owner=self.single_owner,
             home=self.config.home,
         )
+
+    async def _keep_shown(self, session_id: str, key: str, stream: ReplyStream, shown: str, guard: Any) -> None:
+        """A stopped answer: store what the person saw, marked `finish_reason="stopped"`, so the
+        session holds it and the next request does not carry two questions in a row. Not sent
+        again (it is on screen already); a failed write leaves the turn as it was."""
+        text = shown.rstrip()
+        if not text or not stream.first_shown.is_set():
+            return
+        try:
+            await self.db.aappend_message(
+                session_id,
+                "assistant",
+                text,
+                finish_reason="stopped",
+                timestamp=self.clock(),
+                after=_guarded(guard) if guard is not None else None,
+            )
+        except Exception:
+            log.warning("the stopped answer in %s could not be kept", session_id, exc_info=True)
+            return
+        self.conversations.append(session_id, key, {"role": "assistant", "content": text})
 
     async def _reply(
         self,

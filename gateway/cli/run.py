@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,9 +77,35 @@ def _on_a_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
+def _nothing_to_talk_to(config: Config) -> str | None:
+    """Why `run` would serve nobody, or None. No chat platform, and the terminal off or with
+    nothing on stdin (/dev/null or closed: `docker run -d`), would start and end at once (exit 0),
+    which looks like success; a pipe or a file on stdin is a script and is answered."""
+    names = config.configured_platforms()
+    if names and names != ["local"]:
+        return None
+    if names:
+        try:
+            mode = os.fstat(sys.stdin.fileno()).st_mode
+        except (OSError, ValueError, AttributeError):  # stdin closed
+            mode = stat.S_IFCHR
+        if not stat.S_ISCHR(mode) or sys.stdin.isatty():
+            return None
+    return (
+        "nothing to talk to: no chat platform is configured and there is no terminal "
+        + ("(platforms.local.enabled is false)" if not names else "(stdin is not a terminal, a pipe or a file)")
+        + ". Set a platform's credentials in the environment (e.g. TELEGRAM_BOT_TOKEN) or in config.yaml, "
+        "or run with a terminal (docker run -it)."
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
+        return 2
+    refusal = _nothing_to_talk_to(config)
+    if refusal is not None:
+        print(f"chinwag: {refusal}", file=sys.stderr)
         return 2
     terminal = "local" in config.configured_platforms() and _on_a_terminal()
     _logging(config, terminal=terminal, quiet=False, verbose=args.verbose)
@@ -96,6 +124,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: bool = False) -> int:
     from gateway.service.app import AppError, build_app
 
+    for notice in config.notices:
+        log.info("config: %s", notice)
     for warning in config.warnings:
         log.warning("config: %s", warning)
         if terminal:  # the log is in a file there; a config warning is for the person

@@ -124,8 +124,13 @@ def parse_config(
         raise ConfigError([f"{label}: the top level must be a mapping of keys (got {_kind(data)})"])
     data = _substitute(data, env, "", err)
     out = _section(data, SCHEMA, "", err)
-    platforms, written = _platform_sections(data.get("platforms"), err)
+    raw_platforms, notices = data.get("platforms"), []
+    if raw_platforms is None or isinstance(raw_platforms, dict):
+        raw_platforms, notices = _platforms_from_environment(raw_platforms or {}, env)
+    platforms, written = _platform_sections(raw_platforms, err)
     out["platforms"] = platforms
+    if "host" not in (data.get("http") or {}) and env.get("CHINWAG_HTTP_HOST"):
+        out["http"]["host"] = env["CHINWAG_HTTP_HOST"]  # the container's 0.0.0.0 (Dockerfile)
 
     _check_reset(out["session"]["reset"], err)
     _check_urls(out, ("model", "auxiliary"), err)
@@ -148,6 +153,7 @@ def parse_config(
         written=written,
         path=path,
         warnings=tuple(warnings),
+        notices=tuple(notices),
         data=out,
     )
 
@@ -309,6 +315,36 @@ def _check_platform_rules(
                 f"platforms.{name}.group_allowlist",
                 "is empty but group_policy is allowlist (no group would be answered)",
             )
+
+
+# A chat platform the config file does not name starts from its credentials in the environment
+# (`docker run -e TELEGRAM_BOT_TOKEN ...`: a container has no terminal and, at first, no config.yaml),
+# in its default mode (Telegram: polling), with `<NAME>_ALLOWED_USERS` (comma-separated) let in.
+ENV_CREDENTIALS = {
+    "telegram": {"token": "TELEGRAM_BOT_TOKEN"},
+    "feishu": {"app_id": "FEISHU_APP_ID", "app_secret": "FEISHU_APP_SECRET"},
+    "discord": {"token": "DISCORD_BOT_TOKEN"},
+}
+
+
+def _platforms_from_environment(raw: dict[Any, Any], env: Mapping[str, str]) -> tuple[dict[Any, Any], list[str]]:
+    """`raw` with a section for each unnamed platform whose credentials are all in `env`, and a
+    sentence for each (logged at start: the platform is on although no file says so)."""
+    out, notices = dict(raw), []
+    for name, variables in ENV_CREDENTIALS.items():
+        values = {key: env.get(var, "").strip() for key, var in variables.items()}
+        if name in raw or not all(values.values()):
+            continue
+        allowed_var = f"{name.upper()}_ALLOWED_USERS"
+        allowed = [u.strip() for u in env.get(allowed_var, "").split(",") if u.strip()]
+        out[name] = {**values, "allowed_users": allowed}
+        mode = " (polling)" if name == "telegram" else ""
+        who = f"allowed: {', '.join(allowed)}" if allowed else f"nobody may talk yet: set {allowed_var}"
+        notices.append(
+            f"platforms.{name}: on from {' and '.join(variables.values())}{mode}, "
+            f"no platforms.{name} in a config file; {who}"
+        )
+    return out, notices
 
 
 def _platform_warnings(platforms: dict[str, dict[str, Any]], written: dict[str, frozenset[str]]) -> list[str]:

@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     chat.set_defaults(handler=cmd_chat)
     doctor = sub.add_parser("doctor", help="check the config, the database and every configured endpoint")
     doctor.add_argument("--timeout", type=float, default=5.0, help="seconds per endpoint check (default 5)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(handler=cmd_doctor)
 
 
@@ -189,4 +190,6 @@ def _lock_home(config: Config) -> Any:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from gateway.cli.doctor import run_doctor
 
-    return run_doctor(getattr(args, "config", None), getattr(args, "home", None), timeout=args.timeout)
+    return run_doctor(
+        getattr(args, "config", None), getattr(args, "home", None), timeout=args.timeout, as_json=args.json
+    )

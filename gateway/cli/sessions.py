@@ -18,6 +18,7 @@ from gateway.cli import transfer
 from gateway.cli.format import Progress, ago, fmt_time, human_bytes, table
 from gateway.cli.store import (
     CliError,
+    NoData,
     check_source,
     find_session,
     guarded,
@@ -85,10 +86,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 # -- read commands -----------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_store(args) as (_, db, _m):
-        check_source(db, args.source)
-        rows = db.list_sessions_rich(source=args.source, user_id=args.user, limit=args.limit)
-        total = db.count_sessions()
+    try:
+        with open_store(args) as (_, db, _m):
+            check_source(db, args.source)
+            rows = db.list_sessions_rich(source=args.source, user_id=args.user, limit=args.limit)
+            total = db.count_sessions()
+    except NoData as exc:
+        if not args.json:
+            raise
+        # no data is no sessions: a script reads an empty list; the status stays that of no data
+        print_json([])
+        print(f"list: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print_json(rows)
         return 0

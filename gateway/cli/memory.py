@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gateway.cli.store import EXIT_BAD_INPUT, print_json, refuse, storage_config, usage
+from gateway.cli.store import EXIT_BAD_INPUT, no_data_at, print_json, refuse, storage_config, usage
 from gateway.storage.home import home_from_args
 from tools.memory import MemoryRefused, NoteFiles, NotePlace, NoteTable, copy_notes
 
@@ -47,6 +47,9 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return refuse(args, name, str(exc), EXIT_BAD_INPUT)
     files_dir = Path(args.dir).expanduser() if args.dir else home.root
+    if args.memory_command == "import" and not files_dir.is_dir():  # nothing to read is not "empty"
+        what = f"{files_dir} is not a directory" if files_dir.exists() else f"no directory at {files_dir}"
+        return refuse(args, name, f"{what} (give the DIR that holds MEMORY.md / USER.md)", EXIT_BAD_INPUT)
     storage = storage_config(args)
     db = None
     if storage is not None and storage.backend == "postgres":
@@ -59,6 +62,8 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         kept: NotePlace = NoteTable(db)
         where = "the database"
     else:
+        if not home.root.is_dir():
+            return refuse(args, name, no_data_at(home), 1)
         kept, where = NoteFiles(home.root), f"the home {home.root}"
         if files_dir.resolve() == home.root.resolve():
             said = f"storage is SQLite: the notes are already files in {home.root} (give DIR to copy them)"

@@ -95,6 +95,13 @@ def storage_config(args: argparse.Namespace) -> Any:
         return None
 
 
+def no_data_at(home: Home) -> str:
+    return (
+        f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
+        "`chinwag sessions import` makes it; --home DIR names another)"
+    )
+
+
 @contextmanager
 def open_store(
     args: argparse.Namespace, mirrors: bool = False, create: bool = False
@@ -117,10 +124,7 @@ def open_store(
         mirrors = False
     else:
         if not create and not home.db_path.exists():
-            raise NoData(
-                f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
-                "`chinwag sessions import` makes it; --home DIR names another)"
-            )
+            raise NoData(no_data_at(home))
         if create:
             home.ensure()  # owner-only, before the database is made inside it
         db = SessionDB(home.db_path)

@@ -122,3 +122,20 @@ def test_doctor_and_migrate_accept_json_on_the_command_line(tmp_path, capsys) ->
     assert "checks" in json.loads(out)
     rc, out, err = run(capsys, tmp_path / "home", "sessions", "migrate", "--to", "postgres", "--json")
     assert rc == 2 and "DSN" in json.loads(out)["error"]
+
+
+def test_memory_import_from_nowhere_and_export_from_no_home_are_refused(tmp_path, capsys) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    rc, out, err = run(capsys, home, "memory", "import", str(tmp_path / "no" / "such" / "file"))
+    assert (
+        rc == 2 and f"no directory at {tmp_path / 'no' / 'such' / 'file'}" in err and "empty at the source" not in out
+    )
+    (tmp_path / "a-file").write_text("x")
+    rc, out, err = run(capsys, home, "memory", "import", str(tmp_path / "a-file"))
+    assert rc == 2 and "is not a directory" in err
+    rc, out, err = run(capsys, tmp_path / "nobody", "memory", "export")
+    assert rc == 1 and f"no chinwag data at {tmp_path / 'nobody'}" in err and "already files" not in out
+    rc, out, err = run(capsys, tmp_path / "nobody", "memory", "export", str(tmp_path / "out"), "--json")
+    assert rc == 1 and "no chinwag data" in json.loads(out)["error"]
+    assert not (tmp_path / "nobody").exists() and not (tmp_path / "out").exists()

@@ -131,6 +131,8 @@ async def cmd_status(ctx: CommandContext) -> str:
     lines.append(f"When busy: {busy_mode} (waiting here: {waiting})")
     if services.ops_url:
         lines.append(f"Ops: {services.ops_url} (/healthz, /readyz, /metrics)")
+    elif services.ops_down:
+        lines.append(f"Ops: not running ({services.ops_down})")
     return "\n".join(lines)
 
 

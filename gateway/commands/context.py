@@ -49,6 +49,7 @@ class ChatServices(Protocol):
     db: StorageFace
     store: SessionStore
     model_settings: ModelSettings
+    ops_down: str | None  # why the ops HTTP server could not listen
     single_owner: bool
     clock: Callable[[], float]
 

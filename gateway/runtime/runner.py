@@ -107,6 +107,7 @@ class GatewayRunner:
         self._lane_sources: dict[str, SessionSource] = {}  # key -> the chat a lane serves (for chat_idle)
         self._stopping = False
         self._ops_url = ops_url  # the ops HTTP server's address once it listens (/status shows it)
+        self.ops_down: str | None = None  # why it could not listen (/status says so)
         if metrics is not None:
             metrics.set_gauge_fn("queue_depth", self.queue_depth)
             metrics.set_gauge_fn("agent_cache_size", self.cache_size)

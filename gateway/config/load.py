@@ -124,7 +124,7 @@ def parse_config(
         raise ConfigError([f"{label}: the top level must be a mapping of keys (got {_kind(data)})"])
     data = _substitute(data, env, "", err)
     out = _section(data, SCHEMA, "", err)
-    raw_platforms, notices = data.get("platforms"), []
+    raw_platforms, notices = data.get("platforms"), list[str]()
     if raw_platforms is None or isinstance(raw_platforms, dict):
         raw_platforms, notices = _platforms_from_environment(raw_platforms or {}, env)
     platforms, written = _platform_sections(raw_platforms, err)

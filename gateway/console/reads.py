@@ -60,6 +60,8 @@ class MetricsView(Protocol):
 
     def gauge(self, name: str) -> float | dict[str, float] | None: ...
 
+    def observe(self, name: str, value: float) -> None: ...
+
 
 def clean_text(value: str | None, limit: int = MAX_TEXT) -> str:
     """A parameter as text the store and the page can hold: no lone surrogates, no NULs."""

@@ -115,9 +115,10 @@ class GatewayRunner:
             metrics.set_gauge_fn("outbox_backlog", db.outbox_backlog)
             # A 0 sample from the start: a dashboard's rate() sees the first event as an increase.
             for platform in self.adapters:
-                for counter in ("messages_in_total", "messages_out_total", "duplicates_total"):
+                for counter in ("messages_in_total", "messages_out_total", "duplicates_total", "reruns_total"):
                     metrics.inc(counter, {"platform": platform}, by=0)
             metrics.inc("model_errors_total", by=0)
+            metrics.inc("interrupted_turns_total", {"action": "notify"}, by=0)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:

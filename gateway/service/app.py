@@ -281,6 +281,7 @@ def build_runner(
         notes=note_place(config.home, db),
         memory=config.memory,
         recall=config.recall,
+        observe=metrics.observe if metrics is not None else None,  # the agent's searches: search_seconds
     )
     cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])

@@ -275,3 +275,12 @@ async def test_every_response_carries_the_security_headers(serve, corpus) -> Non
                 assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "default-src 'none'" in csp
                 assert resp.headers["X-Frame-Options"] == "DENY"
                 assert resp.headers["Cache-Control"] == "no-store"
+
+
+async def test_console_searches_are_timed_in_the_search_histogram(serve, corpus) -> None:
+    served = await serve()
+    await get_json(served, "/api/v1/search", params={"q": "nginx"})
+    async with served.session() as http:
+        async with http.get("/console/search", params={"q": "nginx"}) as resp:
+            assert resp.status == 200
+    assert "chinwag_search_seconds_count 2" in served.metrics.render()

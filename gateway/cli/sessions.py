@@ -27,6 +27,7 @@ from gateway.cli.store import (
     print_json,
     usage,
 )
+from gateway.commands.context import cut_notice, numeric_title_refusal
 from gateway.db import StorageFace, TitleTaken, sanitize_title
 from gateway.recall import find_sessions
 
@@ -321,6 +322,9 @@ def cmd_rename(args: argparse.Namespace) -> int:
     title = " ".join(args.title)
     if not sanitize_title(title):  # refused before anything is written
         raise CliError("the title is empty (after removing control characters); nothing was changed")
+    refusal = numeric_title_refusal(sanitize_title(title))  # the chat's rule: /resume 12345 is a number
+    if refusal:
+        raise CliError(f"{refusal.split(':')[0]} (`/resume N` means number N of a list); nothing was changed")
     with open_store(args) as (_, db, _m):
         session = find_session(db, args.id)
         try:
@@ -330,7 +334,7 @@ def cmd_rename(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"id": session["id"], "title": clean})
     else:
-        print(f"renamed {session['id']}: {clean}")
+        print(f"renamed {session['id']}: {clean}{cut_notice(title, clean)}")
     return 0
 
 

@@ -142,8 +142,8 @@ AMBIGUOUS_SHOWN = 10
 
 def find_session(db: StorageFace, ref: str) -> Session:
     """The session `ref` names (the storage face's one rule: an id, a unique id prefix (6+), a
-    title, or the unique random part at an id's end (4+ hex)). Several matches are named, never
-    taken as none."""
+    title, or the unique random part at an id's end (4+ hex)), else part of a title in any letter
+    case (as /resume takes it). Several matches are named, never taken as none."""
     row, several = db.match_session(ref)
     if row is not None:
         return row
@@ -151,7 +151,20 @@ def find_session(db: StorageFace, ref: str) -> Session:
     if several:
         shown = ", ".join(several[:AMBIGUOUS_SHOWN]) + (" …" if len(several) > AMBIGUOUS_SHOWN else "")
         raise CliError(f"{ref!r} is ambiguous: {len(several)} sessions match ({shown}); give more of the id")
-    raise CliError(f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title)")
+    from gateway.commands.sessions import TITLE_MATCH_SCAN, titles_matching
+
+    matches = titles_matching(db.list_sessions_rich(limit=TITLE_MATCH_SCAN, titled_only=True), ref)
+    if len(matches) == 1:
+        found = db.get_session(matches[0]["id"])
+        if found is not None:
+            return found
+    if len(matches) > 1:
+        shown = ", ".join(f"{r['id']} ({r['title']})" for r in matches[:AMBIGUOUS_SHOWN])
+        more = " …" if len(matches) > AMBIGUOUS_SHOWN else ""
+        raise CliError(f"{ref!r} is ambiguous: {len(matches)} titles hold it ({shown}{more}); give more of it or an id")
+    raise CliError(
+        f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title or part of one)"
+    )
 
 
 KNOWN_SOURCES = (*(p.value for p in Platform), "tool")

@@ -27,8 +27,9 @@ from datetime import date, datetime, timezone
 from typing import Any, Callable, Mapping, Protocol
 from urllib.parse import quote
 
+from gateway.commands.context import numeric_title_refusal
 from gateway.console import highlight
-from gateway.db import StorageFace, TitleTaken, UnknownSession
+from gateway.db import StorageFace, TitleTaken, UnknownSession, sanitize_title
 from gateway.recall import find_sessions, plan_query
 from gateway.source import Platform
 from gateway.storage.fts import MAX_QUERY_CHARS
@@ -337,6 +338,9 @@ def rename(db: StorageFace, session_id: str, body: Any) -> dict[str, Any] | None
         raise BadParam("title must be a string or null")
     if title and _SURROGATE_OR_NUL.search(title):
         raise BadParam("title holds characters that are not text (a lone surrogate or NUL)")
+    refusal = numeric_title_refusal(sanitize_title(title))  # the chat's rule: /resume 12345 is a number
+    if refusal:
+        raise BadParam(refusal.split(":")[0] + " (/resume N means number N of a list)")
     sid = plausible_id(session_id)
     if sid is None:
         return None

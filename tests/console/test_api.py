@@ -284,3 +284,12 @@ async def test_console_searches_are_timed_in_the_search_histogram(serve, corpus)
         async with http.get("/console/search", params={"q": "nginx"}) as resp:
             assert resp.status == 200
     assert "chinwag_search_seconds_count 2" in served.metrics.render()
+
+
+async def test_rename_follows_the_chat_title_rules(serve, db, corpus) -> None:
+    served = await serve()
+    sid = corpus["quiet"]
+    async with served.session(headers=SAME_ORIGIN(served)) as http:
+        async with http.patch(f"/api/v1/sessions/{sid}", json={"title": "12345"}) as resp:
+            assert resp.status == 400 and "only a number" in (await resp.json())["error"]
+        assert db.get_session(sid)["title"] != "12345"

@@ -115,7 +115,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                     r["title"] or "",
                     r["source"],
                     r["user_id"] or "",
-                    r["message_count"],
+                    "summ." if r.get("end_reason") == "compressed" else r["message_count"],  # (0 left: in the summary)
                     ago(r["last_active_at"], now),
                     r["preview"] or "",
                 ]

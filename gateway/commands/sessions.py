@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Mapping, Sequence, TypeVar
 
-from gateway.commands.context import CommandContext, ascii_number, numeric_title_refusal
+from gateway.commands.context import CommandContext, ascii_number, messages_label, numeric_title_refusal
 from gateway.commands.context import label as _label
 from gateway.commands.context import when as _when
 from gateway.db import VISIBLE, StorageFace, TitleTaken, sanitize_title
@@ -94,7 +94,7 @@ async def resume_choices(
         title = row.get("title") or ""
         if typed and typed not in title.lower() and not row["id"].startswith(typed):
             continue
-        out.append((f"{title} — {row.get('message_count', 0)} messages", title))
+        out.append((f"{title} — {messages_label(row)}", title))
     return out[:limit]
 
 
@@ -157,8 +157,7 @@ async def cmd_resume(ctx: CommandContext) -> str:
         lines = ["Your recent conversations:"]
         for i, r in enumerate(rows, 1):
             lines.append(
-                f"{i}. {r['title']} — {r['message_count']} messages, last active "
-                f"{_when(r.get('last_active_at'))} ({r['id']})"
+                f"{i}. {r['title']} — {messages_label(r)}, last active {_when(r.get('last_active_at'))} ({r['id']})"
             )
         lines.append("Send /resume <number>, /resume <title> or /resume <id>.")
         return "\n".join(lines)

@@ -24,7 +24,12 @@ SNIPPET_CHARS = 120
 
 def _one_line(text: str | None, limit: int = SNIPPET_CHARS) -> str:
     text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if cut.count("«") > cut.count("»"):  # never end inside a mark: "step two: «wa…" points at nothing
+        cut = cut[: cut.rindex("«")].rstrip()
+    return cut + "…"
 
 
 async def cmd_new(ctx: CommandContext) -> str:

@@ -104,3 +104,21 @@ async def test_a_compressed_conversation_is_not_listed_as_0_messages(tmp_path):
         listing = (await gw.say("/resume"))[0]
         [line] = [x for x in listing.splitlines() if x.startswith(("1. nginx notes —", "2. nginx notes —"))]
         assert "0 messages" not in line and "summarised into a continuation" in line, listing
+
+
+async def test_search_marks_an_address_whole_and_keeps_the_match_in_the_snippet(tmp_path):
+    async with Gateway(tmp_path) as gw:
+        await gw.say("/new mail")
+        await gw.say("write to ops@example.com about it; the example in the com port docs is different")
+        await gw.say("/new runbook")
+        await gw.say(
+            "This is the runbook for the quarterly maintenance window, written down so nobody forgets it. "
+            "step one: drain the walrus queue and wait until the board says empty. "
+            "step two: walrus restart, then check the logs"
+        )
+        await gw.say("/new elsewhere")
+        found = (await gw.say("/search ops@example.com"))[0]
+        assert "«ops@example.com»" in found and "«example»" not in found and "«com»" not in found, found
+        found = (await gw.say("/search walrus"))[0]
+        [line] = [x for x in found.splitlines() if "step one" in x and "↳" not in x]
+        assert line.count("«") == line.count("»") and "«…" not in line, found  # a mark is never cut open

@@ -80,6 +80,8 @@ def run_doctor(
     if config is not None:
         where = str(config.path) if config.path else "no config file (embedded defaults)"
         report.ok(f"config: {where}; platforms: {', '.join(config.configured_platforms()) or 'none'}")
+        for notice in config.notices:
+            report.ok(f"config: {notice}")
         for warning in config.warnings:
             report.warn(f"config: {warning}")
         data_dir = config.home

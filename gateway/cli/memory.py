@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("import", "read MEMORY.md and USER.md from DIR (default: the home) into where the daemon keeps them"),
     ):
         p = cmds.add_parser(name, help=text)
-        p.add_argument("dir", nargs="?", metavar="DIR")
+        p.add_argument("dir", nargs="?", metavar="DIR", help="the directory of MEMORY.md / USER.md (default: the home)")
         p.add_argument("--force", action="store_true", help="replace notes that differ")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(handler=cmd_transfer)

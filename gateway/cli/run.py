@@ -125,6 +125,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: bool = False) -> int:
     from gateway.service.app import AppError, build_app
 
+    # On Postgres the replicas share no disk: the replica registry in the database stands in for
+    # the home lock (gateway.storage.postgres.replicas), so any number may run. Taken first: a
+    # second chinwag says only that it is already running.
+    lock = _lock_home(config) if config.storage.backend != "postgres" else _NoLock()
+    if lock is None:
+        return 1
     for notice in config.notices:
         log.info("config: %s", notice)
     for warning in config.warnings:
@@ -136,12 +142,6 @@ def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: boo
             "no model configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url): "
             "commands and recall work, chat turns say so"
         )
-
-    # On Postgres the replicas share no disk: the replica registry in the database stands in for
-    # the home lock (gateway.storage.postgres.replicas), so any number may run.
-    lock = _lock_home(config) if config.storage.backend != "postgres" else _NoLock()
-    if lock is None:
-        return 1
 
     async def main() -> int:
         app = build_app(config, local_only=local_only, http=http)

@@ -31,6 +31,8 @@ from gateway.commands.context import cut_notice, numeric_title_refusal
 from gateway.db import StorageFace, TitleTaken, sanitize_title
 from gateway.recall import find_sessions
 
+SESSION_REF = "session id, unique id prefix, the hex end of an id, or title (or a unique part of it)"
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("sessions", help="list, search, export, import and maintain stored sessions")
@@ -46,12 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=guarded(cmd_list))
 
     p = cmds.add_parser("show", parents=[common], help="one session and its messages")
-    p.add_argument("id", metavar="ID", help="session id, unique id prefix, or title")
+    p.add_argument("id", metavar="ID", help=SESSION_REF)
     p.add_argument("--all", action="store_true", help="include hidden (undone/retried/compacted) messages")
     p.set_defaults(handler=guarded(cmd_show))
 
     p = cmds.add_parser("search", parents=[common], help="find the sessions a query is about")
-    p.add_argument("query", nargs="+", metavar="QUERY")
+    p.add_argument("query", nargs="+", metavar="QUERY", help="the words to look for (as /search takes them)")
     p.add_argument("--limit", type=positive_int, default=5)
     p.add_argument("--user", help="only sessions this person took part in")
     p.set_defaults(handler=guarded(cmd_search))
@@ -59,14 +61,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     transfer.add_commands(cmds, common)
 
     p = cmds.add_parser("delete", parents=[common], help="delete a session and its messages")
-    p.add_argument("id", metavar="ID")
+    p.add_argument("id", metavar="ID", help=SESSION_REF)
     p.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when not on a terminal)")
     p.add_argument("--include-current", action="store_true", help="also when a chat is still in it")
     p.set_defaults(handler=guarded(cmd_delete))
 
     p = cmds.add_parser("rename", parents=[common], help="set a session's title")
-    p.add_argument("id", metavar="ID")
-    p.add_argument("title", nargs="+", metavar="TITLE")
+    p.add_argument("id", metavar="ID", help=SESSION_REF)
+    p.add_argument("title", nargs="+", metavar="TITLE", help="the new title (at most 100 characters, not only digits)")
     p.set_defaults(handler=guarded(cmd_rename))
 
     p = cmds.add_parser("prune", parents=[common], help="delete sessions idle for more than DAYS days")

@@ -30,7 +30,7 @@ from gateway.storage.transfer import MediaExport, MediaImport, check_record, fil
 def add_commands(cmds: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """The export, import and migrate subcommands of `chinwag sessions`."""
     p = cmds.add_parser("export", parents=[common], help="write sessions as JSONL (stdout when no FILE)")
-    p.add_argument("file", nargs="?", metavar="FILE")
+    p.add_argument("file", nargs="?", metavar="FILE", help="where to write (default or '-': stdout)")
     p.add_argument("--session", action="append", default=[], metavar="ID", help="only this session (repeatable)")
     p.add_argument("--source", help="only this platform")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
@@ -38,7 +38,7 @@ def add_commands(cmds: argparse._SubParsersAction, common: argparse.ArgumentPars
     p.set_defaults(handler=guarded(cmd_export))
 
     p = cmds.add_parser("import", parents=[common], help="read sessions from JSONL ('-' for stdin); all or nothing")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="a `chinwag sessions export` file ('-': stdin)")
     p.add_argument("--skip-existing", action="store_true", help="leave sessions that already exist alone")
     p.add_argument("--with-media", action="store_true", help="also restore the files of an export --with-media")
     p.set_defaults(handler=guarded(cmd_import))
@@ -101,7 +101,8 @@ def _export_stream(target: Path | None) -> Iterator[IO[str]]:
         return
     tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # owner-only, as everything under home: an export holds every conversation
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

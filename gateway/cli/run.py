@@ -26,7 +26,7 @@ log = logging.getLogger("chinwag")
 
 TERMINAL_HELP = (
     "chinwag: Enter sends, Alt-Enter adds a line, Up/Ctrl-R recall; /help lists commands; "
-    "Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at an empty prompt) quits."
+    "Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at an empty prompt) quits. /status shows the web console's address."
 )
 
 

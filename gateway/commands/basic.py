@@ -131,7 +131,7 @@ async def cmd_status(ctx: CommandContext) -> str:
     lines.append(f"Model: {services.model_settings.describe()}")
     lines.append(f"When busy: {busy_mode} (waiting here: {waiting})")
     if services.ops_url:
-        lines.append(f"Ops: {services.ops_url} (/healthz, /readyz, /metrics)")
+        lines.append(f"Ops: {services.ops_url} (/healthz, /readyz, /metrics, console at /console/)")
     elif services.ops_down:
         lines.append(f"Ops: not running ({services.ops_down})")
     return "\n".join(lines)

@@ -378,6 +378,12 @@ def _file_size(path: str) -> int | None:
         return None
 
 
+def _count(metrics: MetricsView | None, name: str) -> int | None:
+    """A gauge that counts things, as a whole number (the metrics keep floats: `7`, not `7.0`)."""
+    value = metrics.gauge(name) if metrics else None
+    return int(value) if isinstance(value, (int, float)) else None
+
+
 def status(
     db: StorageFace, metrics: MetricsView | None, adapters: Callable[[], dict[str, Any]] | None
 ) -> dict[str, Any]:
@@ -386,14 +392,13 @@ def status(
         readiness = adapters() if adapters else {"ready": False, "adapters": {}, "detail": "no adapter is running"}
     except Exception as exc:  # the page still shows the rest
         readiness = {"ready": False, "adapters": {}, "detail": f"readiness check failed: {exc}"}
-    gauge = (lambda name: metrics.gauge(name)) if metrics else (lambda name: None)
     series = (lambda name: metrics.last_hour(name)) if metrics else (lambda name: [])
     turns = series("turn_seconds")
     return {
         "adapters": readiness,
-        "queue_depth": gauge("queue_depth"),
-        "agent_cache": gauge("agent_cache_size"),
-        "mirror_backlog": gauge("mirror_backlog"),
+        "queue_depth": _count(metrics, "queue_depth"),
+        "agent_cache": _count(metrics, "agent_cache_size"),
+        "mirror_backlog": _count(metrics, "mirror_backlog"),
         "storage": {"path": db.path, "db_bytes": _file_size(db.path), "wal_bytes": _file_size(db.path + "-wal") or 0},
         "last_hour": {
             "minutes": [p["minute"] for p in turns] or [p["minute"] for p in series("messages_in_total")],

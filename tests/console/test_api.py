@@ -259,6 +259,7 @@ async def test_status_reports_adapters_gauges_and_the_last_hour(serve, db, corpu
     assert status == 200
     assert body["adapters"]["adapters"]["telegram"]["ready"] is True
     assert body["queue_depth"] == 7 and body["agent_cache"] is None
+    assert isinstance(body["queue_depth"], int)  # a count reads 7, not 7.0
     assert body["storage"]["wal_bytes"] >= 0 and body["storage"]["db_bytes"] > 0
     hour = body["last_hour"]
     assert len(hour["minutes"]) == 60 and len(hour["messages_in"]) == 60

@@ -27,6 +27,7 @@ from gateway.redact import redact_dsn
 from gateway.storage.home import resolve_home
 from gateway.storage.schema import SCHEMA_VERSION, current_version
 
+EXACT_COUNT_BELOW = 1_000_000  # messages: the estimate is trusted only past this (an exact count would read them all)
 FEISHU_DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
 DISCORD_API = "https://discord.com/api/v10"
 OPENAI_API = "https://api.openai.com/v1"
@@ -193,10 +194,17 @@ def check_postgres(report: Report, dsn: str, timeout: float) -> None:
             )
             return
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]  # type: ignore[index]
-        messages = conn.execute(  # the planner's estimate: a count of every message reads the whole table
+        estimate = conn.execute(  # the planner's estimate: a count of every message reads the whole table
             "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = 'messages'"
         ).fetchone()[0]  # type: ignore[index]
-        report.ok(f"Postgres {where}: server {server}, schema v{version}, {sessions} sessions, ~{messages} messages")
+        # ... but it is 0 until autovacuum analyses the table (right after a migrate): below a
+        # size a count reads quickly, count then
+        if estimate < EXACT_COUNT_BELOW:
+            exact = conn.execute("SELECT count(*) FROM messages").fetchone()[0]  # type: ignore[index]
+            messages = f"{exact} messages"
+        else:
+            messages = f"~{estimate} messages"
+        report.ok(f"Postgres {where}: server {server}, schema v{version}, {sessions} sessions, {messages}")
     except psycopg.Error as exc:
         report.fail(f"Postgres {where} cannot be read: {' '.join(str(exc).split())}")
     finally:

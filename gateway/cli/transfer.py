@@ -295,7 +295,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     )
     print(f"  {names[0]}: {report.source_counts[0]} sessions, {report.source_counts[1]} messages")
     print(f"  {names[1]}: {report.target_counts[0]} sessions, {report.target_counts[1]} messages")
-    print("  every copied session verified: same messages and conversation on both sides")
+    print(
+        "  every copied session verified: same messages and conversation on both sides"
+        + (
+            f" (the totals above differ: the {len(report.skipped)} skipped session(s) were not compared)"
+            if report.skipped
+            else ""
+        )
+    )
     for note, result in notes.items():
         print(
             f"  {note}: "

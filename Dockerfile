@@ -1,5 +1,8 @@
 # chinwag: `chinwag run` with config and data on a volume, as a non-root user.
-FROM python:3.11-slim
+# BASE: any image with Python >= 3.11 and pip (e.g. a Debian base built with debootstrap where the
+# registry of base images is out of reach)
+ARG BASE=python:3.11-slim
+FROM ${BASE}
 
 # CHINWAG_HTTP_HOST: the published port reaches the ops server (http.host in a config.yaml wins)
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -75,3 +75,9 @@ def test_the_replicas_config_loads_on_postgres_from_their_environment(tmp_path: 
 def test_the_image_context_leaves_out_virtualenvs_and_secrets() -> None:
     ignored = (DEPLOY.parent / ".dockerignore").read_text().split()
     assert {".venv", "deploy/.env"} <= set(ignored)
+
+
+def test_the_base_image_is_a_build_argument_defaulting_to_python_slim() -> None:
+    dockerfile = (DEPLOY.parent / "Dockerfile").read_text()
+    assert "ARG BASE=python:3.11-slim" in dockerfile and "FROM ${BASE}" in dockerfile
+    assert dockerfile.index("ARG BASE") < dockerfile.index("FROM ${BASE}")

@@ -190,6 +190,23 @@ class TurnRecorder:
         )
         self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
 
+    async def stopped(self, shown: str) -> None:
+        """A stopped answer (/stop, Ctrl-C, an interrupting message): store what the person saw,
+        marked `finish_reason="stopped"`, so the session holds it and the next request does not
+        carry two questions in a row. No outbox row (it is on screen already); a failed write
+        leaves the turn as it was."""
+        text = valid_text(shown.rstrip())
+        if not text or self.committed:
+            return
+        try:
+            await self.db.aappend_message(
+                self.session_id, "assistant", text, finish_reason="stopped", timestamp=self.clock()
+            )
+        except Exception:
+            log.warning("the stopped answer in %s could not be kept", self.session_id, exc_info=True)
+            return
+        self.conversations.append(self.session_id, self.lane.key, {"role": "assistant", "content": text})
+
 
 class TurnRunner:
     def __init__(
@@ -271,8 +288,8 @@ class TurnRunner:
             raise
         except BaseException as exc:
             if stream is not None:  # stopped, interrupted or crashed: what was shown stays
-                if isinstance(exc, asyncio.CancelledError) and feed is not None and not committed:
-                    await asyncio.shield(self._keep_shown(session_id, lane.key, stream, feed.so_far, guard))
+                if isinstance(exc, asyncio.CancelledError) and feed is not None and stream.first_shown.is_set():
+                    await asyncio.shield(record.stopped(feed.so_far))
                 await _settle(stream.fail())
             raise
         finally:
@@ -323,27 +340,6 @@ class TurnRunner:
             single_owner=self.single_owner,
             home=self.config.home,
         )
-
-    async def _keep_shown(self, session_id: str, key: str, stream: ReplyStream, shown: str, guard: Any) -> None:
-        """A stopped answer: store what the person saw, marked `finish_reason="stopped"`, so the
-        session holds it and the next request does not carry two questions in a row. Not sent
-        again (it is on screen already); a failed write leaves the turn as it was."""
-        text = shown.rstrip()
-        if not text or not stream.first_shown.is_set():
-            return
-        try:
-            await self.db.aappend_message(
-                session_id,
-                "assistant",
-                text,
-                finish_reason="stopped",
-                timestamp=self.clock(),
-                after=_guarded(guard) if guard is not None else None,
-            )
-        except Exception:
-            log.warning("the stopped answer in %s could not be kept", session_id, exc_info=True)
-            return
-        self.conversations.append(session_id, key, {"role": "assistant", "content": text})
 
     async def _reply(
         self,

@@ -222,7 +222,7 @@ async def test_the_picked_ops_port_is_shown_at_start_and_in_status(tmp_path: Pat
         port = re.search(r"http://127\.0\.0\.1:(\d+)", shown).group(1)
         await term.prompt()
         term.send("/status\r")
-        await term.expect(rf"Ops: http://127\.0\.0\.1:{port}")
+        await term.expect(rf"Ops: http://127\.0\.0\.1:{port} \(/healthz, /readyz, /metrics, console at /console/\)")
         await term.prompt()
         term.send(CTRL_D)
         assert await term.finish() == 0

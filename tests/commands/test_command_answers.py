@@ -122,10 +122,3 @@ async def test_search_marks_an_address_whole_and_keeps_the_match_in_the_snippet(
         found = (await gw.say("/search walrus"))[0]
         [line] = [x for x in found.splitlines() if "step one" in x and "↳" not in x]
         assert line.count("«") == line.count("»") and "«…" not in line, found  # a mark is never cut open
-
-
-async def test_status_names_the_console(tmp_path):
-    async with Gateway(tmp_path) as gw:
-        gw.runner.ops_url = "http://127.0.0.1:8765"
-        status = (await gw.say("/status"))[0]
-        assert "Ops: http://127.0.0.1:8765 (/healthz, /readyz, /metrics, console at /console/)" in status

@@ -1,10 +1,15 @@
 # chinwag: `chinwag run` with config and data on a volume, as a non-root user.
-FROM python:3.11-slim
+# BASE: any image with Python >= 3.11 and pip (e.g. a Debian base built with debootstrap where the
+# registry of base images is out of reach)
+ARG BASE=python:3.11-slim
+FROM ${BASE}
 
+# CHINWAG_HTTP_HOST: the published port reaches the ops server (http.host in a config.yaml wins)
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    CHINWAG_HOME=/data
+    CHINWAG_HOME=/data \
+    CHINWAG_HTTP_HOST=0.0.0.0
 
 # EXTRAS=postgres for storage.backend: postgres (deploy/compose.yaml builds it so)
 ARG EXTRAS=""
@@ -20,7 +25,7 @@ RUN pip install ".${EXTRAS:+[$EXTRAS]}" \
 
 USER chinwag
 VOLUME ["/data"]
-# health, readiness, metrics and webhooks; bind 0.0.0.0 inside the container (http.host in config.yaml)
+# health, readiness, metrics, webhooks and the console (0.0.0.0 inside the container: CHINWAG_HTTP_HOST)
 EXPOSE 8765
 HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=4)" || exit 1
 CMD ["chinwag", "run"]

@@ -229,7 +229,7 @@ def open_db(
         from gateway.storage.postgres.db import PostgresSessionDB, redact_dsn
     except ImportError as exc:
         raise StorageUnavailable(
-            f"storage.backend is postgres but {exc.name} is not installed (pip install 'chinwag[postgres]')"
+            f"PostgreSQL needs {exc.name}, which is not installed: pip install 'chinwag[postgres]'"
         ) from None
     try:
         return PostgresSessionDB(dsn)  # the same face (DESIGN §14): both are SessionStores

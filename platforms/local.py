@@ -7,7 +7,9 @@ and a blocked read must never hold up shutdown), and `input_closed` is set once 
 been handed to the gateway after end of input.
 
 A streamed reply is printed as it is written, piece by piece; a tool's status line shows on its own
-line (on a terminal it is erased again when the text resumes).
+line (on a terminal it is erased again when the text resumes). Trailing whitespace waits until text
+follows it, so the final text and a stop note always continue what is on screen (the answer is
+printed once, also through a pipe).
 
 On a terminal (stdin and stdout both ttys) lines come from a line editor instead
 (platforms.local_editor): pastes of any length, multi-line messages, history, Ctrl-R. The prompt
@@ -277,12 +279,17 @@ class TerminalReply(ReplyStream):
         self.status_open = False
 
     def _show(self, text: str) -> None:
+        # Trailing whitespace is held back until text follows it: the final text (or a stop note)
+        # may drop or replace it, and what is on screen must stay a prefix of what comes next, or
+        # the whole answer would be printed again.
+        text = text.rstrip()
         self._clear_status()
         if text.startswith(self.printed):
             self.adapter._write(text[len(self.printed) :])
-        else:  # a new model step rewrote the text: start it on a fresh line
+            self.printed = text
+        elif not self.printed.startswith(text):  # a new model step rewrote the text: start it on a fresh line
             self.adapter._write("\n" + text)
-        self.printed = text
+            self.printed = text
         if text:
             self.first_shown.set()
 
@@ -310,7 +317,7 @@ class TerminalReply(ReplyStream):
             return []
         self.done = True
         if text:
-            self._show(text.rstrip("\n"))
+            self._show(text)
         else:
             self._clear_status()
         self.adapter._write("\n\n" if self.adapter.interactive else "\n")

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
@@ -236,9 +237,10 @@ async def asession_search(
     backoff: tuple[float, ...] = BACKOFF,
     recaps: bool = True,
     embedder: Any = semantic.DEFAULT,
+    observe: Callable[[str, float], None] | None = None,
 ) -> str:
     """The tool's work (see the module docstring). Returns JSON; never raises for bad input or
-    model trouble."""
+    model trouble. `observe` hears the search's wall time (`chinwag_search_seconds`; recaps not included)."""
     if db is None:
         return _error("the session database is not available")
     try:
@@ -276,6 +278,7 @@ async def asession_search(
         return json.dumps({"mode": "recent", "count": len(results), "results": results}, ensure_ascii=False)
 
     plan = plan_query(text)
+    started = time.monotonic()
     hits = await asyncio.to_thread(
         find_sessions,
         db,
@@ -288,6 +291,8 @@ async def asession_search(
         role_filter=_roles(role_filter),
         embedder=embedder,
     )
+    if observe is not None:
+        observe("search_seconds", time.monotonic() - started)
 
     def prepare() -> list[_Task]:
         tasks = []
@@ -419,6 +424,7 @@ class SearchSettings:
     recap_model: ModelSettings | None = None
     recap_client: Callable[[], Any] = lambda: None
     embedder: Any = semantic.DEFAULT
+    observe: Callable[[str, float], None] | None = None  # hears each search's wall time (search_seconds)
 
 
 def make_session_search_tool(settings: SearchSettings | None = None) -> Tool:
@@ -446,6 +452,7 @@ def make_session_search_tool(settings: SearchSettings | None = None) -> Tool:
             deadline=deps.deadline,
             recaps=deps.recaps,
             embedder=deps.embedder,
+            observe=deps.observe,
         )
 
     return Tool(name="session_search", description=DESCRIPTION, parameters=PARAMETERS, handler=handler)

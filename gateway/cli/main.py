@@ -48,6 +48,17 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
     return found
 
 
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each subcommand's --help page opens with what it does: the one-line help its parent lists."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for listed in action._choices_actions:
+                child = action.choices[listed.dest]
+                if child.description is None and listed.help:
+                    child.description = listed.help[0].upper() + listed.help[1:] + "."
+                _describe(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chinwag", description="An LLM agent on your chat platforms, with recall.")
     parser.add_argument("--version", action="version", version=f"chinwag {version()}")
@@ -57,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_run.register(sub)
     cli_sessions.register(sub)
     cli_memory.register(sub)
+    _describe(parser)
     for child in _subparsers(parser):
         group = child.add_argument_group("global options")
         for flag, metavar, help_text in GLOBAL_OPTIONS:

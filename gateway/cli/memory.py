@@ -11,10 +11,9 @@ an entry the memory tool would refuse is named and nothing is written.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from gateway.cli.store import EXIT_BAD_INPUT, storage_config, usage
+from gateway.cli.store import EXIT_BAD_INPUT, no_data_at, print_json, refuse, storage_config, usage
 from gateway.storage.home import home_from_args
 from tools.memory import MemoryRefused, NoteFiles, NotePlace, NoteTable, copy_notes
 
@@ -35,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("import", "read MEMORY.md and USER.md from DIR (default: the home) into where the daemon keeps them"),
     ):
         p = cmds.add_parser(name, help=text)
-        p.add_argument("dir", nargs="?", metavar="DIR")
+        p.add_argument("dir", nargs="?", metavar="DIR", help="the directory of MEMORY.md / USER.md (default: the home)")
         p.add_argument("--force", action="store_true", help="replace notes that differ")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(handler=cmd_transfer)
 
 
@@ -45,9 +45,11 @@ def cmd_transfer(args: argparse.Namespace) -> int:
     try:
         home = home_from_args(args)
     except ValueError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return refuse(args, name, str(exc), EXIT_BAD_INPUT)
     files_dir = Path(args.dir).expanduser() if args.dir else home.root
+    if args.memory_command == "import" and not files_dir.is_dir():  # nothing to read is not "empty"
+        what = f"{files_dir} is not a directory" if files_dir.exists() else f"no directory at {files_dir}"
+        return refuse(args, name, f"{what} (give the DIR that holds MEMORY.md / USER.md)", EXIT_BAD_INPUT)
     storage = storage_config(args)
     db = None
     if storage is not None and storage.backend == "postgres":
@@ -56,14 +58,19 @@ def cmd_transfer(args: argparse.Namespace) -> int:
         try:
             db = open_db("postgres", dsn=storage.postgres_dsn)
         except StorageUnavailable as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 1
+            return refuse(args, name, str(exc), 1)
         kept: NotePlace = NoteTable(db)
         where = "the database"
     else:
+        if not home.root.is_dir():
+            return refuse(args, name, no_data_at(home), 1)
         kept, where = NoteFiles(home.root), f"the home {home.root}"
         if files_dir.resolve() == home.root.resolve():
-            print(f"{name}: storage is SQLite: the notes are already files in {home.root} (give DIR to copy them)")
+            said = f"storage is SQLite: the notes are already files in {home.root} (give DIR to copy them)"
+            if args.json:
+                print_json({"from": where, "to": where, "notes": {}, "said": said})
+            else:
+                print(f"{name}: {said}")
             return 0
     files = NoteFiles(files_dir)
     source, target = (kept, files) if args.memory_command == "export" else (files, kept)
@@ -72,16 +79,18 @@ def cmd_transfer(args: argparse.Namespace) -> int:
             files_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         outcome = copy_notes(source, target, replace=args.force)
     except MemoryRefused as exc:
-        print(f"{name}: {exc}; nothing was written", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return refuse(args, name, f"{exc}; nothing was written", EXIT_BAD_INPUT)
     except OSError as exc:
-        print(f"{name}: {exc.filename or files_dir}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        return refuse(args, name, f"{exc.filename or files_dir}: {exc.strerror or exc}", 1)
     finally:
         if db is not None:
             db.close()
-    arrow = f"{where} -> {files_dir}" if args.memory_command == "export" else f"{files_dir} -> {where}"
-    print(f"{name}: {arrow}")
+    code = 1 if "differs" in outcome.values() else 0
+    frm, to = (where, str(files_dir)) if args.memory_command == "export" else (str(files_dir), where)
+    if args.json:
+        print_json({"from": frm, "to": to, "notes": outcome})
+        return code
+    print(f"{name}: {frm} -> {to}")
     for note, result in outcome.items():
         print(f"  {note}: {SAID[result]}")
-    return 1 if "differs" in outcome.values() else 0
+    return code

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ log = logging.getLogger("chinwag")
 
 TERMINAL_HELP = (
     "chinwag: Enter sends, Alt-Enter adds a line, Up/Ctrl-R recall; /help lists commands; "
-    "Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at an empty prompt) quits."
+    "Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at an empty prompt) quits. /status shows the web console's address."
 )
 
 
@@ -38,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     chat.set_defaults(handler=cmd_chat)
     doctor = sub.add_parser("doctor", help="check the config, the database and every configured endpoint")
     doctor.add_argument("--timeout", type=float, default=5.0, help="seconds per endpoint check (default 5)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(handler=cmd_doctor)
 
 
@@ -75,9 +78,35 @@ def _on_a_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
+def _nothing_to_talk_to(config: Config) -> str | None:
+    """Why `run` would serve nobody, or None. No chat platform, and the terminal off or with
+    nothing on stdin (/dev/null or closed: `docker run -d`), would start and end at once (exit 0),
+    which looks like success; a pipe or a file on stdin is a script and is answered."""
+    names = config.configured_platforms()
+    if names and names != ["local"]:
+        return None
+    if names:
+        try:
+            mode = os.fstat(sys.stdin.fileno()).st_mode
+        except (OSError, ValueError, AttributeError):  # stdin closed
+            mode = stat.S_IFCHR
+        if not stat.S_ISCHR(mode) or sys.stdin.isatty():
+            return None
+    return (
+        "nothing to talk to: no chat platform is configured and there is no terminal "
+        + ("(platforms.local.enabled is false)" if not names else "(stdin is not a terminal, a pipe or a file)")
+        + ". Set a platform's credentials in the environment (e.g. TELEGRAM_BOT_TOKEN) or in config.yaml, "
+        "or run with a terminal (docker run -it)."
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
+        return 2
+    refusal = _nothing_to_talk_to(config)
+    if refusal is not None:
+        print(f"chinwag: {refusal}", file=sys.stderr)
         return 2
     terminal = "local" in config.configured_platforms() and _on_a_terminal()
     _logging(config, terminal=terminal, quiet=False, verbose=args.verbose)
@@ -96,6 +125,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: bool = False) -> int:
     from gateway.service.app import AppError, build_app
 
+    # On Postgres the replicas share no disk: the replica registry in the database stands in for
+    # the home lock (gateway.storage.postgres.replicas), so any number may run. Taken first: a
+    # second chinwag says only that it is already running.
+    lock = _lock_home(config) if config.storage.backend != "postgres" else _NoLock()
+    if lock is None:
+        return 1
+    for notice in config.notices:
+        log.info("config: %s", notice)
     for warning in config.warnings:
         log.warning("config: %s", warning)
         if terminal:  # the log is in a file there; a config warning is for the person
@@ -105,12 +142,6 @@ def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: boo
             "no model configured (set OPENAI_BASE_URL / OPENAI_API_KEY or model.base_url): "
             "commands and recall work, chat turns say so"
         )
-
-    # On Postgres the replicas share no disk: the replica registry in the database stands in for
-    # the home lock (gateway.storage.postgres.replicas), so any number may run.
-    lock = _lock_home(config) if config.storage.backend != "postgres" else _NoLock()
-    if lock is None:
-        return 1
 
     async def main() -> int:
         app = build_app(config, local_only=local_only, http=http)
@@ -159,4 +190,6 @@ def _lock_home(config: Config) -> Any:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from gateway.cli.doctor import run_doctor
 
-    return run_doctor(getattr(args, "config", None), getattr(args, "home", None), timeout=args.timeout)
+    return run_doctor(
+        getattr(args, "config", None), getattr(args, "home", None), timeout=args.timeout, as_json=args.json
+    )

@@ -18,6 +18,7 @@ from gateway.cli import transfer
 from gateway.cli.format import Progress, ago, fmt_time, human_bytes, table
 from gateway.cli.store import (
     CliError,
+    NoData,
     check_source,
     find_session,
     guarded,
@@ -26,8 +27,11 @@ from gateway.cli.store import (
     print_json,
     usage,
 )
+from gateway.commands.context import cut_notice, numeric_title_refusal
 from gateway.db import StorageFace, TitleTaken, sanitize_title
 from gateway.recall import find_sessions
+
+SESSION_REF = "session id, unique id prefix, the hex end of an id, or title (or a unique part of it)"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,12 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=guarded(cmd_list))
 
     p = cmds.add_parser("show", parents=[common], help="one session and its messages")
-    p.add_argument("id", metavar="ID", help="session id, unique id prefix, or title")
+    p.add_argument("id", metavar="ID", help=SESSION_REF)
     p.add_argument("--all", action="store_true", help="include hidden (undone/retried/compacted) messages")
     p.set_defaults(handler=guarded(cmd_show))
 
     p = cmds.add_parser("search", parents=[common], help="find the sessions a query is about")
-    p.add_argument("query", nargs="+", metavar="QUERY")
+    p.add_argument("query", nargs="+", metavar="QUERY", help="the words to look for (as /search takes them)")
     p.add_argument("--limit", type=positive_int, default=5)
     p.add_argument("--user", help="only sessions this person took part in")
     p.set_defaults(handler=guarded(cmd_search))
@@ -57,14 +61,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     transfer.add_commands(cmds, common)
 
     p = cmds.add_parser("delete", parents=[common], help="delete a session and its messages")
-    p.add_argument("id", metavar="ID")
+    p.add_argument("id", metavar="ID", help=SESSION_REF)
     p.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when not on a terminal)")
     p.add_argument("--include-current", action="store_true", help="also when a chat is still in it")
     p.set_defaults(handler=guarded(cmd_delete))
 
     p = cmds.add_parser("rename", parents=[common], help="set a session's title")
-    p.add_argument("id", metavar="ID")
-    p.add_argument("title", nargs="+", metavar="TITLE")
+    p.add_argument("id", metavar="ID", help=SESSION_REF)
+    p.add_argument("title", nargs="+", metavar="TITLE", help="the new title (at most 100 characters, not only digits)")
     p.set_defaults(handler=guarded(cmd_rename))
 
     p = cmds.add_parser("prune", parents=[common], help="delete sessions idle for more than DAYS days")
@@ -85,10 +89,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 # -- read commands -----------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_store(args) as (_, db, _m):
-        check_source(db, args.source)
-        rows = db.list_sessions_rich(source=args.source, user_id=args.user, limit=args.limit)
-        total = db.count_sessions()
+    try:
+        with open_store(args) as (_, db, _m):
+            check_source(db, args.source)
+            rows = db.list_sessions_rich(source=args.source, user_id=args.user, limit=args.limit)
+            total = db.count_sessions()
+    except NoData as exc:
+        if not args.json:
+            raise
+        # no data is no sessions: a script reads an empty list; the status stays that of no data
+        print_json([])
+        print(f"list: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print_json(rows)
         return 0
@@ -105,7 +117,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                     r["title"] or "",
                     r["source"],
                     r["user_id"] or "",
-                    r["message_count"],
+                    "summ." if r.get("end_reason") == "compressed" else r["message_count"],  # (0 left: in the summary)
                     ago(r["last_active_at"], now),
                     r["preview"] or "",
                 ]
@@ -312,6 +324,9 @@ def cmd_rename(args: argparse.Namespace) -> int:
     title = " ".join(args.title)
     if not sanitize_title(title):  # refused before anything is written
         raise CliError("the title is empty (after removing control characters); nothing was changed")
+    refusal = numeric_title_refusal(sanitize_title(title))  # the chat's rule: /resume 12345 is a number
+    if refusal:
+        raise CliError(f"{refusal.split(':')[0]} (`/resume N` means number N of a list); nothing was changed")
     with open_store(args) as (_, db, _m):
         session = find_session(db, args.id)
         try:
@@ -321,7 +336,7 @@ def cmd_rename(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"id": session["id"], "title": clean})
     else:
-        print(f"renamed {session['id']}: {clean}")
+        print(f"renamed {session['id']}: {clean}{cut_notice(title, clean)}")
     return 0
 
 

@@ -59,14 +59,11 @@ def guarded(fn: Any) -> Any:
         try:
             return int(fn(args) or 0)
         except CliError as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            return refuse(args, name, str(exc), EXIT_BAD_INPUT)
         except NoData as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 1
+            return refuse(args, name, str(exc), 1)
         except (SchemaTooNew, sqlite3.DatabaseError) as exc:  # not the user's typo: exit 1
-            print(f"{name}: database {home_from_args(args).db_path}: {exc}", file=sys.stderr)
-            return 1
+            return refuse(args, name, f"database {home_from_args(args).db_path}: {exc}", 1)
         except BrokenPipeError:  # `chinwag sessions export | head`
             try:
                 sys.stdout = open(os.devnull, "w")
@@ -75,6 +72,16 @@ def guarded(fn: Any) -> Any:
             return 0
 
     return handler
+
+
+def refuse(args: argparse.Namespace, name: str, problem: str, code: int) -> int:
+    """Say why a command did nothing: one line on stderr, or under --json `{"error": ...}` on
+    stdout (the one document a script reads); `code` is the exit status either way."""
+    if getattr(args, "json", False):
+        print_json({"error": problem})
+    else:
+        print(f"{name}: {problem}", file=sys.stderr)
+    return code
 
 
 def storage_config(args: argparse.Namespace) -> Any:
@@ -86,6 +93,13 @@ def storage_config(args: argparse.Namespace) -> Any:
         return load_config(getattr(args, "config", None), getattr(args, "home", None)).storage
     except (ConfigError, OSError, ValueError):
         return None
+
+
+def no_data_at(home: Home) -> str:
+    return (
+        f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
+        "`chinwag sessions import` makes it; --home DIR names another)"
+    )
 
 
 @contextmanager
@@ -110,10 +124,7 @@ def open_store(
         mirrors = False
     else:
         if not create and not home.db_path.exists():
-            raise NoData(
-                f"no chinwag data at {home.root} (nothing is stored there yet: `chinwag chat` or "
-                "`chinwag sessions import` makes it; --home DIR names another)"
-            )
+            raise NoData(no_data_at(home))
         if create:
             home.ensure()  # owner-only, before the database is made inside it
         db = SessionDB(home.db_path)
@@ -131,8 +142,8 @@ AMBIGUOUS_SHOWN = 10
 
 def find_session(db: StorageFace, ref: str) -> Session:
     """The session `ref` names (the storage face's one rule: an id, a unique id prefix (6+), a
-    title, or the unique random part at an id's end (4+ hex)). Several matches are named, never
-    taken as none."""
+    title, or the unique random part at an id's end (4+ hex)), else part of a title in any letter
+    case (as /resume takes it). Several matches are named, never taken as none."""
     row, several = db.match_session(ref)
     if row is not None:
         return row
@@ -140,7 +151,20 @@ def find_session(db: StorageFace, ref: str) -> Session:
     if several:
         shown = ", ".join(several[:AMBIGUOUS_SHOWN]) + (" …" if len(several) > AMBIGUOUS_SHOWN else "")
         raise CliError(f"{ref!r} is ambiguous: {len(several)} sessions match ({shown}); give more of the id")
-    raise CliError(f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title)")
+    from gateway.commands.sessions import TITLE_MATCH_SCAN, titles_matching
+
+    matches = titles_matching(db.list_sessions_rich(limit=TITLE_MATCH_SCAN, titled_only=True), ref)
+    if len(matches) == 1:
+        found = db.get_session(matches[0]["id"])
+        if found is not None:
+            return found
+    if len(matches) > 1:
+        shown = ", ".join(f"{r['id']} ({r['title']})" for r in matches[:AMBIGUOUS_SHOWN])
+        more = " …" if len(matches) > AMBIGUOUS_SHOWN else ""
+        raise CliError(f"{ref!r} is ambiguous: {len(matches)} titles hold it ({shown}{more}); give more of it or an id")
+    raise CliError(
+        f"no session matches {ref!r} (give an id, a unique id prefix of 6+ characters, or a title or part of one)"
+    )
 
 
 KNOWN_SOURCES = (*(p.value for p in Platform), "tool")

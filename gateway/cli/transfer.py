@@ -30,7 +30,7 @@ from gateway.storage.transfer import MediaExport, MediaImport, check_record, fil
 def add_commands(cmds: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """The export, import and migrate subcommands of `chinwag sessions`."""
     p = cmds.add_parser("export", parents=[common], help="write sessions as JSONL (stdout when no FILE)")
-    p.add_argument("file", nargs="?", metavar="FILE")
+    p.add_argument("file", nargs="?", metavar="FILE", help="where to write (default or '-': stdout)")
     p.add_argument("--session", action="append", default=[], metavar="ID", help="only this session (repeatable)")
     p.add_argument("--source", help="only this platform")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
@@ -38,12 +38,16 @@ def add_commands(cmds: argparse._SubParsersAction, common: argparse.ArgumentPars
     p.set_defaults(handler=guarded(cmd_export))
 
     p = cmds.add_parser("import", parents=[common], help="read sessions from JSONL ('-' for stdin); all or nothing")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="a `chinwag sessions export` file ('-': stdin)")
     p.add_argument("--skip-existing", action="store_true", help="leave sessions that already exist alone")
     p.add_argument("--with-media", action="store_true", help="also restore the files of an export --with-media")
     p.set_defaults(handler=guarded(cmd_import))
 
-    p = cmds.add_parser("migrate", help="copy this home's sessions into Postgres (--to postgres) or back (--to sqlite)")
+    p = cmds.add_parser(
+        "migrate",
+        parents=[common],
+        help="copy this home's sessions into Postgres (--to postgres) or back (--to sqlite)",
+    )
     p.add_argument("--to", required=True, choices=("postgres", "sqlite"), help="the backend to copy into")
     p.add_argument("--dsn", help="the Postgres DSN (default: $CHINWAG_PG_DSN, else storage.postgres.dsn)")
     p.add_argument("--skip-existing", action="store_true", help="leave sessions the target already has alone")
@@ -97,7 +101,8 @@ def _export_stream(target: Path | None) -> Iterator[IO[str]]:
         return
     tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # owner-only, as everything under home: an export holds every conversation
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
@@ -270,13 +275,34 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     finally:
         lite.close()
         pg.close()
+    if args.json:
+        print_json(
+            {
+                "to": args.to,
+                "sessions": report.sessions,
+                "messages": report.messages,
+                "keys": report.keys,
+                "skipped": list(report.skipped),
+                names[0]: {"sessions": report.source_counts[0], "messages": report.source_counts[1]},
+                names[1]: {"sessions": report.target_counts[0], "messages": report.target_counts[1]},
+                "notes": notes,
+            }
+        )
+        return 0
     print(
         f"copied {report.sessions} session(s), {report.messages} message(s), {report.keys} chat key(s) to {args.to}"
         + (f"; skipped {len(report.skipped)} already there" if report.skipped else "")
     )
     print(f"  {names[0]}: {report.source_counts[0]} sessions, {report.source_counts[1]} messages")
     print(f"  {names[1]}: {report.target_counts[0]} sessions, {report.target_counts[1]} messages")
-    print("  every copied session verified: same messages and conversation on both sides")
+    print(
+        "  every copied session verified: same messages and conversation on both sides"
+        + (
+            f" (the totals above differ: the {len(report.skipped)} skipped session(s) were not compared)"
+            if report.skipped
+            else ""
+        )
+    )
     for note, result in notes.items():
         print(
             f"  {note}: "

@@ -67,12 +67,13 @@ async def cmd_undo(ctx: CommandContext) -> str:
     await ctx.services.forget(entry.session_id)
     if not hidden:
         return "Nothing to undo in this conversation."
-    what = "exchange" if exchanges == 1 else f"{exchanges} exchanges"
-    short = f" (you asked for {n}; there were only {exchanges})" if exchanges < n else ""
-    return (
-        f"Undid the last {what} ({hidden} messages){short}. "
-        "They are hidden from this conversation but stay in the history."
-    )
+    if exchanges < n:  # fewer than asked: one parenthesis says both
+        what = "the only exchange there was" if exchanges == 1 else f"the {exchanges} exchanges there were"
+        counted = f"({hidden} messages; you asked for {n})"
+    else:
+        what = "the last exchange" if exchanges == 1 else f"the last {exchanges} exchanges"
+        counted = f"({hidden} messages)"
+    return f"Undid {what} {counted}. They are hidden from this conversation but stay in the history."
 
 
 async def cmd_retry(ctx: CommandContext) -> str | None:
@@ -130,7 +131,9 @@ async def cmd_status(ctx: CommandContext) -> str:
     lines.append(f"Model: {services.model_settings.describe()}")
     lines.append(f"When busy: {busy_mode} (waiting here: {waiting})")
     if services.ops_url:
-        lines.append(f"Ops: {services.ops_url} (/healthz, /readyz, /metrics)")
+        lines.append(f"Ops: {services.ops_url} (/healthz, /readyz, /metrics, console at /console/)")
+    elif services.ops_down:
+        lines.append(f"Ops: not running ({services.ops_down})")
     return "\n".join(lines)
 
 

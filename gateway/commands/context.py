@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from agent.llm import ModelSettings
 from gateway.db import StorageFace
@@ -49,6 +49,7 @@ class ChatServices(Protocol):
     db: StorageFace
     store: SessionStore
     model_settings: ModelSettings
+    ops_down: str | None  # why the ops HTTP server could not listen
     single_owner: bool
     clock: Callable[[], float]
 
@@ -162,6 +163,15 @@ def cut_notice(asked: str, stored: str | None) -> str:
     if stored and len(wanted) > len(stored):
         return f" (cut to {len(stored)} characters: titles are at most {TITLE_MAX})"
     return ""
+
+
+def messages_label(session: Mapping[str, Any]) -> str:
+    """How much a listed conversation holds. One summarised into a continuation (/compress) has
+    no messages left in its conversation (they moved into the summary, still searchable), so its
+    count would read "0 messages": say what happened instead."""
+    if session.get("end_reason") == "compressed":
+        return "summarised into a continuation"
+    return f"{session.get('message_count') or 0} messages"
 
 
 def when(ts: float | None) -> str:

@@ -8,9 +8,9 @@ person may not see is answered exactly like one that does not exist, so ids cann
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Mapping, Sequence, TypeVar
 
-from gateway.commands.context import CommandContext, ascii_number, numeric_title_refusal
+from gateway.commands.context import CommandContext, ascii_number, messages_label, numeric_title_refusal
 from gateway.commands.context import label as _label
 from gateway.commands.context import when as _when
 from gateway.db import VISIBLE, StorageFace, TitleTaken, sanitize_title
@@ -24,7 +24,12 @@ SNIPPET_CHARS = 120
 
 def _one_line(text: str | None, limit: int = SNIPPET_CHARS) -> str:
     text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if cut.count("«") > cut.count("»"):  # never end inside a mark: "step two: «wa…" points at nothing
+        cut = cut[: cut.rindex("«")].rstrip()
+    return cut + "…"
 
 
 async def cmd_new(ctx: CommandContext) -> str:
@@ -94,16 +99,16 @@ async def resume_choices(
         title = row.get("title") or ""
         if typed and typed not in title.lower() and not row["id"].startswith(typed):
             continue
-        out.append((f"{title} — {row.get('message_count', 0)} messages", title))
+        out.append((f"{title} — {messages_label(row)}", title))
     return out[:limit]
 
 
-TITLE_MATCH_SCAN = 1000  # titled sessions looked through for a part of a title
+TITLE_MATCH_SCAN = 1000
+Row = TypeVar("Row", bound=Mapping[str, Any])  # titled sessions looked through for a part of a title
 
 
 async def _title_matches(ctx: CommandContext, ref: str) -> list[dict[str, Any]]:
-    """The person's titled sessions whose title starts with `ref` (in any letter case), else
-    contains it; a unique prefix wins over other substring matches. Newest first, at most a list."""
+    """The person's titled sessions `titles_matching` `ref`, newest first, at most a list."""
     person = None if ctx.see_all else ctx.source.person_id
     if person is None and not ctx.see_all:
         return []
@@ -114,12 +119,20 @@ async def _title_matches(ctx: CommandContext, ref: str) -> list[dict[str, Any]]:
         exclude_sources=["tool"],
         titled_only=True,
     )
+    return titles_matching(rows, ref)[:RESUME_LIST]
+
+
+def titles_matching(rows: Sequence[Row], ref: str) -> list[Row]:
+    """The rows whose title starts with `ref` (in any letter case), else contains it; a unique
+    prefix wins over other substring matches. The one rule for a session named by part of its
+    title, in chat (/resume) and on the command line (`chinwag sessions show`)."""
     wanted = " ".join(ref.split()).casefold()
-    prefix = [r for r in rows if str(r["title"]).casefold().startswith(wanted)]
+    if not wanted:
+        return []
+    prefix = [r for r in rows if r.get("title") and str(r["title"]).casefold().startswith(wanted)]
     if len(prefix) == 1:
         return prefix
-    inside = [r for r in rows if wanted in str(r["title"]).casefold()]
-    return inside[:RESUME_LIST]
+    return [r for r in rows if r.get("title") and wanted in str(r["title"]).casefold()]
 
 
 def _latest_in_chain(db: StorageFace, session_id: str) -> str:
@@ -149,8 +162,7 @@ async def cmd_resume(ctx: CommandContext) -> str:
         lines = ["Your recent conversations:"]
         for i, r in enumerate(rows, 1):
             lines.append(
-                f"{i}. {r['title']} — {r['message_count']} messages, last active "
-                f"{_when(r.get('last_active_at'))} ({r['id']})"
+                f"{i}. {r['title']} — {messages_label(r)}, last active {_when(r.get('last_active_at'))} ({r['id']})"
             )
         lines.append("Send /resume <number>, /resume <title> or /resume <id>.")
         return "\n".join(lines)

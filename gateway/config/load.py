@@ -124,14 +124,23 @@ def parse_config(
         raise ConfigError([f"{label}: the top level must be a mapping of keys (got {_kind(data)})"])
     data = _substitute(data, env, "", err)
     out = _section(data, SCHEMA, "", err)
-    platforms, written = _platform_sections(data.get("platforms"), err)
+    raw_platforms, notices = data.get("platforms"), list[str]()
+    if raw_platforms is None or isinstance(raw_platforms, dict):
+        raw_platforms, notices = _platforms_from_environment(raw_platforms or {}, env)
+    platforms, written = _platform_sections(raw_platforms, err)
     out["platforms"] = platforms
+    if "host" not in (data.get("http") or {}) and env.get("CHINWAG_HTTP_HOST"):
+        out["http"]["host"] = env["CHINWAG_HTTP_HOST"]  # the container's 0.0.0.0 (Dockerfile)
 
     _check_reset(out["session"]["reset"], err)
     _check_urls(out, ("model", "auxiliary"), err)
     _check_platform_rules(platforms, written, err)
     _check_new_sections(out, err)
-    warnings = _platform_warnings(platforms, written)
+    warnings, off = _platform_warnings(platforms, written)
+    if off:  # a copied config.example.yaml: said once, not as a warning (nothing is wrong)
+        notices.append(
+            f"platforms {', '.join(off)}: no credentials set, so {'they stay' if len(off) > 1 else 'it stays'} off"
+        )
 
     if problems:
         raise ConfigError(problems)
@@ -148,6 +157,7 @@ def parse_config(
         written=written,
         path=path,
         warnings=tuple(warnings),
+        notices=tuple(notices),
         data=out,
     )
 
@@ -311,18 +321,54 @@ def _check_platform_rules(
             )
 
 
-def _platform_warnings(platforms: dict[str, dict[str, Any]], written: dict[str, frozenset[str]]) -> list[str]:
-    warnings = []
+# A chat platform the config file does not name starts from its credentials in the environment
+# (`docker run -e TELEGRAM_BOT_TOKEN ...`: a container has no terminal and, at first, no config.yaml),
+# in its default mode (Telegram: polling), with `<NAME>_ALLOWED_USERS` (comma-separated) let in.
+ENV_CREDENTIALS = {
+    "telegram": {"token": "TELEGRAM_BOT_TOKEN"},
+    "feishu": {"app_id": "FEISHU_APP_ID", "app_secret": "FEISHU_APP_SECRET"},
+    "discord": {"token": "DISCORD_BOT_TOKEN"},
+}
+
+
+def _platforms_from_environment(raw: dict[Any, Any], env: Mapping[str, str]) -> tuple[dict[Any, Any], list[str]]:
+    """`raw` with a section for each unnamed platform whose credentials are all in `env`, and a
+    sentence for each (logged at start: the platform is on although no file says so)."""
+    out, notices = dict(raw), []
+    for name, variables in ENV_CREDENTIALS.items():
+        values = {key: env.get(var, "").strip() for key, var in variables.items()}
+        if name in raw or not all(values.values()):
+            continue
+        allowed_var = f"{name.upper()}_ALLOWED_USERS"
+        allowed = [u.strip() for u in env.get(allowed_var, "").split(",") if u.strip()]
+        out[name] = {**values, "allowed_users": allowed}
+        mode = " (polling)" if name == "telegram" else ""
+        who = f"allowed: {', '.join(allowed)}" if allowed else f"nobody may talk yet: set {allowed_var}"
+        notices.append(
+            f"platforms.{name}: on from {' and '.join(variables.values())}{mode}, "
+            f"no platforms.{name} in a config file; {who}"
+        )
+    return out, notices
+
+
+def _platform_warnings(
+    platforms: dict[str, dict[str, Any]], written: dict[str, frozenset[str]]
+) -> tuple[list[str], list[str]]:
+    """Warnings about the platform sections, and the platforms whose sections hold no credential at
+    all (a template's `${TELEGRAM_BOT_TOKEN:-}` with nothing set: off, as meant)."""
+    warnings, off = [], []
     for name in CHAT_PLATFORMS:
         raw = platforms[name]
         if name not in written or not raw["enabled"]:
             continue
         missing = [k for k in CREDENTIALS[name] if not str(raw.get(k) or "").strip()]
-        if missing:
+        if len(missing) == len(CREDENTIALS[name]):
+            off.append(name)
+        elif missing:
             warnings.append(f"platforms.{name}: {' and '.join(missing)} not set, so {name} stays off")
         elif not raw["allowed_users"] and not raw["admins"]:
             warnings.append(
                 f"platforms.{name}: allowed_users and admins are empty, so nobody can talk to the bot "
                 f'(add user ids, or "*" for everyone)'
             )
-    return warnings
+    return warnings, off

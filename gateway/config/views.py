@@ -81,6 +81,7 @@ class Config:
     written: dict[str, frozenset[str]] = field(default_factory=dict)
     path: Path | None = None  # the file it came from (None: embedded defaults)
     warnings: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()  # worth one info line at start (a platform on from the environment)
     data: dict[str, Any] = field(default_factory=dict, repr=False)
 
     # -- platforms ---------------------------------------------------------------------------

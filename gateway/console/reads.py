@@ -27,8 +27,9 @@ from datetime import date, datetime, timezone
 from typing import Any, Callable, Mapping, Protocol
 from urllib.parse import quote
 
+from gateway.commands.context import numeric_title_refusal
 from gateway.console import highlight
-from gateway.db import StorageFace, TitleTaken, UnknownSession
+from gateway.db import StorageFace, TitleTaken, UnknownSession, sanitize_title
 from gateway.recall import find_sessions, plan_query
 from gateway.source import Platform
 from gateway.storage.fts import MAX_QUERY_CHARS
@@ -59,6 +60,8 @@ class MetricsView(Protocol):
     def last_hour(self, name: str) -> list[dict[str, float]]: ...
 
     def gauge(self, name: str) -> float | dict[str, float] | None: ...
+
+    def observe(self, name: str, value: float) -> None: ...
 
 
 def clean_text(value: str | None, limit: int = MAX_TEXT) -> str:
@@ -335,6 +338,9 @@ def rename(db: StorageFace, session_id: str, body: Any) -> dict[str, Any] | None
         raise BadParam("title must be a string or null")
     if title and _SURROGATE_OR_NUL.search(title):
         raise BadParam("title holds characters that are not text (a lone surrogate or NUL)")
+    refusal = numeric_title_refusal(sanitize_title(title))  # the chat's rule: /resume 12345 is a number
+    if refusal:
+        raise BadParam(refusal.split(":")[0] + " (/resume N means number N of a list)")
     sid = plausible_id(session_id)
     if sid is None:
         return None
@@ -372,6 +378,12 @@ def _file_size(path: str) -> int | None:
         return None
 
 
+def _count(metrics: MetricsView | None, name: str) -> int | None:
+    """A gauge that counts things, as a whole number (the metrics keep floats: `7`, not `7.0`)."""
+    value = metrics.gauge(name) if metrics else None
+    return int(value) if isinstance(value, (int, float)) else None
+
+
 def status(
     db: StorageFace, metrics: MetricsView | None, adapters: Callable[[], dict[str, Any]] | None
 ) -> dict[str, Any]:
@@ -380,14 +392,13 @@ def status(
         readiness = adapters() if adapters else {"ready": False, "adapters": {}, "detail": "no adapter is running"}
     except Exception as exc:  # the page still shows the rest
         readiness = {"ready": False, "adapters": {}, "detail": f"readiness check failed: {exc}"}
-    gauge = (lambda name: metrics.gauge(name)) if metrics else (lambda name: None)
     series = (lambda name: metrics.last_hour(name)) if metrics else (lambda name: [])
     turns = series("turn_seconds")
     return {
         "adapters": readiness,
-        "queue_depth": gauge("queue_depth"),
-        "agent_cache": gauge("agent_cache_size"),
-        "mirror_backlog": gauge("mirror_backlog"),
+        "queue_depth": _count(metrics, "queue_depth"),
+        "agent_cache": _count(metrics, "agent_cache_size"),
+        "mirror_backlog": _count(metrics, "mirror_backlog"),
         "storage": {"path": db.path, "db_bytes": _file_size(db.path), "wal_bytes": _file_size(db.path + "-wal") or 0},
         "last_hour": {
             "minutes": [p["minute"] for p in turns] or [p["minute"] for p in series("messages_in_total")],

@@ -25,6 +25,7 @@ import asyncio
 import json
 import logging
 import math
+import time
 from datetime import datetime, timezone
 from http import HTTPStatus
 from importlib import resources
@@ -217,7 +218,7 @@ class ConsoleRoutes:
 
     async def search_page(self, request: web.Request) -> web.Response:
         query = reads.clean_text(request.query.get("q")).strip()
-        result = await asyncio.to_thread(reads.search, self.db, query) if query else {"hits": []}
+        result = await self._search(query) if query else {"hits": []}
         for hit in result["hits"]:
             hit["pieces"] = highlight.segments(hit["snippet"], [tuple(r) for r in hit["highlights"]])
         return await self._render(
@@ -332,7 +333,15 @@ class ConsoleRoutes:
         query = reads.clean_text(request.query.get("q")).strip()
         if not query:
             raise reads.BadParam("q is required: the words to search for")
-        return _json(await asyncio.to_thread(reads.search, self.db, query))
+        return _json(await self._search(query))
+
+    async def _search(self, query: str) -> dict[str, Any]:
+        """A search, timed in `chinwag_search_seconds` like the chat's /search and the agent's."""
+        started = time.monotonic()
+        result = await asyncio.to_thread(reads.search, self.db, query)
+        if self.metrics is not None:
+            self.metrics.observe("search_seconds", time.monotonic() - started)
+        return result
 
     async def api_session(self, request: web.Request) -> web.Response:
         after = _int_param(request, "after")

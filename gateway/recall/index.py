@@ -6,7 +6,8 @@ the tables, gateway/embeddings.py the embedders).
   transaction, so neither readers nor the writer wait on the model.
 - `backfill`: steps until the backlog is empty, reporting progress (`chinwag sessions embed`).
 - `BackgroundIndexer`: a thread woken after each commit (a commit listener), working in batches;
-  a failing endpoint is retried with back-off, and recall stays lexical for what is not embedded.
+  a failing endpoint is retried with back-off (said one by one the first few times, then once),
+  and recall stays lexical for what is not embedded.
   With `poll_seconds` it also looks every so often: on Postgres the replicas share one backlog and
   one of them embeds it (gateway/service/app.py), while the others' commits reach no listener here.
   It can be stopped and started again (a leadership lost and won back).
@@ -89,9 +90,17 @@ def stats(db: StorageFace, model: str) -> dict[str, int]:
 class BackgroundIndexer:
     """Embeds new messages after they are committed, on its own thread, in batches."""
 
-    def __init__(self, db: StorageFace, embedder: Any, batch: int = BATCH, poll_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        db: StorageFace,
+        embedder: Any,
+        batch: int = BATCH,
+        poll_seconds: float | None = None,
+        retry_seconds: tuple[float, ...] = RETRY_SECONDS,
+    ) -> None:
         self.db, self.embedder, self.batch = db, embedder, batch
         self.poll_seconds = poll_seconds  # None: woken by this process's commits only
+        self.retry_seconds = retry_seconds
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -136,11 +145,28 @@ class BackgroundIndexer:
                 try:
                     if not index_step(self.db, self.embedder, self.batch):
                         break
+                    if self.failures > len(self.retry_seconds):
+                        log.warning("embedding index: the embedder works again")
                     self.failures, self.last_error = 0, None
                 except Exception as exc:  # endpoint down: back off, recall stays lexical for the rest
                     self.failures += 1
                     self.last_error = str(exc)
-                    wait = RETRY_SECONDS[min(self.failures, len(RETRY_SECONDS)) - 1]
-                    log.warning("embedding index: step failed (%s); retrying in %.0f s", exc, wait)
-                    if self._stop.wait(wait):
+                    self._say_failed(exc)
+                    if self._stop.wait(self.retry_seconds[min(self.failures, len(self.retry_seconds)) - 1]):
                         return
+
+    def _say_failed(self, exc: Exception) -> None:
+        """The first few failures one by one; then once that it keeps failing (an endpoint with no
+        /embeddings answers 404 for good, and a line every two minutes would bury the log)."""
+        waits = self.retry_seconds
+        if self.failures <= len(waits):
+            log.warning("embedding index: step failed (%s); retrying in %.0f s", exc, waits[self.failures - 1])
+        elif self.failures == len(waits) + 1:
+            log.warning(
+                "embedding index: the embedder keeps failing (%s); recall ranks by words until it works, "
+                "trying again every %.0f s (not logged again; `chinwag doctor` checks the endpoint)",
+                exc,
+                waits[-1],
+            )
+        else:
+            log.debug("embedding index: still failing (%s)", exc)

@@ -221,7 +221,10 @@ def _units_of(term: Term, fallback: bool = False) -> list[Unit]:
     if term.identifier and len(tokens) > 1 or any(c.isdigit() for c in term.text):
         ident = term.text.lower().strip("-./:@#~+=%_")
         ident_expr = _quote(ident) if term.identifier and len(ident) >= 3 else ""
-        return [Unit(label=term.text, word_expr=term.phrase(), ident_expr=ident_expr, highlight=[term.text, *tokens])]
+        # an identifier is marked whole: its pieces ("example", "com" of an address) occur in
+        # unrelated words, and marking them there points at what did not match
+        marks = [term.text] if ident_expr else [term.text, *tokens]
+        return [Unit(label=term.text, word_expr=term.phrase(), ident_expr=ident_expr, highlight=marks)]
     if len(tokens) == 1 and not term.prefix:
         return [_word_unit(tokens[0])]
     return [Unit(label=term.text, word_expr=term.phrase(), highlight=[term.text, *tokens])]

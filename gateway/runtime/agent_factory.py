@@ -100,6 +100,7 @@ class AgentFactory:
         notes: NotePlace | None = None,
         memory: MemoryConfig | None = None,
         recall: RecallConfig | None = None,
+        observe: Callable[[str, float], None] | None = None,
     ) -> None:
         self.settings = settings
         self.notes = notes  # where MEMORY.md/USER.md are read from; None: the files in `home`
@@ -117,6 +118,7 @@ class AgentFactory:
                 recaps=recall.recaps,
                 recap_model=auxiliary,
                 recap_client=lambda: self.recap_client,
+                observe=observe,
             )
             tools = default_tools((memory or MemoryConfig()).limits(), search)
         self.tools = tools

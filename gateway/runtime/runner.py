@@ -107,6 +107,7 @@ class GatewayRunner:
         self._lane_sources: dict[str, SessionSource] = {}  # key -> the chat a lane serves (for chat_idle)
         self._stopping = False
         self._ops_url = ops_url  # the ops HTTP server's address once it listens (/status shows it)
+        self.ops_down: str | None = None  # why it could not listen (/status says so)
         if metrics is not None:
             metrics.set_gauge_fn("queue_depth", self.queue_depth)
             metrics.set_gauge_fn("agent_cache_size", self.cache_size)
@@ -114,9 +115,10 @@ class GatewayRunner:
             metrics.set_gauge_fn("outbox_backlog", db.outbox_backlog)
             # A 0 sample from the start: a dashboard's rate() sees the first event as an increase.
             for platform in self.adapters:
-                for counter in ("messages_in_total", "messages_out_total", "duplicates_total"):
+                for counter in ("messages_in_total", "messages_out_total", "duplicates_total", "reruns_total"):
                     metrics.inc(counter, {"platform": platform}, by=0)
             metrics.inc("model_errors_total", by=0)
+            metrics.inc("interrupted_turns_total", {"action": "notify"}, by=0)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:

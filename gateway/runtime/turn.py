@@ -16,8 +16,9 @@ persistence is its `TurnRecorder`; its reply is committed to the outbox with the
 Streaming (`begin_reply` gives a ReplyStream for the message, or None): the model's text goes to the
 reply as it is written (gateway.runtime.reply_feed), the typing hint stops once text is visible, and
 the final text replaces it. A stopped or failed turn leaves what was shown (a model error mid-answer
-puts the apology under the text so far, rather than in its place); only the final answer is
-stored, as without streaming.
+puts the apology under the text so far, rather than in its place). The final answer is stored as
+without streaming; a stopped one (/stop, Ctrl-C, an interrupting message) is stored as it was shown,
+marked `finish_reason="stopped"`, so the conversation never holds two questions in a row.
 """
 
 from __future__ import annotations
@@ -189,6 +190,23 @@ class TurnRecorder:
         )
         self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
 
+    async def stopped(self, shown: str) -> None:
+        """A stopped answer (/stop, Ctrl-C, an interrupting message): store what the person saw,
+        marked `finish_reason="stopped"`, so the session holds it and the next request does not
+        carry two questions in a row. No outbox row (it is on screen already); a failed write
+        leaves the turn as it was."""
+        text = valid_text(shown.rstrip())
+        if not text or self.committed:
+            return
+        try:
+            await self.db.aappend_message(
+                self.session_id, "assistant", text, finish_reason="stopped", timestamp=self.clock()
+            )
+        except Exception:
+            log.warning("the stopped answer in %s could not be kept", self.session_id, exc_info=True)
+            return
+        self.conversations.append(self.session_id, self.lane.key, {"role": "assistant", "content": text})
+
 
 class TurnRunner:
     def __init__(
@@ -268,8 +286,10 @@ class TurnRunner:
             if stream is not None:  # another replica answers: this one's draft is left as it is
                 await _settle(stream.abandon())
             raise
-        except BaseException:
+        except BaseException as exc:
             if stream is not None:  # stopped, interrupted or crashed: what was shown stays
+                if isinstance(exc, asyncio.CancelledError) and feed is not None and stream.first_shown.is_set():
+                    await asyncio.shield(record.stopped(feed.so_far))
                 await _settle(stream.fail())
             raise
         finally:

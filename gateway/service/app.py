@@ -150,6 +150,9 @@ class App:
                 if self.ops.webhooks:
                     raise AppError(f"{exc}; webhooks need it") from None
                 log.warning("%s; running without the ops HTTP server", exc)
+                if self.announce is not None:  # the person at the terminal sees no log
+                    self.announce(f"chinwag: {exc}; running without the ops HTTP server")
+                self.runner.ops_down = str(exc)
                 self.ops = None
         if self.ops is not None:
             if self.ops.requested_port == 0 and self.announce is not None:  # picked now: say where
@@ -278,6 +281,7 @@ def build_runner(
         notes=note_place(config.home, db),
         memory=config.memory,
         recall=config.recall,
+        observe=metrics.observe if metrics is not None else None,  # the agent's searches: search_seconds
     )
     cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 from aiohttp import web
 
 from gateway.console import mount_console
+from gateway.console.auth import is_loopback
 from gateway.db import StorageFace
 from gateway.service.metrics import Metrics
 from gateway.storage.media import MediaStore
@@ -142,8 +143,17 @@ class OpsServer:
             self.host,
             self.port,
             ", " + ", ".join(sorted(self.webhooks)) if self.webhooks else "",
-            f"; console at http://{self.host}:{self.port}/console/" if self.db is not None else "",
+            self._console_line(),
         )
+
+    def _console_line(self) -> str:
+        """Where the console is, for the start line; off loopback without a token it refuses
+        every request, so say that instead of advertising an address that answers 403."""
+        if self.db is None:
+            return ""
+        if not self.console_token and not is_loopback(self.host):
+            return f"; the console is off on {self.host} until http.console_token is set"
+        return f"; console at http://{self.host}:{self.port}/console/"
 
     async def stop(self) -> None:
         if self._runner is not None:

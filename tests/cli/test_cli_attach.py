@@ -59,3 +59,13 @@ async def test_a_missing_path_is_refused_by_the_terminal_and_nothing_is_sent(tmp
         [request] = fake.requests  # only "hello" reached the model
         assert request["messages"][-1]["content"] == "hello"
     assert not (tmp_path / "home" / "media").exists() or not any((tmp_path / "home" / "media").rglob("*"))
+
+
+async def test_a_piped_answer_ending_in_a_newline_is_printed_once(tmp_path: Path) -> None:
+    report = tmp_path / "report.csv"
+    report.write_text("region,total\nnorth,12\n")
+    async with FakeOpenAI() as fake:
+        fake.push("Summary: north leads with 12.\n\n")  # streamed, ending in a blank line
+        code, out, err = await chinwag(["chat"], model_env(tmp_path, fake), f"/attach {report} summarise\n")
+        assert code == 0, err
+    assert out.count("Summary: north leads with 12.") == 1, out

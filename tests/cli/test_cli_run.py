@@ -479,3 +479,28 @@ async def test_sdks_are_imported_only_for_configured_platforms(tmp_path: Path) -
     out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
     assert proc.returncode == 0, err.decode()
     assert out.decode().strip() == "[]"
+
+
+async def test_run_with_no_chat_platform_and_no_terminal_exits_2_with_a_sentence(tmp_path: Path) -> None:
+    # `docker run -d chinwag` with no token: stdin is /dev/null, so the terminal has nobody to hear
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "run",
+        cwd=ROOT,
+        env=clean_env(tmp_path),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    assert proc.returncode == 2, err
+    assert "nothing to talk to: no chat platform is configured and there is no terminal" in err.decode()
+    assert "TELEGRAM_BOT_TOKEN" in err.decode() and "Traceback" not in err.decode()
+    home = tmp_path / "home"
+    assert not home.exists()  # refused before anything was created
+    home.mkdir()
+    (home / "config.yaml").write_text("platforms: {local: {enabled: false}}\n", encoding="utf-8")
+    code, out_text, err_text = await chinwag(["run"], clean_env(tmp_path), "hello\n")
+    assert code == 2 and "platforms.local.enabled is false" in err_text

@@ -434,3 +434,26 @@ def test_list_and_search_count_the_same_messages(capsys, home, seeded):
     rc, out, _ = run(capsys, home, "search", "deploy", "production", "--json")
     found = {h["session_id"]: h["message_count"] for h in json.loads(out)}
     assert found == {seeded["deploy"]: listed[seeded["deploy"]]} and listed[seeded["deploy"]] == 5
+
+
+def test_rename_follows_the_chat_title_rules_and_show_finds_part_of_a_title(capsys, home, seeded):
+    rc, out, err = run(capsys, home, "rename", seeded["piano"], "12345")
+    assert rc == 2 and "only a number" in err
+    rc, out, err = run(capsys, home, "rename", seeded["piano"], "x" * 150)
+    assert rc == 0 and "cut to 100 characters: titles are at most 100" in out
+    rc, out, err = run(capsys, home, "show", "DEPLOY", "--json")  # a part of a title, any letter case
+    assert rc == 0, err
+    assert json.loads(out)["session"]["id"] == seeded["deploy"]
+
+
+def test_an_export_file_is_owner_only(capsys, home, seeded, tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)  # the usual umask: the mode comes from the code
+    try:
+        rc, out, err = run(capsys, home, "export", str(tmp_path / "all.jsonl"))
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    assert stat.S_IMODE((tmp_path / "all.jsonl").stat().st_mode) == 0o600  # it holds every conversation

@@ -222,7 +222,7 @@ async def test_the_picked_ops_port_is_shown_at_start_and_in_status(tmp_path: Pat
         port = re.search(r"http://127\.0\.0\.1:(\d+)", shown).group(1)
         await term.prompt()
         term.send("/status\r")
-        await term.expect(rf"Ops: http://127\.0\.0\.1:{port}")
+        await term.expect(rf"Ops: http://127\.0\.0\.1:{port} \(/healthz, /readyz, /metrics, console at /console/\)")
         await term.prompt()
         term.send(CTRL_D)
         assert await term.finish() == 0
@@ -248,3 +248,26 @@ def test_piped_stdin_still_reads_every_line(tmp_path: Path) -> None:
     assert done.stdout.count("no model") >= 1 or done.stdout.count("\n") >= 2
     assert user_texts(tmp_path / "home") == ["one", "two"]
     assert not os.path.exists(tmp_path / "home" / "terminal_history")  # piped lines are not history
+
+
+async def test_a_taken_ops_port_is_said_on_screen_and_in_status(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / "config.yaml").write_text(f"http: {{port: {port}}}\n", encoding="utf-8")
+        term = Terminal(["run"], clean_env(tmp_path))
+        try:
+            await term.expect(rf"cannot listen on 127\.0\.0\.1:{port}")
+            await term.prompt()
+            term.send("/status\r")
+            await term.expect(r"Ops: not running \(cannot listen")
+            await term.prompt()
+            term.send(CTRL_D)
+            assert await term.finish() == 0
+        finally:
+            term.kill()

@@ -10,11 +10,14 @@ async def test_undo_says_how_many_exchanges_it_undid(tmp_path):
         for text in ("one", "two", "three"):
             await gw.say(text)
         reply = (await gw.say("/undo 5"))[0]
-        assert reply.startswith("Undid the last 3 exchanges (6 messages)")
-        assert "only 3" in reply
+        assert reply.startswith("Undid the 3 exchanges there were (6 messages; you asked for 5).")
         assert (await gw.say("/undo"))[0] == "Nothing to undo in this conversation."
         await gw.say("four")
         assert (await gw.say("/undo 1"))[0].startswith("Undid the last exchange (2 messages)")
+        await gw.say("five")
+        reply = (await gw.say("/undo 5"))[0]
+        assert reply.startswith("Undid the only exchange there was (2 messages; you asked for 5).")
+        assert ") (" not in reply
 
 
 async def test_search_after_compress_says_no_other_conversation(tmp_path):
@@ -89,3 +92,33 @@ async def test_search_snippets_quote_the_original_text(tmp_path):
         await gw.say("/new")
         reply = (await gw.say("/search nginx"))[0]
         assert "部署网关，然后重启服务：«nginx» 和 redis！" in reply
+
+
+async def test_a_compressed_conversation_is_not_listed_as_0_messages(tmp_path):
+    async with Gateway(tmp_path) as gw:
+        await gw.say("/title nginx notes")
+        await gw.say("our nginx config drops websocket upgrades")
+        await gw.say("and what about timeouts?")
+        gw.fake.push("SUMMARY: nginx websocket upgrades, timeouts")
+        assert "summarised" in (await gw.say("/compress"))[0]
+        listing = (await gw.say("/resume"))[0]
+        [line] = [x for x in listing.splitlines() if x.startswith(("1. nginx notes —", "2. nginx notes —"))]
+        assert "0 messages" not in line and "summarised into a continuation" in line, listing
+
+
+async def test_search_marks_an_address_whole_and_keeps_the_match_in_the_snippet(tmp_path):
+    async with Gateway(tmp_path) as gw:
+        await gw.say("/new mail")
+        await gw.say("write to ops@example.com about it; the example in the com port docs is different")
+        await gw.say("/new runbook")
+        await gw.say(
+            "This is the runbook for the quarterly maintenance window, written down so nobody forgets it. "
+            "step one: drain the walrus queue and wait until the board says empty. "
+            "step two: walrus restart, then check the logs"
+        )
+        await gw.say("/new elsewhere")
+        found = (await gw.say("/search ops@example.com"))[0]
+        assert "«ops@example.com»" in found and "«example»" not in found and "«com»" not in found, found
+        found = (await gw.say("/search walrus"))[0]
+        [line] = [x for x in found.splitlines() if "step one" in x and "↳" not in x]
+        assert line.count("«") == line.count("»") and "«…" not in line, found  # a mark is never cut open

@@ -328,3 +328,32 @@ def test_example_config_is_valid_and_documents_every_key() -> None:
     assert missing == []
     data = yaml.safe_load(text)
     assert isinstance(data, dict)
+
+
+def test_a_chat_platform_comes_from_its_token_in_the_environment_when_the_file_does_not_name_it(
+    tmp_path: Path,
+) -> None:
+    # The Docker way in: `docker run -e TELEGRAM_BOT_TOKEN ...` with no config.yaml on the volume.
+    env = {"TELEGRAM_BOT_TOKEN": "123:abc", "TELEGRAM_ALLOWED_USERS": "42, 43", "CHINWAG_HTTP_HOST": "0.0.0.0"}
+    config = parse_config({}, env=env)
+    assert config.configured_platforms() == ["telegram"]  # and so no terminal
+    telegram = config.platform_settings("telegram")
+    assert telegram.token == "123:abc" and telegram.effective_mode == "polling"
+    assert config.platform("telegram").allowed_users == ("42", "43")
+    assert config.http.host == "0.0.0.0"
+    [notice] = config.notices
+    assert "telegram: on from TELEGRAM_BOT_TOKEN" in notice and "polling" in notice
+    # a file that names the platform or the host decides alone
+    config = load_config(write(tmp_path, "http: {host: 127.0.0.1}\nplatforms: {telegram: {enabled: false}}\n"), env=env)
+    assert config.configured_platforms() == ["local"] and config.http.host == "127.0.0.1"
+    assert not config.notices
+    # without allowed users the notice says how to let someone in
+    [notice] = parse_config({}, env={"DISCORD_BOT_TOKEN": "d"}).notices
+    assert "DISCORD_ALLOWED_USERS" in notice
+
+
+def test_the_example_config_used_as_is_says_once_at_info_that_the_chat_platforms_stay_off() -> None:
+    config = load_config(ROOT / "config.example.yaml", env={})
+    assert config.warnings == ()
+    [notice] = config.notices
+    assert "telegram" in notice and "feishu" in notice and "discord" in notice and "stay off" in notice

@@ -51,11 +51,17 @@ class Browser:
         self.log: list[dict] = []
 
     async def start(self, timeout: float = 60.0) -> "Browser":
-        self.proc = subprocess.Popen(
-            [CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except FileNotFoundError:
+            raise RuntimeError(
+                f"the console's browser tests need Debian's chromium, and there is none at {CHROMIUM}: "
+                "run .ci/install-chromium (apt-get install chromium), as .ci/run does"
+            ) from None
         port_file = Path(self.profile) / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not port_file.exists() or len(port_file.read_text().splitlines()) < 2:

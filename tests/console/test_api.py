@@ -259,6 +259,7 @@ async def test_status_reports_adapters_gauges_and_the_last_hour(serve, db, corpu
     assert status == 200
     assert body["adapters"]["adapters"]["telegram"]["ready"] is True
     assert body["queue_depth"] == 7 and body["agent_cache"] is None
+    assert isinstance(body["queue_depth"], int)  # a count reads 7, not 7.0
     assert body["storage"]["wal_bytes"] >= 0 and body["storage"]["db_bytes"] > 0
     hour = body["last_hour"]
     assert len(hour["minutes"]) == 60 and len(hour["messages_in"]) == 60
@@ -275,3 +276,21 @@ async def test_every_response_carries_the_security_headers(serve, corpus) -> Non
                 assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "default-src 'none'" in csp
                 assert resp.headers["X-Frame-Options"] == "DENY"
                 assert resp.headers["Cache-Control"] == "no-store"
+
+
+async def test_console_searches_are_timed_in_the_search_histogram(serve, corpus) -> None:
+    served = await serve()
+    await get_json(served, "/api/v1/search", params={"q": "nginx"})
+    async with served.session() as http:
+        async with http.get("/console/search", params={"q": "nginx"}) as resp:
+            assert resp.status == 200
+    assert "chinwag_search_seconds_count 2" in served.metrics.render()
+
+
+async def test_rename_follows_the_chat_title_rules(serve, db, corpus) -> None:
+    served = await serve()
+    sid = corpus["quiet"]
+    async with served.session(headers=SAME_ORIGIN(served)) as http:
+        async with http.patch(f"/api/v1/sessions/{sid}", json={"title": "12345"}) as resp:
+            assert resp.status == 400 and "only a number" in (await resp.json())["error"]
+        assert db.get_session(sid)["title"] != "12345"

@@ -103,3 +103,11 @@ async def test_an_attached_image_renders_in_the_transcript(serve, db, browser) -
     assert await browser.js("document.querySelector('.attachment img').naturalWidth") == 4  # decoded: the 4x3 PNG
     problems = [e for e in browser.log if e.get("level") == "error"]
     assert not problems, json.dumps(problems)[:2000]  # the image passes the page's CSP
+
+
+async def test_a_missing_chromium_says_what_to_install(monkeypatch, tmp_path) -> None:
+    from tests.console import cdp
+
+    monkeypatch.setattr(cdp, "CHROMIUM", str(tmp_path / "no-chromium-here"))
+    with pytest.raises(RuntimeError, match=r"need Debian's chromium.*\.ci/install-chromium"):
+        await Browser().start()

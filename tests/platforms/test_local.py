@@ -106,3 +106,23 @@ async def test_a_stopped_streamed_reply_keeps_its_text_and_the_note() -> None:
     await stream.update("Half an")
     await stream.fail("(stopped)")
     assert out.getvalue() == "Half an\n\n(stopped)\n"
+
+
+async def test_an_answer_ending_in_blank_lines_is_printed_once() -> None:
+    out = io.StringIO()
+    adapter = LocalAdapter({"user": "alice"}, input=io.StringIO(""), output=out)
+    stream = adapter.begin_reply(adapter.source)
+    await stream.update("col a,col b\n1,2\n")
+    await stream.update("col a,col b\n1,2\n\n")
+    await stream.finish("col a,col b\n1,2\n\n")
+    assert out.getvalue() == "col a,col b\n1,2\n"  # once, and one line end (a pipe reads it as is)
+
+
+async def test_a_stopped_answer_whose_last_chunk_ends_in_a_space_is_not_reprinted() -> None:
+    out = io.StringIO()
+    adapter = LocalAdapter({"user": "alice"}, input=io.StringIO(""), output=out)
+    stream = adapter.begin_reply(adapter.source)
+    shown = " ".join(f"word{i}" for i in range(16)) + " "
+    await stream.update(shown)
+    await stream.fail("Stopped.")
+    assert out.getvalue() == shown.rstrip() + "\n\nStopped.\n"

@@ -190,7 +190,7 @@ async def test_slash_new_search_and_resume_autocomplete_respect_privacy(dc):
     assert "typed works too" in dc.replies(GENERAL)[-1]["content"]
 
 
-async def test_a_stopped_streamed_answer_keeps_what_was_shown_and_stores_no_answer(tg):
+async def test_a_stopped_streamed_answer_keeps_what_was_shown_and_stores_it_marked_stopped(tg):
     fake = tg.telegram
     resume = asyncio.Event()
     tg.llm.push(Reply(text=ANSWER, pause_after=60, resume=resume))
@@ -204,7 +204,19 @@ async def test_a_stopped_streamed_answer_keeps_what_was_shown_and_stores_no_answ
     await asyncio.wait_for(tg.runner.drain(), 8)
     partial = fake.sent(42)[0]["text"]
     assert partial and ANSWER.replace("**", "").startswith(partial.rstrip()) and partial != ANSWER.replace("**", "")
-    assert assistant_messages(tg) == []  # only a finished answer is stored
+    # what the person saw is stored, marked stopped: the next request does not hold two questions in a row
+    [session] = tg.sessions()
+    assert tg.db is not None
+    rows = [m for m in tg.db.get_messages(session["id"]) if m["role"] != "system"]
+    assert [m["role"] for m in rows] == ["user", "assistant"]
+    assert ANSWER.startswith(rows[1]["content"]) and len(rows[1]["content"]) >= 60
+    assert rows[1]["finish_reason"] == "stopped"
+    assert [m["text"] for m in fake.sent(42)].count(rows[1]["content"]) <= 1  # not sent again as a reply
+    fake.push_message(chat, ANN, "go on")
+    await fake.wait_for(lambda: len(tg.llm.requests) == 2, 8)
+    await asyncio.wait_for(tg.runner.drain(), 8)
+    roles = [m["role"] for m in tg.llm.requests[1]["messages"] if m["role"] != "system"]
+    assert roles == ["user", "assistant", "user"]
 
 
 async def test_a_model_error_mid_stream_keeps_what_was_shown_and_says_what_went_wrong(tg):

@@ -304,3 +304,19 @@ def test_passage_bonus_is_scaled_over_the_leading_windows(db, endpoint):
     assert bonus[ids[0]] == pytest.approx(DEFAULT_WEIGHTS.passage_weight * 10.0)  # the best window: the full share
     assert bonus[ids[2]] == pytest.approx(0.0)  # the worst: nothing
     assert db.read(lambda conn: semantic.passage_bonus(conn, query, {ids[0]: "s_a"}, 10.0)) == {}  # one window
+
+
+def test_an_endpoint_that_keeps_failing_is_said_once_and_backed_off(db, endpoint, caplog):
+    add(db, "a", ["car one", "car two"])
+    endpoint.fake.embedding_status = 404  # e.g. a chat server without /embeddings
+    indexer = BackgroundIndexer(db, endpoint.embedder(), retry_seconds=(0.01, 0.01, 0.05))
+    caplog.set_level("DEBUG", logger="gateway.recall.index")
+    indexer.start()
+    try:
+        wait_until_blocking(lambda: indexer.failures >= 8, 20)
+    finally:
+        indexer.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len([w for w in warnings if "retrying in" in w]) == 3  # the first few, one by one
+    [said] = [w for w in warnings if "keeps failing" in w]  # then once
+    assert "404" in said and "recall ranks by words" in said

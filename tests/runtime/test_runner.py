@@ -147,3 +147,26 @@ async def test_stop_cancels_a_turn_that_outlives_the_timeout(tmp_path):
         assert gw.adapter.texts() == []
         assert [m["content"] for m in gw.messages(gw.session_id())] == ["endless"]  # kept
         assert gw.runner.cache_size() == 0
+
+
+async def test_every_counter_the_readme_names_has_a_sample_from_the_start_and_every_search_is_timed(tmp_path):
+    from gateway.service.app import build_runner
+    from gateway.service.metrics import Metrics
+    from tests.fakes.openai_server import ToolCall
+
+    async with Gateway(tmp_path) as gw:
+        metrics = Metrics()
+        runner = build_runner(gw.config, gw.db, gw.store, [gw.adapter], clock=gw.clock, metrics=metrics)
+        text = metrics.render()
+        assert 'chinwag_reruns_total{platform="telegram"} 0' in text
+        assert 'chinwag_interrupted_turns_total{action="notify"} 0' in text
+        await runner.start()
+        await gw.adapter.deliver(gw.adapter.message("/search walrus", message_id="s1"))
+        await runner.drain()
+        assert "chinwag_search_seconds_count 1" in metrics.render()
+        # the agent's session_search is a search too
+        gw.fake.push(Reply(tool_calls=[ToolCall("session_search", {"query": "walrus"})]), "none found")
+        await gw.adapter.deliver(gw.adapter.message("did we talk about walruses?", message_id="s2"))
+        await runner.drain()
+        assert "chinwag_search_seconds_count 2" in metrics.render()
+        await runner.stop()

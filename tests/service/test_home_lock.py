@@ -37,6 +37,7 @@ async def test_second_gateway_on_a_home_exits_and_read_only_commands_still_work(
             code, out, err = await chinwag(command, env, "hi\n")
             assert code == 1, (out, err)
             assert f"already running (pid {proc.pid})" in err
+            assert "no model configured" not in err  # the refusal is all it says
         code, out, err = await chinwag(["sessions", "list"], env)
         assert code == 0, err
     finally:

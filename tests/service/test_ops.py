@@ -170,3 +170,15 @@ async def test_bad_webhook_path_and_busy_port(served) -> None:
     second = OpsServer("127.0.0.1", first.port)
     with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{first.port}"):
         await second.start()
+
+
+def test_the_start_line_advertises_the_console_only_where_it_answers(tmp_path) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        # (not started: which line it would log is decided from the settings alone)
+        assert "console at http://127.0.0.1:" in OpsServer("127.0.0.1", 8765, db=db)._console_line()
+        off = OpsServer("0.0.0.0", 8765, db=db)._console_line()
+        assert "console at" not in off and "http.console_token" in off
+        assert "console at" in OpsServer("0.0.0.0", 8765, db=db, console_token="t0ken")._console_line()
+    finally:
+        db.close()

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
-from gateway.storage import fence, queries, retention, rows
+from gateway.storage import fence, queries, retention
 from gateway.storage.base import StorageFace
 from gateway.storage.conn import Conn
 from gateway.storage.connect import Connection, check_synchronous, set_new_page_size
@@ -34,6 +34,7 @@ from gateway.storage.indexer import DeferredIndex, run_catch_up
 from gateway.storage.queries import Session
 from gateway.storage.rows import MAX_CONTENT_CHARS, PREVIEW_CHARS, mark_seen, sanitize_title
 from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, current_version, is_visible, migrate, visible_sql
+from gateway.storage.search import SQLITE
 from gateway.storage.writer import CommitListener, GroupCommitWriter, wal_file_bytes
 
 __all__ = [
@@ -70,7 +71,7 @@ class SessionDB(StorageFace):
     """The SQLite backend: one file, one group-commit writer, a read connection per thread."""
 
     backend = "sqlite"
-    ops = rows  # the write ops of this backend, for callers that compose them into one write (the store)
+    dialect = SQLITE
     deletes = retention
 
     def __init__(self, path: str | os.PathLike, synchronous: str = "full", **writer_options: Any) -> None:

@@ -29,12 +29,12 @@ from gateway.storage.base import StorageFace
 from gateway.storage.conn import Conn
 from gateway.storage.connect import Connection, check_synchronous, set_new_page_size
 from gateway.storage.connect import connect as _connect
+from gateway.storage.dialect import SQLITE
 from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
 from gateway.storage.indexer import DeferredIndex, run_catch_up
 from gateway.storage.queries import Session
 from gateway.storage.rows import MAX_CONTENT_CHARS, PREVIEW_CHARS, mark_seen, sanitize_title
 from gateway.storage.schema import IN_CONVERSATION, ROLES, VISIBLE, current_version, is_visible, migrate, visible_sql
-from gateway.storage.search import SQLITE
 from gateway.storage.writer import CommitListener, GroupCommitWriter, wal_file_bytes
 
 __all__ = [
@@ -72,7 +72,6 @@ class SessionDB(StorageFace):
 
     backend = "sqlite"
     dialect = SQLITE
-    deletes = retention
 
     def __init__(self, path: str | os.PathLike, synchronous: str = "full", **writer_options: Any) -> None:
         """`synchronous`: "full" (the default: an append returns once on disk) or "normal" (opt-in,

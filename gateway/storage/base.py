@@ -5,7 +5,8 @@ as a Protocol; gateway/db.py keeps `SessionDB(path)` and `open_db`). A backend s
 only its mechanisms: how a read gets a connection and a snapshot (`_point`, `read`,
 `search_read`), how a write commits (`write`, `awrite`, commit listeners), its `dialect` (the SQL
 it spells its own way, gateway/storage/conn.py; the write ops are gateway/storage/rows.py's for
-both), its deletes, and upkeep (optimize, vacuum, rebuild).
+both, and so are the deletes of gateway/storage/retention.py), and upkeep (optimize, vacuum,
+rebuild).
 Every method here is one line of plain SQL from gateway/storage (queries, inbox, outbox, media,
 transfer) run through those; none asks which backend runs. Why one class and not a mixin per
 table: the ~60 methods were written twice, and a table the next issue adds is one method here.
@@ -14,7 +15,6 @@ table: the ~60 methods were written twice, and a table the next issue adds is on
 from __future__ import annotations
 
 import asyncio
-from types import ModuleType
 from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from gateway.errors import UnknownSession
@@ -47,7 +47,6 @@ class StorageFace:
 
     backend: str
     dialect: Dialect  # what this database spells its own way (its connections carry the same)
-    deletes: ModuleType  # op_delete, op_delete_batch, op_forget_seen_batch for this schema
     notes_in_database = False  # MEMORY.md / USER.md: files in the home, or rows (postgres/notes.py)
     message_select = "SELECT * FROM messages"  # a message row as the face returns it
     path: str
@@ -170,7 +169,7 @@ class StorageFace:
 
     # -- deletion and retention (gateway/storage/retention.py) ------------------------------------
     def delete_session(self, session_id: str) -> bool:
-        return self.write(self.deletes.op_delete(session_id))
+        return self.write(retention.op_delete(session_id))
 
     def idle_sessions(self, older_than_days: float) -> list[str]:
         """Sessions idle for longer than that, longest idle first: what `prune` would delete (but
@@ -189,7 +188,7 @@ class StorageFace:
         for batch in retention.prune_batches(self.idle_sessions(older_than_days), keep):
             if stop():
                 return deleted
-            deleted += self.write(self.deletes.op_delete_batch(batch))
+            deleted += self.write(retention.op_delete_batch(batch))
         self.forget_seen_events()
         return deleted
 
@@ -197,7 +196,7 @@ class StorageFace:
         """Drop seen inbound event ids older than any platform redelivers, a batch per transaction
         (the first upkeep of a big, old database must not hold the writer for long)."""
         total = 0
-        while (n := self.write(self.deletes.op_forget_seen_batch())) > 0:
+        while (n := self.write(retention.op_forget_seen_batch())) > 0:
             total += n
             if n < retention.FORGET_BATCH:
                 break

@@ -53,12 +53,18 @@ class Dialect(Protocol):
     recall's two match reads."""
 
     name: str
+    schema_version: int
     expands_prefixes: bool
+    indexes_after_commit: bool  # the word indexes are written after the commit (SQLite: indexer.py)
     model_filter: str
     same_title: str
     exact_title: str
     other_id: str
     greatest: str
+
+    def sizes(self, conn: Conn) -> dict[str, Any]:
+        """`sessions stats`' sizes: db_bytes, and bytes_by_part where the database can tell."""
+        ...
 
     def unless_duplicate(self, conn: Conn, sql: str, params: Sequence[Any]) -> Cursor | None:
         """Run a write; None when a unique index refused it, the transaction still usable."""

@@ -8,21 +8,19 @@ Plan for a query:
 Strict hits always come first. Ranking is done over the newest `CANDIDATE_CAP` matches of a pass,
 which bounds the cost of very common words on large stores.
 
-`SQLITE` is this database's `Dialect` (gateway/storage/conn.py): recall's match reads over the
-FTS5 indexes, beside gateway/storage/postgres/search.py's over the word and identifier columns,
-and the few writes SQLite spells its own way (the message insert; gateway/storage/rows.py uses
-them); every SQLite connection carries it (gateway/storage/connect.py).
+SQLite's `Dialect` (gateway/storage/dialect.py) offers this module's passes and recall's match
+reads over the FTS5 indexes to the shared code, beside gateway/storage/postgres/search.py's over
+the word and identifier columns.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, Iterable
 
-from gateway.storage.conn import Conn, Cursor, RecallMatch
-from gateway.storage.events import Events, IndexPending
+from gateway.storage.conn import Conn, RecallMatch
 from gateway.storage.fts import Query, Term, make_snippet, parse_query
-from gateway.storage.schema import MESSAGE_FIELDS, visible_sql
+from gateway.storage.schema import visible_sql
 
 CANDIDATE_CAP = 2000
 MIN_SESSIONS_BEFORE_RELAXING = 3
@@ -211,63 +209,3 @@ def matches_among(conn: Conn, expr: str, ids: list[int], limit: int) -> list[int
     except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
         return []
     return [mid for (mid,) in found]
-
-
-# The id: one above any id the table holds or ever held (message_ids.floor, raised on delete:
-# gateway/storage/schema.py v9), so an id is never given twice. Two lookups, no write.
-_INSERT_MESSAGE = (
-    f"INSERT INTO messages (id, session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
-    "VALUES ((SELECT max(COALESCE((SELECT max(id) FROM messages), 0), floor) + 1 FROM message_ids), "
-    f"?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})"
-)
-
-
-class SqliteDialect:
-    """SQLite's `Dialect`: FTS5 prefix queries are expanded from the vocabulary first (recall's
-    PrefixTerms), `+model` keeps the planner off the (model, last_id) index (vectors.py), titles
-    compare with NOCASE (the unique index's collation), an id prefix is a range of the primary key,
-    a failed statement leaves the transaction usable (no savepoint), and a message's words are
-    indexed after its commit, in batches (gateway/storage/indexer.py)."""
-
-    name = "sqlite"
-    expands_prefixes = True
-    model_filter = "+model"
-    same_title = "title = ? COLLATE NOCASE"
-    exact_title = "title = ? COLLATE BINARY"
-    other_id = "id IS NOT ?"
-    greatest = "MAX"
-
-    def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
-        return "id >= ? AND id < ?", (prefix, prefix + "\uffff")
-
-    def unless_duplicate(self, conn: Conn, sql: str, params: Sequence[Any]) -> Cursor | None:
-        try:
-            return conn.execute(sql, params)
-        except sqlite3.IntegrityError:
-            return None
-
-    def prepare_message(self, content: str | None, row: dict[str, Any]) -> tuple[Any, ...]:
-        return ()
-
-    def insert_message(self, conn: Conn, events: Events, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
-        cur = conn.execute(_INSERT_MESSAGE, values)
-        message_id = int(cast(sqlite3.Cursor, cur).lastrowid or 0)  # a SQLite connection's cursor
-        events.append(IndexPending(message_id))  # indexed in batches: gateway/storage/indexer.py
-        return message_id
-
-    def word_hits(self, conn: Conn, expression: str, filters: tuple[str, list], limit: int, ranked: bool) -> list[Any]:
-        return word_hits(conn, expression, filters, limit, ranked=ranked)
-
-    def substring_hits(self, conn: Conn, query: Query, filters: tuple[str, list], limit: int) -> list[Any]:
-        return substring_hits(conn, query, filters, limit)
-
-    def recall_matches(
-        self, conn: Conn, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
-    ) -> list[RecallMatch]:
-        return recall_matches(conn, table, expr, roles, before_id, limit)
-
-    def matches_among(self, conn: Conn, expr: str, ids: list[int], limit: int) -> list[int]:
-        return matches_among(conn, expr, ids, limit)
-
-
-SQLITE = SqliteDialect()

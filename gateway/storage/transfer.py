@@ -33,11 +33,11 @@ from typing import Any, Collection, Iterable, Iterator
 from gateway.errors import ImportRecordError, TitleTaken
 from gateway.storage import rows
 from gateway.storage.conn import Conn, Dialect
+from gateway.storage.dialect import SQLITE
 from gateway.storage.events import Events, SessionRewritten, WriteOp
 from gateway.storage.home import is_safe_session_id
 from gateway.storage.media import KINDS, MediaStore
 from gateway.storage.schema import IN_CONVERSATION, MESSAGE_FIELDS, ROLES, SESSION_FIELDS
-from gateway.storage.search import SQLITE
 
 SESSION_EXTRAS = ("ended_at", "end_reason", "input_tokens", "output_tokens")
 

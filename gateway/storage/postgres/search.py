@@ -18,11 +18,9 @@ whole words it stands for first (vocabulary.py): a GIN index collects every matc
 before it returns one, so a window could not skip to its own buckets (90-330 ms per window for
 recall's "fix* docker*" pair at 1M messages).
 
-`POSTGRES` is this database's `Dialect` (gateway/storage/conn.py), carried by every connection
-(connection.py): recall (gateway/recall/read.py) reaches `recall_matches` and `matches_among`
-through it, looked up here on each read, and gateway/storage/rows.py the writes Postgres spells its
-own way (the message insert with its word columns, a savepoint round a unique index). The driver
-is imported only for its unique-violation error.
+No driver import here. Postgres's `Dialect` (gateway/storage/postgres/dialect.py), carried by
+every connection, offers these passes and recall's `recall_matches` and `matches_among`
+(gateway/recall/read.py) to the shared code.
 """
 
 from __future__ import annotations
@@ -30,15 +28,12 @@ from __future__ import annotations
 import operator
 from typing import Any, Sequence
 
-from psycopg import errors
-
-from gateway.storage.conn import Conn, Cursor, RecallMatch
-from gateway.storage.events import Events
-from gateway.storage.fts import Query, ident_text
+from gateway.storage.conn import Conn, RecallMatch
+from gateway.storage.fts import Query
 from gateway.storage.postgres.schema import BUCKET_IDS
-from gateway.storage.postgres.tokens import like_patterns_of_fts, phrase_query, tsquery_pair_of_fts, words_vector
+from gateway.storage.postgres.tokens import like_patterns_of_fts, phrase_query, tsquery_pair_of_fts
 from gateway.storage.postgres.vocabulary import expand_pair, expand_tsquery
-from gateway.storage.schema import MESSAGE_FIELDS, visible_sql
+from gateway.storage.schema import visible_sql
 from gateway.storage.search import CANDIDATE_CAP, split_identifiers
 
 VISIBLE = visible_sql("m")
@@ -274,65 +269,3 @@ def matches_among(conn: Conn, expr: str, ids: list[int], limit: int) -> list[tup
         "SELECT m.id FROM messages m WHERE m.id = ANY(?::bigint[]) AND m.words @@ ?::tsquery ORDER BY m.id DESC LIMIT ?"
     )
     return conn.tuples(sql, [ids, query[0], limit])
-
-
-# The id is the column's identity (never given twice); the word columns are written with the row,
-# so a committed message is searchable at once.
-_INSERT_MESSAGE = (
-    f"INSERT INTO messages (session_id, role, content, {', '.join(MESSAGE_FIELDS)}, words, idents) "
-    f"VALUES (?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))}, ?::tsvector, ?) RETURNING id"
-)
-
-
-class PostgresDialect:
-    """Postgres's `Dialect`: a prefix is answered by the GIN index (nothing to expand first), the
-    planner weighs the vector indexes by their statistics (no `+model`), recall's match reads run
-    over the word and identifier columns, a statement that may fail runs in a savepoint (an error
-    aborts the whole transaction otherwise, and the op still has to ask who holds the title), and
-    a message is inserted with its word columns."""
-
-    name = "postgres"
-    expands_prefixes = False
-    model_filter = "model"
-    same_title = "ascii_fold(title) = ascii_fold(?)"  # the unique index's expression (schema.py)
-    exact_title = "title = ?"
-    other_id = "id IS DISTINCT FROM ?"
-    greatest = "GREATEST"
-
-    def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
-        return "starts_with(id, ?)", (prefix,)
-
-    def unless_duplicate(self, conn: Conn, sql: str, params: Sequence[Any]) -> Cursor | None:
-        conn.execute("SAVEPOINT unless_duplicate")
-        try:
-            cur = conn.execute(sql, params)
-        except errors.UniqueViolation:
-            conn.execute("ROLLBACK TO SAVEPOINT unless_duplicate")
-            return None
-        conn.execute("RELEASE SAVEPOINT unless_duplicate")
-        return cur
-
-    def prepare_message(self, content: str | None, row: dict[str, Any]) -> tuple[Any, ...]:
-        if row["platform_message_id"] is not None:
-            row["platform_message_id"] = str(row["platform_message_id"])  # a text column, as ids are text
-        return words_vector(content), ident_text(content) or None
-
-    def insert_message(self, conn: Conn, events: Events, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
-        return int(conn.execute(_INSERT_MESSAGE, (*values, *extra)).fetchone()[0])
-
-    def word_hits(self, conn: Conn, expression: str, filters: tuple[str, list], limit: int, ranked: bool) -> list[Any]:
-        return word_hits(conn, expand_pair(conn, tsquery_pair_of_fts(expression)), filters, limit, ranked=ranked)
-
-    def substring_hits(self, conn: Conn, query: Query, filters: tuple[str, list], limit: int) -> list[Any]:
-        return substring_hits(conn, query, filters, limit)
-
-    def recall_matches(
-        self, conn: Conn, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
-    ) -> list[RecallMatch]:
-        return recall_matches(conn, table, expr, roles, before_id, limit)
-
-    def matches_among(self, conn: Conn, expr: str, ids: list[int], limit: int) -> list[int]:
-        return [mid for (mid,) in matches_among(conn, expr, ids, limit)]
-
-
-POSTGRES = PostgresDialect()

@@ -64,6 +64,13 @@ def _title_taken(conn: Conn, title: str | None, session_id: str) -> TitleTaken:
     return TitleTaken(title, queries.title_holder(conn, title, except_id=session_id) if title else None)
 
 
+def add_participant(conn: Conn, session_id: str, user_id: str) -> None:
+    conn.execute(
+        "INSERT INTO session_participants (session_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+        (session_id, user_id),
+    )
+
+
 # -- the checks of a write ---------------------------------------------------------------------
 def check_session(session_id: str, source: Any, fields: dict[str, Any]) -> tuple[dict[str, Any], float, str]:
     """A session's fields checked and cleaned: (fields to store, started_at, source name)."""
@@ -178,13 +185,6 @@ def op_set_title(session_id: str, title: str | None) -> WriteOp[str | None]:
 
 
 # -- messages -------------------------------------------------------------------------------------
-def add_participant(conn: Conn, session_id: str, user_id: str) -> None:
-    conn.execute(
-        "INSERT INTO session_participants (session_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-        (session_id, user_id),
-    )
-
-
 def op_append(
     dialect: Dialect,
     session_id: str,

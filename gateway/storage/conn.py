@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from gateway.storage.events import Events
     from gateway.storage.fts import Query
 
 # a recall match: message id, session id, visible and of a wanted role, length in characters
@@ -75,7 +74,7 @@ class Dialect(Protocol):
         transaction (it may adjust `row`, which is also what the commit event carries)."""
         ...
 
-    def insert_message(self, conn: Conn, events: Events, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
+    def insert_message(self, conn: Conn, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
         """Insert a message (`values`: session_id, role, content, then MESSAGE_FIELDS; `extra`:
         prepare_message's); returns its new id, never one given before."""
         ...

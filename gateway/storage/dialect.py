@@ -18,7 +18,6 @@ from typing import Any, Sequence, cast
 
 from gateway.storage import search
 from gateway.storage.conn import Conn, Cursor
-from gateway.storage.events import Events, IndexPending
 from gateway.storage.schema import MESSAGE_FIELDS, SCHEMA_VERSION
 
 # The id: one above any id the table holds or ever held (message_ids.floor, raised on delete:
@@ -61,11 +60,9 @@ class SqliteDialect:
     def prepare_message(self, content: str | None, row: dict[str, Any]) -> tuple[Any, ...]:
         return ()
 
-    def insert_message(self, conn: Conn, events: Events, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
+    def insert_message(self, conn: Conn, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
         cur = conn.execute(_INSERT_MESSAGE, values)
-        message_id = int(cast(sqlite3.Cursor, cur).lastrowid or 0)  # a SQLite connection's cursor
-        events.append(IndexPending(message_id))  # indexed in batches: gateway/storage/indexer.py
-        return message_id
+        return int(cast(sqlite3.Cursor, cur).lastrowid or 0)  # a SQLite connection's cursor
 
     def sizes(self, conn: Conn) -> dict[str, Any]:
         count = lambda sql: conn.execute(sql).fetchone()[0]

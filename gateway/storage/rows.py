@@ -29,6 +29,7 @@ from gateway.storage import queries
 from gateway.storage.conn import Conn, Dialect
 from gateway.storage.events import (
     Events,
+    IndexPending,
     KeyChanged,
     KeyDeleted,
     MessageAppended,
@@ -209,7 +210,9 @@ def op_append(
     def op(conn: Conn, events: Events) -> int:
         if not conn.execute(touch, (row["timestamp"], preview, session_id)).rowcount:
             raise UnknownSession(session_id)
-        message_id = dialect.insert_message(conn, events, (session_id, role, content, *row.values()), extra)
+        message_id = dialect.insert_message(conn, (session_id, role, content, *row.values()), extra)
+        if dialect.indexes_after_commit:
+            events.append(IndexPending(message_id))  # indexed in batches: gateway/storage/indexer.py
         if role == "user" and row["user_id"]:
             add_participant(conn, session_id, row["user_id"])
         if seen_event is not None:

@@ -19,7 +19,6 @@ from typing import Any, Sequence
 from psycopg import errors
 
 from gateway.storage.conn import Conn, Cursor
-from gateway.storage.events import Events
 from gateway.storage.fts import ident_text
 from gateway.storage.postgres import search
 from gateway.storage.postgres.schema import SCHEMA_VERSION
@@ -77,7 +76,7 @@ class PostgresDialect:
             row["platform_message_id"] = str(row["platform_message_id"])  # a text column, as ids are text
         return words_vector(content), ident_text(content) or None
 
-    def insert_message(self, conn: Conn, events: Events, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
+    def insert_message(self, conn: Conn, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
         return int(conn.execute(_INSERT_MESSAGE, (*values, *extra)).fetchone()[0])
 
     def sizes(self, conn: Conn) -> dict[str, Any]:

@@ -10,7 +10,9 @@ once, formatted, with no edit at all (streaming costs such a turn nothing). Past
 are no longer touched. Intermediate text is sent plain; `finish` applies the platform's
 formatting in the final edit. A 429 holds the chat's pacer for its `retry_after` and the update
 is merged into the next one; nothing is dropped from the final text. `may_show` is asked right
-before each live call (a replica that no longer knows it holds the chat stops editing).
+before each live call (a replica that no longer knows it holds the chat stops editing). A new part
+goes out with the reply's idempotency key and is recorded around its send (`record`); `adopt` takes
+the messages a cut-short run of the same reply left, which are then edited, never sent again.
 
 The rate rule is the adapter's `EditPacer` (platforms.helpers), on the adapter's injectable clock, so
 tests run the whole flow on virtual time without sleeping.
@@ -28,11 +30,13 @@ from platforms.helpers import EditPacer
 
 log = logging.getLogger(__name__)
 
+_UNKNOWN = "\0"  # what an adopted message shows: equal to no part
 FINAL_ATTEMPTS = 5  # a final edit refused this often (429 each time) is given up
 _SENTENCE = re.compile(r"[.!?…\n]\s|[。！？]")
 
 
-SendPart = Callable[[str, "str | None", bool], Awaitable[str]]  # (text, reply_to, final) -> message id
+# (text, reply_to, final, idempotency key) -> message id
+SendPart = Callable[[str, "str | None", bool, "str | None"], Awaitable[str]]
 EditPart = Callable[[str, str, bool], Awaitable[None]]  # (message id, text, final)
 DeletePart = Callable[[str], Awaitable[None]]
 
@@ -79,6 +83,13 @@ class EditedReply(ReplyStream):
         self.calls = 0  # platform calls made (for metrics and tests)
 
     # -- the contract ---------------------------------------------------------------------------
+    def adopt(self, message_ids: list[str]) -> None:
+        if self._shown or not message_ids:
+            return
+        self.message_ids = list(message_ids)
+        self._shown = [_UNKNOWN] * len(message_ids)  # what they show is not known: every part is edited
+        self.first_shown.set()
+
     async def update(self, text: str) -> None:
         if self._final is not None or text == self._text:
             return
@@ -216,14 +227,19 @@ class EditedReply(ReplyStream):
                         raise
                     # the part cannot be edited (deleted by someone, too old): the final text goes anew
                     log.warning("%s: final edit failed (%s); sending the part as a new message", self.what, exc)
-                    self.message_ids[i] = await self._call(lambda: self._send(part, None, final))
+                    # (no key: a keyed repeat would return the very message that cannot be edited)
+                    self.message_ids[i] = await self._call(lambda: self._send(part, None, final, None))
                 self._shown[i] = part
             else:
                 reply_to = self.reply_to if i == 0 else None
-                message_id = await self._call(lambda: self._send(part, reply_to, final))
+                if self.record is not None:
+                    await self.record.sending(i)
+                message_id = await self._call(lambda: self._send(part, reply_to, final, self.part_key(i)))
                 self.message_ids.append(message_id)
                 self._shown.append(part)
                 self.first_shown.set()
+                if self.record is not None and not (final and i == len(parts) - 1):  # (the caller records the last)
+                    await self.record.sent(list(self.message_ids))
         if final:
             for message_id in self.message_ids[len(parts) :]:
                 if self._delete is not None:

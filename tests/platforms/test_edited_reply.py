@@ -17,7 +17,7 @@ class Platform:
     def __init__(self, clock: VirtualClock, refuse_edits: int = 0) -> None:
         self.clock, self.calls, self.refuse_edits = clock, [], refuse_edits
 
-    async def send(self, text: str, reply_to: str | None, final: bool) -> str:
+    async def send(self, text: str, reply_to: str | None, final: bool, key: str | None = None) -> str:
         self.calls.append((self.clock.now(), "send", text, final))
         return str(len(self.calls))
 

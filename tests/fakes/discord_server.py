@@ -27,6 +27,7 @@ one made and posts nothing (as Discord does within minutes; counted in `nonce_re
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -121,6 +122,9 @@ class FakeDiscord:
         self.sent: list[dict[str, Any]] = []  # messages the bot created (POST), in order
         self.nonces: dict[str, int] = {}  # nonce -> the message it created (enforce_nonce)
         self.nonce_repeats = 0  # creates answered with the message an earlier one made
+        # set: a create is stored (the message is posted) but answered only once it is set, so a
+        # test can kill the bot between Discord accepting a message and the bot learning its id
+        self.hold_creates: asyncio.Event | None = None
         self.edits: list[dict[str, Any]] = []
         self.deleted: list[str] = []
         self.commands: dict[int | None, list[dict[str, Any]]] = {}  # scope -> registered commands
@@ -636,6 +640,8 @@ class FakeDiscord:
         self.sent.append(data)
         if self.echo_own_messages:
             await self.dispatch("MESSAGE_CREATE", {k: v for k, v in data.items() if k != "request"})
+        if self.hold_creates is not None:
+            await self.hold_creates.wait()
         return _json({k: v for k, v in data.items() if k != "request"})
 
     def _edit_message(self, message_id: int, body: Any) -> web.Response:

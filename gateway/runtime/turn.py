@@ -400,7 +400,8 @@ class TurnRunner:
             log.info("outbox row %s not shown here: chat %s is held by another replica now", row_id, key)
             return
         if stream is not None:
-            # a message the final text adds is the row's
+            # a message the final text adds is the row's: sent with its key, recorded on it
+            stream.send_key = row["send_key"]
             stream.record = OutboxSends(self.db, row_id, self.outbound.adapters[msg.source.platform.value])
             ids = await self._finish(stream, msg, text, failed)
             if ids is not None:

@@ -27,6 +27,8 @@ from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
 
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
+
 FIRST_DM = 700
 
 
@@ -71,7 +73,6 @@ def stored(tmp: Path) -> set[str]:
     return {"echo: " + json.loads(row[0])["text"] for row in rows}
 
 
-@pytest.mark.slow
 async def test_sigkill_at_random_moments_under_load_answers_each_stored_message_once(tmp_path):
     chats, per_chat, kills = 4, 8, 3
     rng = random.Random(20261203)
@@ -114,7 +115,6 @@ async def test_sigkill_at_random_moments_under_load_answers_each_stored_message_
         await discord.stop()
 
 
-@pytest.mark.slow
 async def test_a_kill_after_discord_accepted_a_reply_and_before_its_record_does_not_repeat_it(tmp_path):
     """The duplicate window, hit on purpose: Discord has the reply, the outbox does not know; the
     restart sends it again with the same nonce and Discord returns the first message."""

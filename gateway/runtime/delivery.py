@@ -8,9 +8,19 @@
   delivers it part by part, recording after each part the platform's message ids. On start the
   replies not yet delivered are sent from the first part not recorded.
 
-The one duplicate window: a crash after the platform accepted a part and before its record
-commits; that part is sent again on start (at most one message per crash, counted by the crash
-test in tests/runtime/test_delivery_crash.py).
+The duplicate window: a crash after the platform accepted a part and before its record commits;
+that part is sent again on start. Where the platform takes an idempotency key
+(`takes_send_keys`: Feishu's `uuid`, Discord's `nonce`) every part goes with its row's key, so the
+repeat returns the first message: the window is closed. Elsewhere (Telegram) each part is marked
+"sending" before it goes (`OutboxSends`), and the start counts the marked parts it sends again as
+uncertain (`uncertain_sends_total`): doubles are bounded by the sends in flight at the crash
+(tests/runtime/test_delivery_crash*.py measure both).
+
+A streamed answer's messages are recorded on its inbox entry as the platform returns them
+(`StreamSends`), before the answer commits; the outbox row starts from them, and a rerun of a
+turn a stop or crash cut short adopts them: the answer is edited in place, never sent anew.
+Deliveries run shielded from their caller's cancel, and a stop waits for them (`settle`) before
+the adapters go.
 
 On Postgres replicas (gateway.runtime.leases) every record of a chat's job commits only while this
 replica holds the chat: the runner sets the chat's fence for the job (gateway.storage.fence) and

@@ -129,6 +129,20 @@ def settled(tmp: Path) -> bool:
     return open_entries == 0 and unsent == 0
 
 
+def owed(tmp: Path, platform: str | None = None, *, open_only: bool = False) -> set[str]:
+    """The answers the inbox owes ("echo: <text>", as the model fake answers): one per entry it
+    committed (of `platform`), or only per entry not done yet (`open_only`: the next start's)."""
+    conn = sqlite3.connect(tmp / "home" / "state.db")
+    try:
+        rows = conn.execute(
+            "SELECT message FROM inbox WHERE (? IS NULL OR platform = ?) AND (? = 0 OR done_at IS NULL)",
+            (platform, platform, int(open_only)),
+        ).fetchall()
+    finally:
+        conn.close()
+    return {"echo: " + json.loads(row[0])["text"] for row in rows}
+
+
 def uncertain_sends(tmp: Path) -> int:
     """Sends the last run left uncertain: a reply part marked "sending" whose platform id was never
     recorded (what a restart sends again, and counts as `chinwag_uncertain_sends_total`)."""

@@ -171,6 +171,18 @@ class FakeDiscord:
     def gateway_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/gateway"
 
+    def settings(self, **extra: Any) -> dict[str, Any]:
+        """The `platforms.discord` section pointing a bot at this fake, reconnecting quickly."""
+        return {
+            "token": self.token,
+            "api_base": self.api_base,
+            "gateway_url": self.gateway_url,
+            "guild_ready_timeout": 0.05,
+            "reconnect_base": 0.05,
+            "reconnect_cap": 0.2,
+            **extra,
+        }
+
     # -- world building ----------------------------------------------------------------------
     def snowflake(self) -> int:
         return ((int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22) + next(self._ids)

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import random
-import sqlite3
-from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from tests.fakes.daemon import Daemon, settled
+from tests.fakes.daemon import Daemon, owed, settled
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
@@ -33,17 +30,7 @@ FIRST_DM = 700
 
 
 def discord_platform(discord: FakeDiscord) -> Callable[[int], dict]:
-    return lambda port: {
-        "discord": {
-            "token": discord.token,
-            "api_base": discord.api_base,
-            "gateway_url": discord.gateway_url,
-            "guild_ready_timeout": 0.05,
-            "reconnect_base": 0.05,
-            "reconnect_cap": 0.2,
-            "allowed_users": ["*"],
-        }
-    }
+    return lambda port: {"discord": discord.settings(allowed_users=["*"])}
 
 
 async def started_discord(chats: int) -> FakeDiscord:
@@ -61,16 +48,6 @@ async def connected(discord: FakeDiscord, daemon: Daemon, starts: int) -> None:
 def answers(discord: FakeDiscord) -> collections.Counter:
     """Each answer as the person sees it: every message the bot created, by text."""
     return collections.Counter(m["content"] for m in discord.sent if m["content"].startswith("echo: "))
-
-
-def stored(tmp: Path) -> set[str]:
-    """The answers owed: one per message the inbox committed."""
-    conn = sqlite3.connect(tmp / "home" / "state.db")
-    try:
-        rows = conn.execute("SELECT message FROM inbox WHERE platform = 'discord'").fetchall()
-    finally:
-        conn.close()
-    return {"echo: " + json.loads(row[0])["text"] for row in rows}
 
 
 async def test_sigkill_at_random_moments_under_load_answers_each_stored_message_once(tmp_path):
@@ -101,14 +78,14 @@ async def test_sigkill_at_random_moments_under_load_answers_each_stored_message_
                 await connected(discord, daemon, run + 2)
             await asyncio.wait_for(people, 60)
             await wait_until(lambda: settled(tmp_path), 30)  # anything that would be sent twice has been
-            owed, got = stored(tmp_path), answers(discord)
+            owed_answers, got = owed(tmp_path, "discord"), answers(discord)
             twice = {text: count for text, count in got.items() if count > 1}
             print(
-                f"\ndiscord: {len(asked)} messages, {kills} SIGKILLs, {len(owed)} stored, "
+                f"\ndiscord: {len(asked)} messages, {kills} SIGKILLs, {len(owed_answers)} stored, "
                 f"{discord.nonce_repeats} repeated sends returned the first message, {len(twice)} answered twice"
             )
             assert not twice, twice
-            assert owed <= set(got), owed - set(got)  # every stored message answered
+            assert owed_answers <= set(got), owed_answers - set(got)  # every stored message answered
             assert set(got) <= set(asked)  # nothing answered that was not asked
             assert await daemon.terminate() == 0
     finally:

@@ -13,14 +13,12 @@ the rerun reuses the person's stored message instead of storing a copy.
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
-from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.fakes.daemon import Daemon, post_until_acknowledged, settled
+from tests.fakes.daemon import Daemon, owed, post_until_acknowledged, settled
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.runtime.test_delivery_crash_discord import FIRST_DM, connected, discord_platform, started_discord
@@ -35,16 +33,6 @@ from tests.runtime.test_delivery_crash_feishu import (
 )
 
 pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
-
-
-def kept_for_next_start(tmp: Path) -> set[str]:
-    """The answers owed to inbox entries not done (what the next start takes up)."""
-    conn = sqlite3.connect(tmp / "home" / "state.db")
-    try:
-        rows = conn.execute("SELECT message FROM inbox WHERE done_at IS NULL").fetchall()
-    finally:
-        conn.close()
-    return {"echo: " + json.loads(row[0])["text"] for row in rows}
 
 
 async def test_sigterm_under_load_sends_every_finished_reply_and_answers_the_rest_once_after_restart(tmp_path):
@@ -73,9 +61,9 @@ async def test_sigterm_under_load_sends_every_finished_reply_and_answers_the_res
             got = answers(feishu)
             assert max(got.values()) == 1, got.most_common(3)
             assert outbox_unsent(tmp_path) == 0  # replies finished in the grace period were sent
-            owed = set(acknowledged) - set(got)
-            assert owed <= kept_for_next_start(tmp_path), owed - kept_for_next_start(tmp_path)
-            print(f"\nfeishu: SIGTERM with {len(acknowledged)} acknowledged, {len(got)} answered, {len(owed)} kept")
+            unanswered, kept = set(acknowledged) - set(got), owed(tmp_path, open_only=True)
+            assert unanswered <= kept, unanswered - kept  # in the inbox, for the next start
+            print(f"\nfeishu: SIGTERM with {len(acknowledged)} acknowledged, {len(got)} answered, {len(kept)} kept")
 
             await daemon.start()
             await asyncio.wait_for(people, 60)

@@ -42,7 +42,7 @@ async def started_discord(chats: int) -> FakeDiscord:
 
 async def connected(discord: FakeDiscord, daemon: Daemon, starts: int) -> None:
     """The daemon's `starts`-th run has identified and holds the live gateway session."""
-    await wait_until(lambda: len(discord.identifies) >= starts and discord._live is not None, 30)
+    await wait_until(lambda: len(discord.identifies) >= starts and discord._live is not None, 60)
 
 
 def answers(discord: FakeDiscord) -> collections.Counter:
@@ -64,7 +64,7 @@ async def test_sigkill_at_random_moments_under_load_answers_each_stored_message_
 
             async def person(c: int) -> None:
                 for n in range(per_chat):
-                    await wait_until(lambda: discord._live is not None, 30)  # nobody writes to a bot that is away
+                    await wait_until(lambda: discord._live is not None, 60)  # nobody writes to a bot that is away
                     text = f"chat {c} message {n}"
                     asked.append("echo: " + text)
                     await discord.user_says(FIRST_DM + c, discord.user(100 + c, f"person{c}"), text)
@@ -77,7 +77,7 @@ async def test_sigkill_at_random_moments_under_load_answers_each_stored_message_
                 await daemon.start()
                 await connected(discord, daemon, run + 2)
             await asyncio.wait_for(people, 60)
-            await wait_until(lambda: settled(tmp_path), 30)  # anything that would be sent twice has been
+            await wait_until(lambda: settled(tmp_path), 60)  # anything that would be sent twice has been
             owed_answers, got = owed(tmp_path, "discord"), answers(discord)
             twice = {text: count for text, count in got.items() if count > 1}
             print(
@@ -103,13 +103,13 @@ async def test_a_kill_after_discord_accepted_a_reply_and_before_its_record_does_
             await connected(discord, daemon, 1)
             discord.hold_creates = asyncio.Event()
             await discord.user_says(FIRST_DM, discord.user(100, "person0"), "answered into the window")
-            await wait_until(lambda: answers(discord)["echo: answered into the window"] == 1, 15)
+            await wait_until(lambda: answers(discord)["echo: answered into the window"] == 1, 60)
             await daemon.kill()  # accepted by Discord, its id not yet returned to the bot
             discord.hold_creates.set()
             discord.hold_creates = None
 
             await daemon.start()
-            await wait_until(lambda: settled(tmp_path), 30)  # the restart delivered it
+            await wait_until(lambda: settled(tmp_path), 60)  # the restart delivered it
             assert answers(discord) == {"echo: answered into the window": 1}
             assert discord.nonce_repeats == 1  # it was sent again, and Discord returned the first
             assert len(llm.requests) == 1  # the answer was committed: the model is not asked again

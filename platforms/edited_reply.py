@@ -77,6 +77,7 @@ class EditedReply(ReplyStream):
         self._shown: list[str] = []  # what each sent part shows now
         self._final: str | None = None  # set by finish/fail: the writer's last job
         self._live = True  # False after an intermediate update failed for a reason other than 429
+        self._adopted = False  # the reply took over the messages of an earlier run (`adopt`)
         self._dirty = asyncio.Event()
         self._closed = asyncio.Event()
         self._writer: asyncio.Task | None = None
@@ -87,6 +88,7 @@ class EditedReply(ReplyStream):
         if self._shown or not message_ids:
             return
         self.message_ids = list(message_ids)
+        self._adopted = True
         self._shown = [_UNKNOWN] * len(message_ids)  # what they show is not known: every part is edited
         self.first_shown.set()
 
@@ -109,9 +111,9 @@ class EditedReply(ReplyStream):
         await self._close(None)
 
     async def fail(self, note: str | None = None) -> list[str]:
-        if not self._shown and not note:
-            await self._close(None)
-            return []
+        if not note and (not self._shown or (self._adopted and not self._text)):
+            await self._close(None)  # nothing shown, or only what an earlier run left: it stays
+            return list(self.message_ids)
         parts = [p for p in (self._text.rstrip(), note) if p]
         return await self._close("\n\n".join(parts))
 

@@ -8,9 +8,19 @@
   delivers it part by part, recording after each part the platform's message ids. On start the
   replies not yet delivered are sent from the first part not recorded.
 
-The one duplicate window: a crash after the platform accepted a part and before its record
-commits; that part is sent again on start (at most one message per crash, counted by the crash
-test in tests/runtime/test_delivery_crash.py).
+The duplicate window: a crash after the platform accepted a part and before its record commits;
+that part is sent again on start. Where the platform takes an idempotency key
+(`takes_send_keys`: Feishu's `uuid`, Discord's `nonce`) every part goes with its row's key, so the
+repeat returns the first message: the window is closed. Elsewhere (Telegram) each part is marked
+"sending" before it goes (`OutboxSends`), and the start counts the marked parts it sends again as
+uncertain (`uncertain_sends_total`): doubles are bounded by the sends in flight at the crash
+(tests/runtime/test_delivery_crash*.py measure both).
+
+A streamed answer's messages are recorded on its inbox entry as the platform returns them
+(`StreamSends`), before the answer commits; the outbox row starts from them, and a rerun of a
+turn a stop or crash cut short adopts them: the answer is edited in place, never sent anew.
+Deliveries run shielded from their caller's cancel, and a stop waits for them (`settle`) before
+the adapters go.
 
 On Postgres replicas (gateway.runtime.leases) every record of a chat's job commits only while this
 replica holds the chat: the runner sets the chat's fence for the job (gateway.storage.fence) and
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import secrets
@@ -142,6 +153,45 @@ class Inbox:
         return out
 
 
+class OutboxSends:
+    """A reply's sends recorded on its outbox row (platforms.base.SendRecord): "sending" before
+    each new message where the platform takes no idempotency key (so a restart knows the send is
+    uncertain; with a key the repeat is a no-op and the mark would cost a commit for nothing), its
+    id as soon as the platform returns it."""
+
+    def __init__(self, db: StorageFace, row_id: int, adapter: PlatformAdapter) -> None:
+        self.db, self.row_id, self.mark = db, row_id, not adapter.takes_send_keys
+
+    async def sending(self, part: int) -> None:
+        if self.mark:
+            await self.db.aoutbox_sending(self.row_id, part)
+
+    async def sent(self, message_ids: list[str]) -> None:
+        await self.db.aoutbox_record(self.row_id, 0, message_ids, done=False)
+
+
+class StreamSends:
+    """A streamed answer's messages, recorded on the inbox entry it answers before the answer (and
+    its outbox row) commits: a turn cut short finds them when it runs again."""
+
+    def __init__(self, db: StorageFace, entry_id: int) -> None:
+        self.db, self.entry_id = db, entry_id
+
+    async def sending(self, part: int) -> None:
+        pass  # a live message is not yet a reply: its key (Feishu, Discord) finds it again on a rerun
+
+    async def sent(self, message_ids: list[str]) -> None:
+        await self.db.ainbox_reply_ids(self.entry_id, message_ids)
+
+
+def entry_send_key(msg: InboundMessage) -> str | None:
+    """The send key of a streamed answer to `msg`: a rerun of its turn sends the first message with
+    the same key, so where the platform takes one (Feishu, Discord) the cut message is found again."""
+    if not msg.message_id:
+        return None
+    return hashlib.sha256(f"{msg.source.platform.value}:{msg.message_id}".encode()).hexdigest()[:16]
+
+
 class Outbox:
     def __init__(
         self,
@@ -152,6 +202,7 @@ class Outbox:
     ) -> None:
         self.db, self.adapters, self.metrics = db, adapters, metrics
         self.leases: ChatLeases = leases or SoloLeases()
+        self._sending: set[asyncio.Task] = set()  # deliveries under way (a stop lets them finish)
 
     @staticmethod
     def reply_op(
@@ -159,14 +210,16 @@ class Outbox:
         text: str,
         answers: Iterable[InboundMessage],
         outcome: str = "answered",
+        shown: Iterable[str] = (),
     ):
         """The record of a reply, to run in one transaction (alone, or with the assistant message
         that carries it as `after`): the outbox row and the done marks of the entries it answers.
-        Returns `(op, row)`: after the commit `row["id"]` is the outbox row id."""
+        `shown`: the messages a streamed answer shows so far (edited, never sent again). Returns
+        `(op, row)`: after the commit `row["id"]` is the outbox row id; `row["send_key"]` its key."""
         done = [m.inbox_id for m in answers if m.inbox_id is not None]
         source = target.source
         reply_to = target.message_id if source.chat_type != "dm" and target.message_id else None
-        row: dict[str, Any] = {"id": None}
+        row: dict[str, Any] = {"id": None, "send_key": outbox.new_send_key(), "shown": list(shown)}
 
         def op(conn: Conn, message_id: int | None = None) -> int:
             row["id"] = outbox.add(
@@ -178,6 +231,8 @@ class Outbox:
                 text=text,
                 inbox_id=target.inbox_id,
                 message_id=message_id,
+                shown_ids=row["shown"],
+                send_key=row["send_key"],
             )
             inbox.finish(conn, done, outcome)
             return row["id"]
@@ -190,10 +245,12 @@ class Outbox:
         text: str,
         answers: Iterable[InboundMessage],
         outcome: str,
-    ) -> int:
-        """Commit a reply that is not carried by an assistant message (a command's answer, an apology)."""
-        op, _ = self.reply_op(target, text, answers, outcome)
-        return await self.db.awrite(lambda conn, events: op(conn))
+    ) -> dict[str, Any]:
+        """Commit a reply that is not carried by an assistant message (a command's answer, an
+        apology); its row (`id`, `send_key`)."""
+        op, row = self.reply_op(target, text, answers, outcome)
+        await self.db.awrite(lambda conn, events: op(conn))
+        return row
 
     async def deliver(
         self,
@@ -201,12 +258,37 @@ class Outbox:
         source: SessionSource,
         text: str,
         reply_to: str | None,
-        done: int = 0,
+        *,
+        send_key: str | None = None,
+        shown: Iterable[str] = (),
         key: str | None = None,
     ) -> bool:
-        """Send the reply's parts from `done` on, recording each. False when it could not be sent
-        (it stays in the outbox for the next start). `key`: the chat whose lease must still be
-        held here (replicas): if another replica took it over, that one sends it."""
+        """Send the reply, recording each message. False when it could not be sent (it stays in the
+        outbox for the next start). `send_key`: the row's idempotency key; `shown`: the messages
+        already sent for it (a streamed answer's, a previous attempt's), edited to the final text.
+        `key`: the chat whose lease must still be held here (replicas): if another replica took it
+        over, that one sends it. Shielded: a cancel of the caller (a /stop, the end of a stop's
+        grace) must not cut a reply between its parts; `settle` waits for it."""
+        task = asyncio.ensure_future(self._deliver(row_id, source, text, reply_to, send_key, list(shown), key))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+        return await asyncio.shield(task)
+
+    async def settle(self, timeout: float) -> None:
+        """Let the deliveries under way finish (a stop, before the adapters go)."""
+        if self._sending:
+            await asyncio.wait(list(self._sending), timeout=timeout)
+
+    async def _deliver(
+        self,
+        row_id: int,
+        source: SessionSource,
+        text: str,
+        reply_to: str | None,
+        send_key: str | None,
+        earlier: list[str],
+        key: str | None,
+    ) -> bool:
         adapter = self.adapters.get(source.platform.value)
         if adapter is None:
             log.warning("outbox row %s is for %s, which is not running; kept", row_id, source.platform.value)
@@ -214,45 +296,30 @@ class Outbox:
         if key is not None and self.leases.shared and not await self.leases.confirm(key):
             log.info("outbox row %s not sent here: chat %s is held by another replica now", row_id, key)
             return False
-        parts = adapter.split(text) or [text]
-        ids: list[str] = []
-        if done == 0:
-            # One reply through the adapter's own reply writer: it keeps the chat's send rate
-            # (the pacer a streamed answer also uses), so a notice after a streamed answer is not
-            # refused as a flood. The duplicate window is between its sends and the record below.
-            try:
-                ids = await adapter.begin_reply(source, reply_to).finish(text)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sending a reply on %s failed; it stays in the outbox", source.platform.value)
-                return False
-            if self.metrics is not None:
-                for _ in ids:
-                    self.metrics.inc("messages_out_total", {"platform": source.platform.value})
-            await self.db.aoutbox_record(row_id, len(parts), ids, done=True)
-            return True
-        for index in range(done, len(parts)):
-            try:
-                sent = await adapter.send(source, parts[index], reply_to=reply_to if index == 0 else None)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sending a reply on %s failed; it stays in the outbox", source.platform.value)
-                return False
-            ids.extend(sent or [])
-            if self.metrics is not None:
+        # Through the adapter's own reply writer: it keeps the chat's send rate (the pacer a
+        # streamed answer also uses), so a notice after a streamed answer is not refused as a flood;
+        # and it records each new message around its send (the duplicate window is between them).
+        reply = adapter.begin_reply(source, reply_to)
+        reply.send_key, reply.record = send_key, OutboxSends(self.db, row_id, adapter)
+        reply.adopt(earlier)
+        try:
+            ids = await reply.finish(text)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sending a reply on %s failed; it stays in the outbox", source.platform.value)
+            return False
+        if self.metrics is not None:
+            for _ in range(len(ids) - len(earlier)):
                 self.metrics.inc("messages_out_total", {"platform": source.platform.value})
-            # The duplicate window is between the send above and this commit.
-            await self.db.aoutbox_record(row_id, index + 1, ids, done=index + 1 == len(parts))
+        await self.db.aoutbox_record(row_id, len(ids), ids, done=True)
         return True
 
     async def deliver_unsent(self) -> int:
         """On start: send every reply a previous process committed and did not deliver, oldest first."""
         sent = 0
         for row in await asyncio.to_thread(self.db.outbox_unsent):
-            source = SessionSource.from_dict(json.loads(row["target"]))
-            if await self.deliver(row["id"], source, row["text"], row["reply_to"], row["parts_sent"]):
+            if await self._deliver_row(row):
                 sent += 1
         if sent:
             log.info("delivered %d repl%s left unsent by the previous run", sent, "y" if sent == 1 else "ies")
@@ -264,10 +331,20 @@ class Outbox:
         sent = 0
         rows = await self.db.aread(self.db.read, lambda conn: outbox.unsent_of_chat(conn, chat_key))
         for row in rows:
-            source = SessionSource.from_dict(json.loads(row["target"]))
-            if await self.deliver(row["id"], source, row["text"], row["reply_to"], row["parts_sent"], key=chat_key):
+            if await self._deliver_row(row, chat_key):
                 sent += 1
         return sent
+
+    async def _deliver_row(self, row: dict[str, Any], chat_key: str | None = None) -> bool:
+        """A row a previous holder left unsent. A message it was sending and had no id of is an
+        uncertain send: sent again (a no-op where the platform took the key), and counted."""
+        source = SessionSource.from_dict(json.loads(row["target"]))
+        shown = json.loads(row["platform_ids"] or "[]")
+        if row.get("sending") is not None and row["sending"] >= len(shown) and self.metrics is not None:
+            self.metrics.inc("uncertain_sends_total", {"platform": source.platform.value})
+        return await self.deliver(
+            row["id"], source, row["text"], row["reply_to"], send_key=row.get("send_key"), shown=shown, key=chat_key
+        )
 
 
 def _finish_unreadable(entry_id: int, conn: Conn, events: Events) -> int:

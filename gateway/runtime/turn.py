@@ -42,7 +42,7 @@ from gateway.errors import LeaseLost
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import SessionAgent
 from gateway.runtime.conversations import ConversationCache
-from gateway.runtime.delivery import Inbox, Outbox
+from gateway.runtime.delivery import Inbox, Outbox, OutboxSends, StreamSends, entry_send_key
 from gateway.runtime.lanes import ChatLane
 from gateway.runtime.media import MediaIntake, Received
 from gateway.runtime.metrics import Metrics
@@ -155,9 +155,13 @@ class TurnRecorder:
         msg: InboundMessage,
         session_id: str,
         received: Received | None,
+        stream: ReplyStream | None = None,
+        stored: int | None = None,
     ) -> None:
         self.db, self.outbox, self.conversations, self.clock = db, outbox, conversations, clock
         self.lane, self.msg, self.session_id, self.received = lane, msg, session_id, received
+        self.stream = stream  # its messages so far go into the outbox row with the answer
+        self.stored = stored  # the person's message, stored by a run of this turn a crash cut short
         self.answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
         self.committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
         self._first_user = True
@@ -173,6 +177,10 @@ class TurnRecorder:
                 origin = self.lane.take_steered() or self.msg  # a steered message joins the running turn
                 if origin is not self.msg:
                     self.answered.append(origin)
+            elif self.stored is not None:  # stored before the cut: reused, not appended again
+                self._first_user = False
+                self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
+                return
             elif self.received is not None:  # stored and searched as text; the files as rows
                 message = {**message, "content": self.received.text}
                 attachments = self.received.rows
@@ -183,7 +191,8 @@ class TurnRecorder:
         elif message["role"] == "assistant" and not message.get("tool_calls"):
             # The answer: its reply is committed with it, and its inbox entries are done.
             text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
-            after, row = self.outbox.reply_op(self.msg, text, list(self.answered))
+            shown = self.stream.message_ids if self.stream is not None else []
+            after, row = self.outbox.reply_op(self.msg, text, list(self.answered), shown=shown)
             self.committed.update(row=row, text=text)
         await self.db.aappend_message(
             self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
@@ -261,7 +270,19 @@ class TurnRunner:
         await self.cache.put(session_id, built)
         return built
 
-    async def run(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
+    async def run(
+        self,
+        lane: ChatLane,
+        msg: InboundMessage,
+        entry: SessionEntry,
+        text: str,
+        *,
+        stored: int | None = None,
+        shown: list[str] | None = None,
+    ) -> None:
+        """Run the turn. A rerun of a turn a stop or crash cut short: `stored` is the person's
+        message it stored (the last of the session: reused, not stored again), `shown` the messages
+        its streamed answer showed (edited, never sent again)."""
         session_id = entry.session_id
         received = await self._receive(msg, text)
         session_agent = await self._agent_for(msg, session_id)
@@ -270,14 +291,16 @@ class TurnRunner:
         lane.steer_queue = steer
         # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
         warm = self.conversations
-        record = TurnRecorder(self.db, self.outbox, warm, self.clock, lane, msg, session_id, received)
-        stream = self._stream(msg, lane.key)
+        stream = self._stream(msg, lane.key, shown or [])
+        record = TurnRecorder(self.db, self.outbox, warm, self.clock, lane, msg, session_id, received, stream, stored)
         feed = ReplyFeed(stream, tool_status=self.tool_status) if stream is not None else None
         typing = _Typing(self.outbound.send_typing, msg.source, stream.first_shown if stream is not None else None)
         try:
             history = warm.get(session_id, lane.key)
             if history is None:
                 history = await self.db.aread(self.db.get_messages_as_conversation, session_id)
+                if stored is not None and history and history[-1]["role"] == "user":
+                    history = history[:-1]  # the person's message: the turn adds it (its recorder reuses the row)
                 warm.put(session_id, lane.key, history)
             content = received.model_content() if received is not None else text
             ctx = self._tool_context(msg, session_id)
@@ -322,10 +345,18 @@ class TurnRunner:
         if notice:
             await self.outbound.send(msg, notice)
 
-    def _stream(self, msg: InboundMessage, key: str) -> ReplyStream | None:
-        """The streamed reply to `msg`, or None where the reply is sent once at the end."""
+    def _stream(self, msg: InboundMessage, key: str, shown: list[str]) -> ReplyStream | None:
+        """The streamed reply to `msg`, or None where the reply is sent once at the end. Its
+        messages are recorded on the inbox entry as they are sent, and a rerun's stream takes over
+        those of the run that was cut (`shown`)."""
         stream = self.outbound.begin_reply(msg)
-        if stream is not None and self.leases.shared:
+        if stream is None:
+            return None
+        stream.send_key = entry_send_key(msg)
+        if msg.inbox_id is not None:
+            stream.record = StreamSends(self.db, msg.inbox_id)
+        stream.adopt(shown)
+        if self.leases.shared:
             # Replicas: a draft edit goes out only while this replica knows it holds the chat
             # (its lease's expiry, in memory); the final text only after the fenced commit.
             stream.may_show = functools.partial(self.leases.known_held, key)
@@ -355,26 +386,31 @@ class TurnRunner:
         (`failed`: the text is an apology, shown under what was streamed). Shielded: a cancel must
         not cut a reply between its parts."""
         if record.committed:
-            row_id, text = record.committed["row"]["id"], record.committed["text"]
+            row, text = record.committed["row"], record.committed["text"]
         else:
             try:
-                row_id = await self.outbox.commit(msg, valid_text(text), record.answered, "answered")
+                row = await self.outbox.commit(msg, valid_text(text), record.answered, "answered")
             except LeaseLost:
                 if stream is not None:  # as in `run`: another replica answers
                     await _settle(stream.abandon())
                 raise
+        row_id = row["id"]
         if stream is not None and self.leases.shared and not await self.leases.confirm(key):
             await _settle(stream.abandon())  # the new holder sends the committed reply
             log.info("outbox row %s not shown here: chat %s is held by another replica now", row_id, key)
             return
         if stream is not None:
+            # a message the final text adds is the row's: sent with its key, recorded on it
+            stream.send_key = row["send_key"]
+            stream.record = OutboxSends(self.db, row_id, self.outbound.adapters[msg.source.platform.value])
             ids = await self._finish(stream, msg, text, failed)
             if ids is not None:
                 await self.db.aoutbox_record(row_id, len(ids), ids, True)
                 return
-            # the stream could not show the final text: the outbox sends it as a message
+            # the stream could not show the final text: the outbox sends it (editing what was shown)
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
-        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to, key=key))
+        shown = stream.message_ids if stream is not None else row["shown"]
+        await self.outbox.deliver(row_id, msg.source, text, reply_to, send_key=row["send_key"], shown=shown, key=key)
 
     async def _finish(
         self, stream: ReplyStream, msg: InboundMessage, text: str, failed: bool = False

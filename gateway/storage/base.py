@@ -319,6 +319,14 @@ class StorageFace:
                 lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done)
             )
 
+    async def aoutbox_sending(self, row_id: int, part: int) -> None:
+        """Part `part` is about to be sent (fenced: a replica that lost the chat does not send it)."""
+        await self.awrite(lambda conn, events: outbox.sending(conn, row_id, part))
+
+    async def ainbox_reply_ids(self, entry_id: int, platform_ids: list[str]) -> None:
+        with fence.unfenced():  # the messages were sent: their ids are worth keeping whoever holds the chat
+            await self.awrite(lambda conn, events: inbox.record_reply_ids(conn, entry_id, list(platform_ids)))
+
     def message_session(self, message_id: int) -> str | None:
         return self._point(lambda conn: queries.message_session(conn, int(message_id)))
 

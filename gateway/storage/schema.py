@@ -363,6 +363,14 @@ MIGRATIONS: list[Migration] = [
     INSERT INTO messages_fts (messages_fts, rank) VALUES ('automerge', 8);
     INSERT INTO messages_ident (messages_ident, rank) VALUES ('automerge', 8);
     """,
+    # v10 -> v11: delivery under faults (DESIGN §11): a reply's idempotency key (Feishu `uuid`,
+    # Discord `nonce`), the part being sent (a restart knows which sends are uncertain) and the
+    # streamed reply's message ids, known before the answer commits (a rerun edits them)
+    """
+    ALTER TABLE outbox ADD COLUMN send_key TEXT;
+    ALTER TABLE outbox ADD COLUMN sending INTEGER;
+    ALTER TABLE inbox ADD COLUMN reply_ids TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -521,7 +521,11 @@ class DiscordAdapter(PlatformAdapter):
             raise ValueError(f"discord channel id must be a number, got {target!r}")
         return self.client.get_partial_messageable(int(target))
 
-    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+    takes_send_keys = True  # the nonce, with enforce_nonce
+
+    async def send(
+        self, source: SessionSource, text: str, reply_to: str | None = None, key: str | None = None
+    ) -> list[str]:
         channel = self._channel(source)
         ids: list[str] = []
         for i, chunk in enumerate(self.split(text)):
@@ -530,9 +534,12 @@ class DiscordAdapter(PlatformAdapter):
                 reference = discord.MessageReference(
                     message_id=int(reply_to), channel_id=channel.id, fail_if_not_exists=False
                 )
+            # `key` as the nonce (discord.py sends it with enforce_nonce): a repeat within minutes
+            # returns the first message instead of posting a second (None: discord.py's random one)
+            nonce = (key if i == 0 else f"{key}.{i}") if key else None
             try:
                 # discord.py takes reference=None as "not a reply"; its stubs do not say so
-                sent = await channel.send(content=chunk, reference=reference)  # type: ignore[arg-type]
+                sent = await channel.send(content=chunk, reference=reference, nonce=nonce)  # type: ignore[arg-type]
             except discord.HTTPException as exc:
                 raise RuntimeError(f"discord send to {channel.id} failed: {exc.status} {exc.text}") from exc
             self._sent_ids.put(sent.id, True)
@@ -553,8 +560,8 @@ class DiscordAdapter(PlatformAdapter):
         Discord renders markdown as it is written, so the final text needs no formatting edit."""
         channel_id = str(source.thread_id or source.chat_id)
 
-        async def send_part(text: str, reply_to: str | None, final: bool) -> str:
-            ids = await self.send(source, text, reply_to=reply_to)
+        async def send_part(text: str, reply_to: str | None, final: bool, key: str | None) -> str:
+            ids = await self.send(source, text, reply_to=reply_to, key=key)
             return ids[0]
 
         async def edit_part(message_id: str, text: str, final: bool) -> None:

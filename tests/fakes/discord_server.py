@@ -21,11 +21,13 @@ It records every call and gateway frame, injects inbound events, and scripts fai
 stalled gateway connections, and a revoked token. Like Discord, it echoes the bot's own sent
 messages back as MESSAGE_CREATE. With `pace_channels=True` it enforces Discord's message rate per
 channel (5 creates/edits/deletes per 5 s, on `clock`): calls beyond it get a 429 (counted in
-`rate_refusals`).
+`rate_refusals`). A create with `enforce_nonce` whose nonce was seen returns the message the first
+one made and posts nothing (as Discord does within minutes; counted in `nonce_repeats`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -118,6 +120,11 @@ class FakeDiscord:
 
         self.calls: list[Call] = []
         self.sent: list[dict[str, Any]] = []  # messages the bot created (POST), in order
+        self.nonces: dict[str, int] = {}  # nonce -> the message it created (enforce_nonce)
+        self.nonce_repeats = 0  # creates answered with the message an earlier one made
+        # set: a create is stored (the message is posted) but answered only once it is set, so a
+        # test can kill the bot between Discord accepting a message and the bot learning its id
+        self.hold_creates: asyncio.Event | None = None
         self.edits: list[dict[str, Any]] = []
         self.deleted: list[str] = []
         self.commands: dict[int | None, list[dict[str, Any]]] = {}  # scope -> registered commands
@@ -163,6 +170,18 @@ class FakeDiscord:
     @property
     def gateway_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/gateway"
+
+    def settings(self, **extra: Any) -> dict[str, Any]:
+        """The `platforms.discord` section pointing a bot at this fake, reconnecting quickly."""
+        return {
+            "token": self.token,
+            "api_base": self.api_base,
+            "gateway_url": self.gateway_url,
+            "guild_ready_timeout": 0.05,
+            "reconnect_base": 0.05,
+            "reconnect_cap": 0.2,
+            **extra,
+        }
 
     # -- world building ----------------------------------------------------------------------
     def snowflake(self) -> int:
@@ -611,6 +630,12 @@ class FakeDiscord:
             )
         if not content:
             return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+        nonce = (body or {}).get("nonce")
+        if nonce is not None and (body or {}).get("enforce_nonce") and str(nonce) in self.nonces:
+            # Discord: a repeat of an enforced nonce (within minutes) returns the first message
+            self.nonce_repeats += 1
+            first = self.messages[self.nonces[str(nonce)]]
+            return _json({k: v for k, v in first.items() if k != "request"})
         reply_to = None
         ref = (body or {}).get("message_reference")
         if ref:
@@ -619,10 +644,16 @@ class FakeDiscord:
                 return _json({"message": "Invalid Form Body", "code": 50035}, 400)
         data = self.message_payload(channel_id, self.bot_user, content, reply_to=reply_to)
         data["request"] = body  # what the client sent (allowed_mentions etc.), for assertions
+        if nonce is not None:
+            data["nonce"] = nonce
+            if (body or {}).get("enforce_nonce"):
+                self.nonces[str(nonce)] = int(data["id"])
         self.messages[int(data["id"])] = data
         self.sent.append(data)
         if self.echo_own_messages:
             await self.dispatch("MESSAGE_CREATE", {k: v for k, v in data.items() if k != "request"})
+        if self.hold_creates is not None:
+            await self.hold_creates.wait()
         return _json({k: v for k, v in data.items() if k != "request"})
 
     def _edit_message(self, message_id: int, body: Any) -> web.Response:

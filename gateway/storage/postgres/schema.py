@@ -292,6 +292,13 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER message_vectors_message_gone AFTER DELETE ON messages
         FOR EACH ROW EXECUTE FUNCTION message_vectors_message_gone();
     """,
+    # v7 -> v8: delivery under faults, as SQLite's v11: a reply's idempotency key, the part being
+    # sent, the streamed reply's message ids before the answer commits
+    """
+    ALTER TABLE outbox ADD COLUMN send_key text;
+    ALTER TABLE outbox ADD COLUMN sending integer;
+    ALTER TABLE inbox ADD COLUMN reply_ids text;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

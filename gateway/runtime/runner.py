@@ -215,7 +215,11 @@ class GatewayRunner:
                 await self._refuse(msg)
             return
         if command is not None and command.bot and not self._addressed_to_us(source.platform, command.bot):
-            return  # "/cmd@other_bot" in a group: another bot's command
+            # In a group it is another bot's command. A DM holds only this bot (privacy mode is a
+            # group matter), so silence there would look like a hang: say whose command it was.
+            if source.chat_type == "dm":
+                await self.send(msg, other_bot_text(command.name, command.bot))
+            return
         if not msg.text.strip() and not msg.attachments:  # a sticker, a location, ...: nothing to answer
             if source.chat_type == "dm":
                 await self.send(msg, EMPTY_TEXT)
@@ -504,6 +508,10 @@ class GatewayRunner:
         task = asyncio.create_task(coro)
         self._side.add(task)
         task.add_done_callback(self._side.discard)
+
+
+def other_bot_text(name: str, bot: str) -> str:
+    return f"/{name}@{bot} is addressed to @{bot}, not to me. Send /{name} without the @ for mine."
 
 
 def adapter_health(adapters: Iterable[PlatformAdapter]) -> dict[str, AdapterHealth]:

@@ -34,3 +34,26 @@ async def test_title_with_a_lone_surrogate_gets_a_reply(stack):
     replies = await stack.wait_replies(42, 3)
     assert "trip" in replies[1]["text"]
     assert replies[2]["text"]
+
+
+async def test_commands_with_entities_and_a_lone_surrogate_are_stored_and_answered(stack):
+    """The client marks `/search` as a bot_command entity; the adapter must not trip over the
+    surrogate while reading entities (python-telegram-bot encodes the text to UTF-16 for that)."""
+    tg = stack.telegram
+    chat = tg.private_chat(ANN)
+    tg.push_message(chat, ANN, "hello")
+    await stack.wait_replies(42, 1)
+    tg.push_message(chat, ANN, "/title x \ud800")
+    tg.push_message(chat, ANN, "/search \ud800")
+    replies = await stack.wait_replies(42, 3)
+    assert "x \ufffd" in replies[1]["text"]
+    assert replies[2]["text"]
+
+
+async def test_a_dm_command_for_another_bot_is_answered(stack):
+    """Privacy mode is a group matter: in a DM only this bot can read `/help@other_bot`, so the
+    person is told it is for another bot rather than met with silence."""
+    tg = stack.telegram
+    tg.push_message(tg.private_chat(ANN), ANN, "/help@other_bot")
+    [reply] = await stack.wait_replies(42, 1)
+    assert "@other_bot" in reply["text"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sys
 import time
@@ -129,6 +130,7 @@ class GatewayRunner:
         for adapter in self.adapters.values():
             adapter.bot_commands(menu)
             adapter.command_suggestions(self.suggest)
+            adapter.catch_up_from(functools.partial(self.inbox.latest, adapter.platform.value))
         await self.intake.start()
 
     @property

@@ -79,6 +79,16 @@ def unfinished_of_chat(conn: Conn, chat_key: str) -> list[dict]:
     return [dict(r) for r in rows]
 
 
+def latest_per_chat(conn: Conn, platform: str) -> list[dict]:
+    """The newest entry of each chat of `platform` (kept DONE_TTL_SECONDS once done): what the
+    gateway last took in there, committed, so a history read after it misses nothing acknowledged."""
+    rows = conn.execute(
+        "SELECT * FROM inbox WHERE id IN (SELECT MAX(id) FROM inbox WHERE platform = ? GROUP BY chat_key) ORDER BY id",
+        (platform,),
+    )
+    return [dict(r) for r in rows]
+
+
 def backlog(conn: Conn) -> int:
     return conn.execute("SELECT COUNT(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -160,6 +161,7 @@ class TurnRecorder:
         self.lane, self.msg, self.session_id, self.received = lane, msg, session_id, received
         self.answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
         self.committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
+        self.user_message_id: int | None = None  # the person's message as this turn stored it
         self._first_user = True
 
     async def __call__(self, message: dict[str, Any]) -> None:
@@ -185,9 +187,11 @@ class TurnRecorder:
             text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
             after, row = self.outbox.reply_op(self.msg, text, list(self.answered))
             self.committed.update(row=row, text=text)
-        await self.db.aappend_message(
+        stored = await self.db.aappend_message(
             self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
         )
+        if message["role"] == "user" and self.user_message_id is None:
+            self.user_message_id = stored
         self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
 
     async def stopped(self, shown: str) -> None:
@@ -261,7 +265,11 @@ class TurnRunner:
         await self.cache.put(session_id, built)
         return built
 
-    async def run(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
+    async def run(
+        self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str, *, compressed: bool = False
+    ) -> None:
+        """One turn. A request the model's context cannot hold is answered once more in a child
+        session summarised to fit (`compressed`: this is that second try)."""
         session_id = entry.session_id
         received = await self._receive(msg, text)
         session_agent = await self._agent_for(msg, session_id)
@@ -297,6 +305,13 @@ class TurnRunner:
             await typing.stop()
             await self.cache.release(session_id, session_agent)
 
+        if result.overflow is not None and not compressed and not record.committed:
+            child = await self._compress_overflowed(msg, session_id, record, result.overflow)
+            if child is not None:
+                if stream is not None:  # nothing was shown: the second try streams afresh
+                    await _settle(stream.abandon())
+                await self.run(lane, msg, child, text, compressed=True)
+                return
         if result.error is not None and self.model_settings.is_configured:
             self._model_failed()
         usage = result.usage
@@ -316,6 +331,23 @@ class TurnRunner:
         for notice in received.notices:
             await self.outbound.send(msg, notice)
         return received
+
+    async def _compress_overflowed(
+        self, msg: InboundMessage, session_id: str, record: TurnRecorder, window: int
+    ) -> SessionEntry | None:
+        """The model refused the turn's request as longer than its context (`window` tokens, 0 if it
+        did not say): hide the person's message this attempt stored (it stays searchable), summarise
+        the rest into a child session within that window and say so. The child's entry, or None if
+        compressing failed too (the turn's apology then stands)."""
+        if record.user_message_id is not None:
+            await asyncio.to_thread(self.db.supersede_after, session_id, record.user_message_id - 1)
+        await self.forget(session_id)
+        notice = await self.compress(msg, session_id, auto=True, window=window)
+        if not notice:
+            return None
+        await self.outbound.send(msg, notice)
+        found = await self.store.get_or_create(msg.source, model=self.model_settings.name)
+        return found.entry
 
     async def _compress_after(self, msg: InboundMessage, session_id: str) -> None:
         notice = await self.compress(msg, session_id, auto=True)
@@ -412,12 +444,15 @@ class TurnRunner:
         prompt = estimate_tokens([{"role": "system", "content": system_prompt}])
         return needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD)
 
-    async def compress(self, msg: InboundMessage, session_id: str, *, auto: bool) -> str:
-        """Summarise the session into a child session and move the chat there. Returns the text to send."""
+    async def compress(self, msg: InboundMessage, session_id: str, *, auto: bool, window: int = 0) -> str:
+        """Summarise the session into a child session and move the chat there. Returns the text to
+        send. `window`: the context size the model server gave, when smaller than the configured one."""
         client = self.factory.client
         settings = self.model_settings
         if client is None or not settings.is_configured:
             return "" if auto else NOT_CONFIGURED_TEXT
+        if 0 < window < settings.context_window:
+            settings = dataclasses.replace(settings, context_window=window)
 
         async def summary(conversation: list[dict[str, Any]]) -> str:
             return await summarise(client, settings, conversation)

@@ -98,7 +98,7 @@ async def _crash_and_catch_up(tmp_path: Path, d: FakeDiscord, llm: FakeOpenAI, a
         await wait_until(lambda: len(d.identifies) == 3 and "caught up" in daemon.logs[-1].read_text(), 60)
         await wait_until(lambda: settled(tmp_path), 30)
         got = answers(d)
-        assert {text: got[f"echo: {text}"] for text in said} == {text: 1 for text in said}
+        assert {text: got[f"echo: {text}"] for text in said} == dict.fromkeys(said, 1)
         assert sum(got.values()) == len(said)
     finally:
         if daemon.proc is not None and daemon.proc.returncode is None:

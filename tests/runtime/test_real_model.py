@@ -11,7 +11,6 @@ and turns of several chats at once on the server's slots. The server starts once
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 from pathlib import Path
 from typing import Any, Iterator

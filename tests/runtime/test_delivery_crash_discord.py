@@ -16,10 +16,14 @@ import signal
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from tests.fakes.daemon import Daemon, settled
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
+
+pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
 
 GUILD, GENERAL, DM_CHANNEL = 500, 600, 700
 ANN_ID, BOB_ID = 42, 43

@@ -22,7 +22,7 @@ from agent.loop import apology_text
 from gateway.runtime.runner import ERROR_TEXT
 from tests.fakes.gateway_harness import Gateway
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # ~1.5-2 min under load; left out of a quick local run, CI runs it
 
 SLOTS = 2
 SLOT_CONTEXT = 1024  # tokens per slot: llama.cpp divides n_ctx among its slots

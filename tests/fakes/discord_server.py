@@ -7,7 +7,7 @@ The real discord.py client is pointed at it (`discord.http.Route.BASE` and
   RESUMED, HEARTBEAT -> HEARTBEAT_ACK, INVALID_SESSION for an unknown session, close 4004 for a bad
   token and 4014 when privileged intents are not allowed;
 - REST: users/@me, oauth2/applications/@me, gateway(/bot), channels/{id}, create/edit message,
-  typing, a channel's history (before/after/around, limit); JSON bodies with `Content-Type: application/json` exactly (discord.py compares it).
+  typing, a channel's history (before/after, limit); JSON bodies with `Content-Type: application/json` exactly (discord.py compares it).
 
 Application commands: bulk registration (PUT applications/{app}/commands, and per guild) is stored
 in `commands` (scope None = global, else the guild id); `slash()` / `autocomplete()` dispatch an
@@ -600,23 +600,20 @@ class FakeDiscord:
 
     def _history(self, channel_id: int, query: Any) -> web.Response:
         """GET /channels/{id}/messages as Discord answers it: `limit` 1-100 (default 50), at most one
-        of `before`/`after`/`around`; the page is the `limit` messages nearest the anchor (with
-        `after`, the oldest ones past it), always sent newest first."""
+        anchor (`before` or `after`; `around` is not served); the page is the `limit` messages nearest
+        the anchor (with `after`, the oldest ones past it), always sent newest first."""
         try:
             limit = int(query.get("limit", 50))
-            anchors = {k: int(query[k]) for k in ("before", "after", "around") if k in query}
+            anchors = {k: int(query[k]) for k in ("before", "after") if k in query}
         except ValueError:
             return _json({"message": "Invalid Form Body", "code": 50035}, 400)
-        if not 1 <= limit <= 100 or len(anchors) > 1:
+        if not 1 <= limit <= 100 or len(anchors) > 1 or "around" in query:
             return _json({"message": "Invalid Form Body", "code": 50035}, 400)
         ids = sorted(i for i, m in self.messages.items() if int(m["channel_id"]) == channel_id)
         if "after" in anchors:
             page = [i for i in ids if i > anchors["after"]][:limit]
         elif "before" in anchors:
             page = [i for i in ids if i < anchors["before"]][-limit:]
-        elif "around" in anchors:
-            at = sum(1 for i in ids if i < anchors["around"])
-            page = ids[max(0, at - limit // 2) : max(0, at - limit // 2) + limit]
         else:
             page = ids[-limit:]
         return _json([self.messages[i] for i in reversed(page)])

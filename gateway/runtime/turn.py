@@ -5,7 +5,10 @@ the DB), run the agent with a callback that persists every message it produces (
 message, assistant messages with tool calls, tool results, the answer) as it goes, show a typing
 hint meanwhile, then reply. When the conversation nears the model's context window afterwards, it
 is summarised (agent.compress) and the chat continues in a child session (SessionStore.compress,
-one transaction).
+one transaction). The configured window cannot always know: llama.cpp gives each slot n_ctx / slots
+tokens and refuses a longer request with a 400 naming that size (tests/runtime/test_real_model.py).
+Such a refusal compresses the conversation within the size the server gave (the person's message of
+the refused attempt hidden first) and the message is answered once, in the child.
 
 The TurnRunner is built with its collaborators (agent cache, factory, DB, store, the outbound
 side and the outbox, the clock, the model settings) rather than the runner, so it can be read, and

@@ -17,8 +17,8 @@ what comes next. So on READY each channel the gateway took a message in from is 
 newest such message (`_catch_up`; the gateway's inbox says which, so a message received but never
 committed before a crash is read too), bounded by age and count, and taken in like a live one (the
 inbox refuses repeats). A RESUME within one run is discord.py's, and Discord replays what it missed.
-A new process cannot RESUME (discord.py takes no saved session id), so catching up is what crosses
-a restart: measured by tests/runtime/test_delivery_crash_discord.py.
+A new process cannot RESUME (discord.py has no public way to start from a saved session), so
+catching up is what crosses a restart: measured by tests/runtime/test_delivery_crash_discord.py.
 
 Chat types: DMs are "dm"; guild text channels "channel"; threads "thread" with chat_id = the
 parent channel and thread_id = the thread, so a thread is one session shared by its members.

@@ -184,6 +184,8 @@ class SendOnFinish(ReplyStream):
 MessageHandler = Callable[[InboundMessage], Awaitable[None]]
 # (who asks, command name, what they typed so far) -> [(label, value)] for a command option picker
 CommandSuggester = Callable[[SessionSource, str, str], Awaitable[list[tuple[str, str]]]]
+# the newest message the gateway took in from each chat of the adapter's platform (its inbox)
+SeenMessages = Callable[[], Awaitable[list[InboundMessage]]]
 # aiohttp handler for a webhook route; typed loosely so this module needs no aiohttp import.
 WebhookHandler = Callable[[Any], Awaitable[Any]]
 
@@ -300,6 +302,11 @@ class PlatformAdapter(abc.ABC):
 
     def command_suggestions(self, suggest: CommandSuggester) -> None:
         """Receive the gateway's option suggester (e.g. /resume's sessions for a picker). Default: ignore."""
+
+    def catch_up_from(self, seen: SeenMessages) -> None:
+        """Receive what the gateway last took in per chat, for a platform that does not redeliver
+        what arrived while chinwag was down (Discord reads each chat's history after it on
+        connecting). Default: ignore (the platform redelivers)."""
 
     # -- length ----------------------------------------------------------------------------
     def message_length(self, text: str) -> int:

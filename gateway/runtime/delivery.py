@@ -138,6 +138,11 @@ class Inbox:
         rows = await self.db.aread(self.db.read, lambda conn: inbox.unfinished_of_chat(conn, chat_key))
         return await asyncio.to_thread(self._decoded, rows)
 
+    async def latest(self, platform: str) -> list[InboundMessage]:
+        """The newest message taken in from each chat of `platform` (PlatformAdapter.catch_up_from)."""
+        rows = await self.db.aread(self.db.read, lambda conn: inbox.latest_per_chat(conn, platform))
+        return [msg for _row, msg in await asyncio.to_thread(self._decoded, rows)]
+
     def unfinished(self) -> list[tuple[dict, InboundMessage]]:
         """Entries not done, oldest first, with their messages (for the start-up)."""
         return self._decoded(self.db.inbox_unfinished())

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -131,6 +132,7 @@ class GatewayRunner:
         for adapter in self.adapters.values():
             adapter.bot_commands(menu)
             adapter.command_suggestions(self.suggest)
+            adapter.catch_up_from(functools.partial(self.inbox.latest, adapter.platform.value))
         await self.intake.start()
 
     @property
@@ -222,7 +224,11 @@ class GatewayRunner:
                 await self._refuse(msg)
             return
         if command is not None and command.bot and not self._addressed_to_us(source.platform, command.bot):
-            return  # "/cmd@other_bot" in a group: another bot's command
+            # In a group it is another bot's command. A DM holds only this bot (privacy mode is a
+            # group matter), so silence there would look like a hang: say whose command it was.
+            if source.chat_type == "dm":
+                await self.send(msg, other_bot_text(command.name, command.bot))
+            return
         if not msg.text.strip() and not msg.attachments:  # a sticker, a location, ...: nothing to answer
             if source.chat_type == "dm":
                 await self.send(msg, EMPTY_TEXT)
@@ -306,7 +312,7 @@ class GatewayRunner:
             return Job(msg, "turn", taken_up)
         if command.name == "stop":
             with self._fenced(lane.key):
-                await self.reply(msg, await self._stop_lane(lane))
+                await self.reply(msg, await self._stop_lane(lane, msg.source))
             return None
         spec = COMMANDS.get(command.name)
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
@@ -470,11 +476,21 @@ class GatewayRunner:
         if self.metrics is not None:
             self.metrics.observe(name, value)
 
-    async def _stop_lane(self, lane: ChatLane) -> str:
+    async def _stop_lane(self, lane: ChatLane, by: SessionSource | None = None) -> str:
+        """Cancel the chat's running job and drop what waits; the text for whoever stopped it (`by`).
+        In a conversation several people share (a thread), each other person whose message was
+        stopped or dropped is told once, in reply to it: nobody waits for an answer in silence."""
+        current = lane.current_job.msg if lane.busy and lane.current_job is not None else None
         running = lane.cancel_current()
         waiting = [job.msg for job in lane.pending] + list(lane.steered)
         dropped = lane.clear_pending()
         await self.inbox.finish(waiting, "dropped")
+        if by is not None:
+            told = {by.person_id}
+            for msg in ([current] if current is not None else []) + waiting:
+                if msg.source.person_id not in told:
+                    told.add(msg.source.person_id)
+                    await self.send(msg, stopped_by_text(by.user_name or by.person_id or "someone"))
         if not running and not dropped:
             return "Nothing to stop."
         parts = ["Stopped."] if running else []
@@ -514,6 +530,14 @@ class GatewayRunner:
         task = asyncio.create_task(coro)
         self._side.add(task)
         task.add_done_callback(self._side.discard)
+
+
+def stopped_by_text(name: str) -> str:
+    return f"Not answered: {name} sent /stop in this conversation. Send your message again if you still want an answer."
+
+
+def other_bot_text(name: str, bot: str) -> str:
+    return f"/{name}@{bot} is addressed to @{bot}, not to me. Send /{name} without the @ for mine."
 
 
 def adapter_health(adapters: Iterable[PlatformAdapter]) -> dict[str, AdapterHealth]:

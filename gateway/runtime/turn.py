@@ -5,7 +5,10 @@ the DB), run the agent with a callback that persists every message it produces (
 message, assistant messages with tool calls, tool results, the answer) as it goes, show a typing
 hint meanwhile, then reply. When the conversation nears the model's context window afterwards, it
 is summarised (agent.compress) and the chat continues in a child session (SessionStore.compress,
-one transaction).
+one transaction). The configured window cannot always know: llama.cpp gives each slot n_ctx / slots
+tokens and refuses a longer request with a 400 naming that size (tests/runtime/test_real_model.py).
+Such a refusal compresses the conversation within the size the server gave (the person's message of
+the refused attempt hidden first) and the message is answered once, in the child.
 
 The TurnRunner is built with its collaborators (agent cache, factory, DB, store, the outbound
 side and the outbox, the clock, the model settings) rather than the runner, so it can be read, and
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -164,6 +168,7 @@ class TurnRecorder:
         self.stored = stored  # the person's message, stored by a run of this turn a crash cut short
         self.answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
         self.committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
+        self.user_message_id: int | None = None  # the person's message as this turn stored it
         self._first_user = True
 
     async def __call__(self, message: dict[str, Any]) -> None:
@@ -179,6 +184,7 @@ class TurnRecorder:
                     self.answered.append(origin)
             elif self.stored is not None:  # stored before the cut: reused, not appended again
                 self._first_user = False
+                self.user_message_id = self.stored
                 self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
                 return
             elif self.received is not None:  # stored and searched as text; the files as rows
@@ -194,9 +200,11 @@ class TurnRecorder:
             shown = self.stream.message_ids if self.stream is not None else []
             after, row = self.outbox.reply_op(self.msg, text, list(self.answered), shown=shown)
             self.committed.update(row=row, text=text)
-        await self.db.aappend_message(
+        stored = await self.db.aappend_message(
             self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
         )
+        if message["role"] == "user" and self.user_message_id is None:
+            self.user_message_id = stored
         self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
 
     async def stopped(self, shown: str) -> None:
@@ -279,10 +287,13 @@ class TurnRunner:
         *,
         stored: int | None = None,
         shown: list[str] | None = None,
+        compressed: bool = False,
     ) -> None:
         """Run the turn. A rerun of a turn a stop or crash cut short: `stored` is the person's
         message it stored (the last of the session: reused, not stored again), `shown` the messages
-        its streamed answer showed (edited, never sent again)."""
+        its streamed answer showed (edited, never sent again). A request the model's context cannot
+        hold is answered once more in a child session summarised to fit (`compressed`: this is that
+        second try)."""
         session_id = entry.session_id
         received = await self._receive(msg, text)
         session_agent = await self._agent_for(msg, session_id)
@@ -320,6 +331,13 @@ class TurnRunner:
             await typing.stop()
             await self.cache.release(session_id, session_agent)
 
+        if result.overflow is not None and not compressed and not record.committed:
+            child = await self._compress_overflowed(msg, session_id, record, result.overflow)
+            if child is not None:
+                if stream is not None:  # nothing was shown: the second try streams afresh
+                    await _settle(stream.abandon())
+                await self.run(lane, msg, child, text, compressed=True)
+                return
         if result.error is not None and self.model_settings.is_configured:
             self._model_failed()
         usage = result.usage
@@ -339,6 +357,23 @@ class TurnRunner:
         for notice in received.notices:
             await self.outbound.send(msg, notice)
         return received
+
+    async def _compress_overflowed(
+        self, msg: InboundMessage, session_id: str, record: TurnRecorder, window: int
+    ) -> SessionEntry | None:
+        """The model refused the turn's request as longer than its context (`window` tokens, 0 if it
+        did not say): hide the person's message this attempt stored (it stays searchable), summarise
+        the rest into a child session within that window and say so. The child's entry, or None if
+        compressing failed too (the turn's apology then stands)."""
+        if record.user_message_id is not None:
+            await asyncio.to_thread(self.db.supersede_after, session_id, record.user_message_id - 1)
+        await self.forget(session_id)
+        notice = await self.compress(msg, session_id, auto=True, window=window)
+        if not notice:
+            return None
+        await self.outbound.send(msg, notice)
+        found = await self.store.get_or_create(msg.source, model=self.model_settings.name)
+        return found.entry
 
     async def _compress_after(self, msg: InboundMessage, session_id: str) -> None:
         notice = await self.compress(msg, session_id, auto=True)
@@ -448,12 +483,15 @@ class TurnRunner:
         prompt = estimate_tokens([{"role": "system", "content": system_prompt}])
         return needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD)
 
-    async def compress(self, msg: InboundMessage, session_id: str, *, auto: bool) -> str:
-        """Summarise the session into a child session and move the chat there. Returns the text to send."""
+    async def compress(self, msg: InboundMessage, session_id: str, *, auto: bool, window: int = 0) -> str:
+        """Summarise the session into a child session and move the chat there. Returns the text to
+        send. `window`: the context size the model server gave, when smaller than the configured one."""
         client = self.factory.client
         settings = self.model_settings
         if client is None or not settings.is_configured:
             return "" if auto else NOT_CONFIGURED_TEXT
+        if 0 < window < settings.context_window:
+            settings = dataclasses.replace(settings, context_window=window)
 
         async def summary(conversation: list[dict[str, Any]]) -> str:
             return await summarise(client, settings, conversation)

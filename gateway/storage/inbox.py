@@ -86,6 +86,16 @@ def record_reply_ids(conn: Conn, entry_id: int, platform_ids: list[str]) -> None
     conn.execute("UPDATE inbox SET reply_ids = ? WHERE id = ?", (json.dumps(platform_ids), entry_id))
 
 
+def latest_per_chat(conn: Conn, platform: str) -> list[dict]:
+    """The newest entry of each chat of `platform` (kept DONE_TTL_SECONDS once done): what the
+    gateway last took in there, committed, so a history read after it misses nothing acknowledged."""
+    rows = conn.execute(
+        "SELECT * FROM inbox WHERE id IN (SELECT MAX(id) FROM inbox WHERE platform = ? GROUP BY chat_key) ORDER BY id",
+        (platform,),
+    )
+    return [dict(r) for r in rows]
+
+
 def backlog(conn: Conn) -> int:
     return conn.execute("SELECT COUNT(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
 

@@ -7,7 +7,7 @@ The real discord.py client is pointed at it (`discord.http.Route.BASE` and
   RESUMED, HEARTBEAT -> HEARTBEAT_ACK, INVALID_SESSION for an unknown session, close 4004 for a bad
   token and 4014 when privileged intents are not allowed;
 - REST: users/@me, oauth2/applications/@me, gateway(/bot), channels/{id}, create/edit message,
-  typing; JSON bodies with `Content-Type: application/json` exactly (discord.py compares it).
+  typing, a channel's history (before/after, limit); JSON bodies with `Content-Type: application/json` exactly (discord.py compares it).
 
 Application commands: bulk registration (PUT applications/{app}/commands, and per guild) is stored
 in `commands` (scope None = global, else the guild id); `slash()` / `autocomplete()` dispatch an
@@ -131,6 +131,7 @@ class FakeDiscord:
         self.interactions: dict[str, dict[str, Any]] = {}  # interaction id -> what the bot answered
         self._tokens: dict[str, str] = {}  # interaction token -> interaction id
         self.typing: list[int] = []
+        self.history_reads: list[tuple[int, dict[str, str]]] = []  # (channel id, query) per history page read
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
         self.heartbeats = 0
@@ -603,6 +604,9 @@ class FakeDiscord:
             return web.Response(status=204)
         if method == "POST" and rest == "/messages":
             return await self._create_message(channel_id, body)
+        if method == "GET" and rest == "/messages":
+            self.history_reads.append((channel_id, dict(request.query)))
+            return self._history(channel_id, request.query)
         m = re.fullmatch(r"/messages/(\d+)", rest)
         if method == "PATCH" and m:
             return self._edit_message(int(m.group(1)), body)
@@ -612,6 +616,26 @@ class FakeDiscord:
             self.deleted.append(m.group(1))
             return web.Response(status=204)
         return _json({"message": "405: Method Not Allowed", "code": 0}, 405)
+
+    def _history(self, channel_id: int, query: Any) -> web.Response:
+        """GET /channels/{id}/messages as Discord answers it: `limit` 1-100 (default 50), at most one
+        anchor (`before` or `after`; `around` is not served); the page is the `limit` messages nearest
+        the anchor (with `after`, the oldest ones past it), always sent newest first."""
+        try:
+            limit = int(query.get("limit", 50))
+            anchors = {k: int(query[k]) for k in ("before", "after") if k in query}
+        except ValueError:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        if not 1 <= limit <= 100 or len(anchors) > 1 or "around" in query:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        ids = sorted(i for i, m in self.messages.items() if int(m["channel_id"]) == channel_id)
+        if "after" in anchors:
+            page = [i for i in ids if i > anchors["after"]][:limit]
+        elif "before" in anchors:
+            page = [i for i in ids if i < anchors["before"]][-limit:]
+        else:
+            page = ids[-limit:]
+        return _json([self.messages[i] for i in reversed(page)])
 
     async def _create_message(self, channel_id: int, body: Any) -> web.Response:
         content = (body or {}).get("content") or ""

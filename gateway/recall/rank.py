@@ -129,6 +129,7 @@ class Candidates:
     session_of: dict[int, str] = field(default_factory=dict)  # message -> its session
     keep: set[str] = field(default_factory=set)  # the roots that may be shown
     vector_only: dict[str, float] = field(default_factory=dict)  # root -> similarity, when no word matched
+    meaning: dict[str, float] = field(default_factory=dict)  # visible root -> its best window's similarity
     lengths: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # root -> messages of its lineage
     short: dict[int, float] = field(default_factory=dict)  # message -> how much a hit in it counts, by its length
     scores: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -180,7 +181,7 @@ def _rank(
         allowed=None if see_all else own,
     )
     table = _gather(conn, ask, meta)
-    for stage in (_weigh_dates, _filter_visibility, _score_words, _rerank_passages, _weigh_own):
+    for stage in (_weigh_dates, _filter_visibility, _gather_meaning, _score_words, _rerank_passages, _weigh_own):
         stage(conn, ask, table)
     return _render(conn, ask, table, _fuse(conn, ask, table))
 
@@ -292,6 +293,26 @@ def _filter_visibility(conn: Conn, ask: Ask, table: Candidates) -> None:
     for sid, row in meta.rows.items():
         if row is not None and (root := root_of.get(sid) or meta.root(sid)) in table.keep:
             table.lengths[root] += int(row["message_count"] or 0)
+
+
+def _gather_meaning(conn: Conn, ask: Ask, table: Candidates) -> None:
+    """The first stage's other half: every session the asker may see, by its best window's
+    similarity to the question (the asker's sessions when they may see only theirs; else their own
+    and the store's newest `vector_scan` windows). The nearest join the lexical candidates in `_fuse`."""
+    query_vector = ask.query_vector
+    if query_vector is None or table.vector_only or ask.weights.meaning_leaders <= 0:
+        return
+    scan = ask.weights.vector_scan
+    sims = semantic.nearest(conn, query_vector, ask.allowed, scan)
+    if ask.allowed is None and ask.own:
+        sims |= semantic.nearest(conn, query_vector, ask.own, scan)
+    meta = table.meta
+    roots = meta.roots(sims)
+    by_root: dict[str, float] = {}
+    for sid, sim in sims.items():
+        if (meta.get(sid) or {}).get("source") not in ask.hidden:
+            by_root[roots[sid]] = max(sim, by_root.get(roots[sid], -1.0))
+    table.meaning = {root: by_root[root] for root in _visible(meta, ask, set(by_root))}
 
 
 def _visible(meta: SessionRows, ask: Ask, roots: set[str]) -> set[str]:
@@ -419,7 +440,39 @@ def _fuse(conn: Conn, ask: Ask, table: Candidates) -> dict[str, float]:
         lift = max(scores.values()) + 1.0  # the re-ranked leaders stay above every other session
         for root, value in fused.items():
             order[root] = lift + value
+    if table.meaning and not table.vector_only:
+        _join_meaning(ask, table, order)
     return order
+
+
+def _join_meaning(ask: Ask, table: Candidates, order: dict[str, float]) -> None:
+    """The sessions nearest in meaning join the words' order: each moves up past the sessions its
+    evidence outweighs. A session's evidence is the share of the question's word informativeness it
+    holds (idf mass of the words found in it over that of all the question's words) plus
+    `margin_weight` x how far its similarity stands out of the asker's pool (semantic.margins): a
+    match on common words alone lets meaning lead, a strong lexical match keeps words first."""
+    weights = ask.weights
+    words = [i for i in range(table.words) if not table.units[i].pair]
+    unseen = recall_read.session_idf(1, table.n_sessions)  # a word found nowhere is as telling as the rarest
+    total = sum(table.idf[i] if table.per_unit[i] else unseen for i in words) or 1.0
+    margin = semantic.margins(table.meaning)
+    entrants = heapq.nsmallest(weights.meaning_leaders, table.meaning, key=lambda r: (-table.meaning[r], r))
+    ranked = heapq.nsmallest(max(weights.leaders, ask.limit), order, key=lambda r: (-order[r], r))
+    strength = {
+        root: sum(table.idf[i] for i in words if root in table.per_unit[i]) / total
+        + weights.margin_weight * margin.get(root, 0.0)
+        for root in {*ranked, *entrants}
+    }
+    first = ranked[0] if ranked else None
+    lead = weights.overrule_margin
+
+    def overrules(root: str) -> bool:  # the first place, as in semantic.fuse: the words keep it unless
+        return first is None or table.meaning.get(root, 0.0) - table.meaning.get(first, 0.0) > lead
+
+    final = semantic.interleave(ranked, strength, entrants, overrules)
+    lift = max(order.values(), default=0.0) + 1.0
+    for place, root in enumerate(final):
+        order[root] = lift + len(final) - place
 
 
 def _render(conn: Conn, ask: Ask, table: Candidates, order: dict[str, float]) -> list[SessionHit]:

@@ -62,7 +62,7 @@ import math
 import threading
 from dataclasses import dataclass
 from operator import mul
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gateway.recall.weights import DEFAULT_WEIGHTS, RankWeights
 from gateway.storage import vectors as stored_vectors
@@ -211,6 +211,42 @@ def fuse(lexical: Mapping[str, float], semantic: Mapping[str, float], weights: R
     )
     if not overrules:  # the words choose the first session better than meaning does
         out[first] = max(out.values()) + 1.0
+    return out
+
+
+def nearest(conn: Conn, query: QueryVector, sessions: Iterable[str] | None, limit: int) -> dict[str, float]:
+    """session -> its best window's similarity, over the windows of `sessions` (None: the newest
+    `limit` windows of the store); exact int8 dot products, no index (bench/recall.py --cost)."""
+    if sessions is None:
+        return scan_newest(conn, query, limit)
+    found = stored_vectors.session_vectors(conn, query.model, list(sessions))
+    return {sid: best_similarity(query, blobs) for sid, blobs in found.items()}
+
+
+def margins(sims: Mapping[str, float]) -> dict[str, float]:
+    """Each similarity's distance above the pool's mean, in the pool's standard deviations: how far
+    a session stands out from what the asker may see, whatever range one model's cosines run in."""
+    if len(sims) < 2:
+        return dict.fromkeys(sims, 0.0)
+    mean = sum(sims.values()) / len(sims)
+    spread = math.sqrt(sum((v - mean) ** 2 for v in sims.values()) / len(sims)) or 1.0
+    return {key: (v - mean) / spread for key, v in sims.items()}
+
+
+def interleave(
+    ranked: list[str], strength: Mapping[str, float], entrants: Iterable[str], overrules: Callable[[str], bool]
+) -> list[str]:
+    """`ranked` (the words' order, fused with meaning) with each entrant moved up to just above the
+    first session its evidence `strength` beats (never down); strongest entrants first. The first
+    place goes to an entrant only when it `overrules` the words' first (the rule of `fuse`)."""
+    out = list(ranked)
+    for key in sorted(entrants, key=lambda k: (-strength[k], k)):
+        at = out.index(key) if key in out else len(out)
+        top = 0 if not out or overrules(key) else 1
+        to = next((i for i, other in enumerate(out[top:at], top) if strength[key] > strength[other]), at)
+        if key in out:
+            out.remove(key)
+        out.insert(to, key)
     return out
 
 

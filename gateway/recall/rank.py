@@ -71,6 +71,7 @@ MAX_SESSIONS = 5
 CANDIDATE_CAP = 3000  # newest matching messages looked at per unit, at most
 LENGTH_SAMPLE = 2000  # sessions the average lineage length is taken over
 HIDDEN_SOURCES = ("tool",)
+NEAREST_LOOKED_AT = 4  # nearest sessions resolved to roots, per one wanted (some are hidden or fold into one root)
 
 
 @dataclass
@@ -129,7 +130,9 @@ class Candidates:
     session_of: dict[int, str] = field(default_factory=dict)  # message -> its session
     keep: set[str] = field(default_factory=set)  # the roots that may be shown
     vector_only: dict[str, float] = field(default_factory=dict)  # root -> similarity, when no word matched
-    meaning: dict[str, float] = field(default_factory=dict)  # visible root -> its best window's similarity
+    sims: dict[str, float] = field(default_factory=dict)  # session -> its best window's similarity (the pool)
+    margin: dict[str, float] = field(default_factory=dict)  # session -> how far that stands out of the pool
+    meaning: dict[str, str] = field(default_factory=dict)  # the nearest visible roots -> their nearest session
     lengths: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # root -> messages of its lineage
     short: dict[int, float] = field(default_factory=dict)  # message -> how much a hit in it counts, by its length
     scores: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -303,15 +306,17 @@ def _gather_meaning(conn: Conn, ask: Ask, table: Candidates) -> None:
     if query_vector is None or table.vector_only or ask.weights.meaning_leaders <= 0:
         return
     scan = ask.weights.vector_scan
-    sims = semantic.nearest(conn, query_vector, ask.allowed, scan)
-    if ask.allowed is None and ask.own:
-        sims |= semantic.nearest(conn, query_vector, ask.own, scan)
+    sims, margin = semantic.nearest(conn, query_vector, ask.allowed, scan, also=ask.own or ())
+    table.sims, table.margin = sims, margin
+    # only the sessions standing out most are resolved to visible roots
+    looked_at = NEAREST_LOOKED_AT * ask.weights.meaning_leaders
+    nearest = heapq.nsmallest(looked_at, margin, key=lambda sid: (-margin[sid], sid))
     meta = table.meta
-    roots = meta.roots(sims)
-    by_root: dict[str, float] = {}
-    for sid, sim in sims.items():
+    roots = meta.roots(nearest)
+    by_root: dict[str, str] = {}  # root -> its most standing-out session
+    for sid in nearest:
         if (meta.get(sid) or {}).get("source") not in ask.hidden:
-            by_root[roots[sid]] = max(sim, by_root.get(roots[sid], -1.0))
+            by_root.setdefault(roots[sid], sid)
     table.meaning = {root: by_root[root] for root in _visible(meta, ask, set(by_root))}
 
 
@@ -449,25 +454,30 @@ def _join_meaning(ask: Ask, table: Candidates, order: dict[str, float]) -> None:
     """The sessions nearest in meaning join the words' order: each moves up past the sessions its
     evidence outweighs. A session's evidence is the share of the question's word informativeness it
     holds (idf mass of the words found in it over that of all the question's words) plus
-    `margin_weight` x how far its similarity stands out of the asker's pool (semantic.margins): a
+    `margin_weight` x how far its similarity stands out of the asker's pool (semantic.nearest): a
     match on common words alone lets meaning lead, a strong lexical match keeps words first."""
     weights = ask.weights
     words = [i for i in range(table.words) if not table.units[i].pair]
     unseen = recall_read.session_idf(1, table.n_sessions)  # a word found nowhere is as telling as the rarest
     total = sum(table.idf[i] if table.per_unit[i] else unseen for i in words) or 1.0
-    margin = semantic.margins(table.meaning)
-    entrants = heapq.nsmallest(weights.meaning_leaders, table.meaning, key=lambda r: (-table.meaning[r], r))
+    entrants = heapq.nsmallest(weights.meaning_leaders, table.meaning, key=lambda r: (-table.sims[table.meaning[r]], r))
     ranked = heapq.nsmallest(max(weights.leaders, ask.limit), order, key=lambda r: (-order[r], r))
+
+    def near(root: str) -> str:  # the session a root's similarity is read from
+        return table.meaning.get(root, root)
+
     strength = {
         root: sum(table.idf[i] for i in words if root in table.per_unit[i]) / total
-        + weights.margin_weight * margin.get(root, 0.0)
+        + weights.margin_weight * table.margin.get(near(root), 0.0)
         for root in {*ranked, *entrants}
     }
     first = ranked[0] if ranked else None
     lead = weights.overrule_margin
 
     def overrules(root: str) -> bool:  # the first place, as in semantic.fuse: the words keep it unless
-        return first is None or table.meaning.get(root, 0.0) - table.meaning.get(first, 0.0) > lead
+        if first is None:
+            return True
+        return table.sims.get(near(root), 0.0) - table.sims.get(near(first), 1.0) > lead
 
     final = semantic.interleave(ranked, strength, entrants, overrules)
     lift = max(order.values(), default=0.0) + 1.0

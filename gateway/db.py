@@ -67,6 +67,13 @@ def new_session_id(now: float | None = None) -> str:
     return f"{stamp:%Y%m%d_%H%M%S}_{secrets.token_hex(4)}"
 
 
+def _close_quietly(conn: Connection) -> None:
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass
+
+
 class SessionDB(StorageFace):
     """The SQLite backend: one file, one group-commit writer, a read connection per thread."""
 
@@ -94,7 +101,10 @@ class SessionDB(StorageFace):
         finally:
             setup.close()
         self._local = threading.local()
-        self._readers: list[Connection] = []
+        # Each thread's read connection, by thread: a thread that has ended can no longer use its own,
+        # so opening a new one closes those (asyncio.run's executor threads die with every loop: the
+        # synchronous session_search left one connection per call open, 200 calls -> 201).
+        self._readers: dict[threading.Thread, Connection] = {}
         self._readers_lock = threading.Lock()
         self._index = DeferredIndex()
         self._writer = GroupCommitWriter(lambda: _connect(self.path, self.synchronous), **writer_options)
@@ -132,11 +142,8 @@ class SessionDB(StorageFace):
         self._closed = True
         self._writer.close()
         with self._readers_lock:
-            for conn in self._readers:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
+            for conn in self._readers.values():
+                _close_quietly(conn)
             self._readers.clear()
 
     def _reader(self) -> Connection:
@@ -146,7 +153,10 @@ class SessionDB(StorageFace):
             conn.execute("PRAGMA query_only = ON")
             self._local.conn = conn
             with self._readers_lock:
-                self._readers.append(conn)
+                ended = [thread for thread in self._readers if not thread.is_alive()]
+                for thread in ended:
+                    _close_quietly(self._readers.pop(thread))
+                self._readers[threading.current_thread()] = conn
         return conn
 
     def _point(self, fn: Callable[[Conn], T]) -> T:

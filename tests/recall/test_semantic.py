@@ -229,6 +229,30 @@ def test_vectors_alone_answer_when_no_word_of_the_query_occurs(db, endpoint):
     assert find_sessions(db, "spouse encounter", embedder=embedder, person_id="someone-else") == []
 
 
+def test_a_session_near_in_meaning_joins_when_only_common_words_match(db, endpoint):
+    # "totally" is said everywhere; nothing says "spouse": the session about meeting a woman leads
+    for n in range(6):
+        add(db, f"s_{n}", [f"totally fine day number {n}", "totally"], started=1.7e9 + 100 * n)
+    add(db, "s_met", ["I met a wonderful woman at the cafe", "lovely"], started=1.6e9)
+    question = "totally spouse"
+    assert "s_met" not in [h.session_id for h in find_sessions(db, question, embedder=None)]
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder)][0] == "s_met"
+    assert [h.session_id for h in find_sessions(db, question, embedder=embedder, person_id="ann")] == []
+    alone = RankWeights(meaning_leaders=0)  # without the stage, meaning re-orders only what the words found
+    assert "s_met" not in [h.session_id for h in find_sessions(db, question, embedder=embedder, weights=alone)]
+
+
+def test_a_strong_word_match_keeps_the_first_place(db, endpoint):
+    add(db, "s_car", ["my prius broke down on the motorway", "call a garage"])
+    add(db, "s_met", ["I met a wonderful woman at the cafe", "lovely"], started=1.6e9)
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    hits = find_sessions(db, "prius motorway woman", embedder=embedder)
+    assert [h.session_id for h in hits] == ["s_car", "s_met"]
+
+
 def test_a_failing_endpoint_leaves_the_words_ranking(db, endpoint):
     add(db, "s_car", ["my wife needs the car", "take the bus"])
     embedder = endpoint.embedder()

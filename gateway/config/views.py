@@ -20,6 +20,7 @@ from gateway.config.sections import (
     GatewayConfig,
     HttpConfig,
     LoggingConfig,
+    McpConfig,
     MediaConfig,
     MemoryConfig,
     ModelConfig,
@@ -29,6 +30,7 @@ from gateway.config.sections import (
     StorageConfig,
     TranscriptionConfig,
 )
+from tools.mcp.settings import McpSettings
 
 
 def section(written_as: type, view: type | None = None) -> Any:
@@ -73,6 +75,7 @@ class Config:
     media: MediaConfig = section(MediaConfig)
     transcription: TranscriptionConfig = section(TranscriptionConfig)
     embeddings: EmbeddingsConfig = section(EmbeddingsConfig)
+    mcp: McpSettings = section(McpConfig, McpSettings)
     # name -> full section (defaults filled), every known platform
     platforms: dict[str, dict[str, Any]] = field(default_factory=dict)
     http: HttpConfig = section(HttpConfig)

@@ -42,6 +42,7 @@ from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, model_settings
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.leases import ChatLeases, SharedLeases
+from gateway.runtime.mcp_calls import McpCalls
 from gateway.runtime.media import MediaIntake, vision_enabled
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.reply_feed import streaming_enabled, tool_status_enabled
@@ -58,6 +59,7 @@ from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
+from tools.mcp import McpTools
 from tools.memory import note_place
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,7 @@ class App:
     # Lines meant for the person at the console (the CLI prints them), not for the log.
     announce: Callable[[str], None] | None = None
     indexer: BackgroundIndexer | None = None  # window vectors for recall, when `embeddings` is configured
+    mcp: McpTools | None = None  # the agent's tools from MCP servers (DESIGN §15)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
     _previous_embedder: Any = None
@@ -158,6 +161,8 @@ class App:
             if self.ops.requested_port == 0 and self.announce is not None:  # picked now: say where
                 self.announce(f"chinwag: ops http on {self.ops.url} (/healthz, /readyz, /metrics)")
         tune_gc()  # a process-wide choice: made here, where the process is assembled
+        if self.mcp is not None:
+            await self.mcp.start()  # returns at once: each server connects in its own task
         await self.runner.start()
         storage = self.config.storage
         self.maintenance = Maintenance(
@@ -182,6 +187,8 @@ class App:
         finally:
             if self.maintenance is not None:
                 await self.maintenance.stop()
+            if self.mcp is not None:
+                await self.mcp.close()
             if self.ops is not None:
                 await self.ops.stop()
             if self.indexer is not None:
@@ -263,14 +270,17 @@ def build_runner(
     leases: ChatLeases | None = None,
     cache: AgentCache | None = None,
     ops_url: Callable[[], str | None] = lambda: None,
+    mcp: McpTools | None = None,
 ) -> GatewayRunner:
     """The runtime over an open DB and store: access rules, the agent factory and cache, the
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
     `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it).
     `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all).
     `cache`: the agent cache whose running turns the store must not reset under (build_agent_cache);
-    `ops_url`: the ops HTTP server's address once it listens (/status shows it)."""
+    `ops_url`: the ops HTTP server's address once it listens (/status shows it); `mcp`: the MCP
+    servers' tools, offered to the agents the factory builds (journaled through `db`)."""
     model = model_settings(config.model)
+    source = McpCalls(mcp, db, metrics) if mcp is not None else None
     factory = agent_factory or AgentFactory(
         model,
         config.home,
@@ -282,6 +292,7 @@ def build_runner(
         memory=config.memory,
         recall=config.recall,
         observe=metrics.observe if metrics is not None else None,  # the agent's searches: search_seconds
+        tool_source=source,
     )
     cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
@@ -392,6 +403,7 @@ def build_app(
             opened.callback(files.close)
             files.reconcile()  # the DB wins; Mirrors logs what it fixed
         cache = build_agent_cache(config, clock)
+        mcp = McpTools(config.mcp, vision=vision_enabled(config.model.vision, config.model.name))
         # A session with a turn running is "busy": the store does not reset it under the turn.
         store = build_store(config, db, policies, clock, is_busy=cache.is_running)
         metrics = Metrics()
@@ -410,13 +422,14 @@ def build_app(
             leases=SharedLeases(db, config.storage.postgres_dsn) if on_postgres else None,
             cache=cache,
             ops_url=functools.partial(_listening_url, ops),
+            mcp=mcp,
         )
         opened.pop_all()
     # Replicas share one backlog: the leading one polls, since the others' commits wake nothing here.
     poll = EMBED_POLL_SECONDS if on_postgres else None
     indexer = BackgroundIndexer(db, embedder, poll_seconds=poll) if embedder is not None else None
     _gauges(metrics, runner, db, files, indexer)
-    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
+    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer, mcp=mcp)
 
 
 def _gauges(

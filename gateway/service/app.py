@@ -40,6 +40,7 @@ from gateway.recall.index import BackgroundIndexer
 from gateway.recall.index import stats as index_stats
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, model_settings
+from gateway.runtime.approvals import Approvals, ask_with
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.leases import ChatLeases, SharedLeases
 from gateway.runtime.mcp_calls import McpCalls
@@ -280,7 +281,10 @@ def build_runner(
     `ops_url`: the ops HTTP server's address once it listens (/status shows it); `mcp`: the MCP
     servers' tools, offered to the agents the factory builds (journaled through `db`)."""
     model = model_settings(config.model)
-    source = McpCalls(mcp, db, metrics) if mcp is not None else None
+    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
+    outbound = Outbound(adapters, metrics, streaming=streaming)
+    approvals = Approvals(config.mcp.approval_timeout_seconds, ask_with(outbound.adapter))
+    source = McpCalls(mcp, db, metrics, approvals) if mcp is not None else None
     factory = agent_factory or AgentFactory(
         model,
         config.home,
@@ -296,10 +300,8 @@ def build_runner(
     )
     cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
-    # Replicas stream too: drafts only while the lease is known held, the final text after the
-    # fenced commit (gateway.runtime.leases).
-    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
-    outbound = Outbound(adapters, metrics, streaming=streaming)
+    # Replicas stream too (outbound, above): drafts only while the lease is known held, the final
+    # text after the fenced commit (gateway.runtime.leases).
     outbox = Outbox(db, outbound.adapters, metrics, leases)
     turns = TurnRunner(
         cache=cache,
@@ -318,7 +320,19 @@ def build_runner(
     )
     inbox = Inbox(db, leases)
     return GatewayRunner(
-        config, db, store, outbound, turns, access, inbox, outbox, clock=clock, metrics=metrics, ops_url=ops_url
+        config,
+        db,
+        store,
+        outbound,
+        turns,
+        access,
+        inbox,
+        outbox,
+        clock=clock,
+        metrics=metrics,
+        ops_url=ops_url,
+        approvals=approvals,
+        mcp=mcp,
     )
 
 

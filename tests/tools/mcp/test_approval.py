@@ -1,0 +1,102 @@
+"""`require_approval` in real turns (gateway/runtime/approvals.py): the turn asks in the chat and
+waits; `/approve` and `/deny` are answered while it runs (ahead of the chat's queue), bare or with
+the request's id; in a group only the person whose turn it is, or an admin, may answer; no answer
+in time is a denial; the decision is journaled with the call and the turn goes on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.fakes.gateway_harness import Gateway
+from tests.fakes.loopback import wait_until
+from tests.fakes.openai_server import Reply, ToolCall
+from tests.tools.mcp.conftest import stdio_server
+
+
+def last_tool_result(body: dict[str, Any]) -> str:
+    return [m for m in body["messages"] if m["role"] == "tool"][-1]["content"]
+
+
+def calls(counter: Path) -> list[str]:
+    return counter.read_text().split() if counter.exists() else []
+
+
+async def asked(gw: Gateway, n: int = 1) -> str:
+    """The n-th approval question sent so far (waits for it)."""
+    found = await wait_until(lambda: [t for t in gw.adapter.texts() if t.startswith("Run fake.count")][n - 1 :], 30)
+    return found[0]
+
+
+def gateway(tmp_path: Path, counter: Path, **section: Any) -> Gateway:
+    server = stdio_server(counter, require_approval=["count"])
+    platforms = {
+        "telegram": {"token": "t", "allowed_users": ["100", "200"], "admins": ["300"], "require_mention": False}
+    }
+    return Gateway(tmp_path, platforms=platforms, mcp={"servers": {"fake": server}, **section})
+
+
+async def test_a_typed_approve_lets_the_call_run_while_the_turn_waits(tmp_path: Path) -> None:
+    counter = tmp_path / "calls.txt"
+    async with gateway(tmp_path, counter) as gw:
+        assert gw.fake is not None
+        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "a"})]))
+        gw.fake.push(lambda body: "result: " + last_tool_result(body))
+        await gw.adapter.inject("count a")
+        question = await asked(gw)
+        assert question == 'Run fake.count {"label": "a"}? /approve 1 or /deny 1'
+        assert calls(counter) == []  # nothing sent before the answer
+        await gw.adapter.inject("/approve")  # bare: this person's oldest request here
+        await gw.runner.drain()
+        texts = gw.adapter.texts()
+        assert 'Approved: fake.count {"label": "a"}' in texts and "result: counted a" in texts
+        assert calls(counter) == ["a"]
+        (row,) = gw.db.tool_calls_of(1)
+        assert (row["approval"], row["state"], row["result"]) == ("approved", "done", "counted a")
+
+
+async def test_deny_by_id_and_a_group_member_who_did_not_ask_cannot_answer(tmp_path: Path) -> None:
+    counter = tmp_path / "calls.txt"
+    async with gateway(tmp_path, counter) as gw:
+        assert gw.fake is not None
+        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "b"})]))
+        gw.fake.push(lambda body: "result: " + last_tool_result(body))
+        await gw.adapter.inject("count b", chat_id="-5", user_id="100", chat_type="group")
+        await asked(gw)
+        await gw.adapter.inject("/deny 1", chat_id="-5", user_id="200", chat_type="group")
+        refused = await wait_until(lambda: [t for t in gw.adapter.texts() if t.startswith("Only the person")], 10)
+        assert refused
+        await gw.adapter.inject("/deny 1", chat_id="-5", user_id="100", chat_type="group")
+        await gw.runner.drain()
+        assert "result: error: fake.count was not run: denied by the person" in gw.adapter.texts()
+        assert calls(counter) == []
+        (row,) = gw.db.tool_calls_of(1)
+        assert (row["approval"], row["outcome"]) == ("denied by the person", "denied")
+
+
+async def test_an_admin_may_answer_and_no_answer_in_time_is_a_denial(tmp_path: Path) -> None:
+    counter = tmp_path / "calls.txt"
+    async with gateway(tmp_path, counter, approval_timeout_seconds=1) as gw:
+        assert gw.fake is not None
+        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "c"})]))
+        gw.fake.push(lambda body: "result: " + last_tool_result(body))
+        await gw.adapter.inject("count c")
+        await asked(gw)
+        await gw.runner.drain()  # nobody answers
+        assert "result: error: fake.count was not run: not approved in time" in gw.adapter.texts()
+        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "d"})]))
+        gw.fake.push(lambda body: "result: " + last_tool_result(body))
+        await gw.adapter.inject("count d", chat_id="-5", user_id="100", chat_type="group")
+        await asked(gw, 2)
+        await gw.adapter.inject("/approve 2", chat_id="-5", user_id="300", chat_type="group")  # an admin
+        await gw.runner.drain()
+        assert "result: counted d" in gw.adapter.texts() and calls(counter) == ["d"]
+
+
+async def test_tools_lists_what_the_agent_may_use_with_approval_marked(tmp_path: Path) -> None:
+    async with gateway(tmp_path, tmp_path / "calls.txt") as gw:
+        (reply,) = await gw.say("/tools")
+        lines = reply.splitlines()
+        assert lines[:3] == ["Tools the assistant may use here:", "session_search (built in)", "memory (built in)"]
+        assert "fake.count: Count this call: appends the label to the counter file. — asks you first" in lines
+        assert "fake.echo: Say the text back." in lines

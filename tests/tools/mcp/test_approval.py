@@ -1,16 +1,19 @@
 """`require_approval` in real turns (gateway/runtime/approvals.py): the turn asks in the chat and
 waits; `/approve` and `/deny` are answered while it runs (ahead of the chat's queue), bare or with
 the request's id; in a group only the person whose turn it is, or an admin, may answer; no answer
-in time is a denial; the decision is journaled with the call and the turn goes on."""
+in time is a denial; the decision is journaled with the call and the turn goes on. On Telegram the
+question carries inline buttons (the real adapter against the fake Bot API) and a press answers it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from platforms.telegram.adapter import TelegramAdapter
 from tests.fakes.gateway_harness import Gateway
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import Reply, ToolCall
+from tests.fakes.telegram_server import FakeTelegram
 from tests.tools.mcp.conftest import stdio_server
 
 
@@ -100,3 +103,45 @@ async def test_tools_lists_what_the_agent_may_use_with_approval_marked(tmp_path:
         assert lines[:3] == ["Tools the assistant may use here:", "session_search (built in)", "memory (built in)"]
         assert "fake.count: Count this call: appends the label to the counter file. — asks you first" in lines
         assert "fake.echo: Say the text back." in lines
+
+
+async def test_telegram_inline_buttons_approve_through_the_real_adapter(tmp_path: Path) -> None:
+    telegram = await FakeTelegram().start()
+    section = {
+        "token": telegram.token,
+        "base_url": telegram.base_url,
+        "poll_timeout": 1,
+        "allowed_users": ["42"],
+    }
+    counter = tmp_path / "calls.txt"
+    server = stdio_server(counter, require_approval=True)
+    try:
+        async with Gateway(
+            tmp_path,
+            adapter=TelegramAdapter(section),  # type: ignore[arg-type]
+            platforms={"telegram": section},
+            mcp={"servers": {"fake": server}},
+        ) as gw:
+            assert gw.fake is not None
+            gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "t"})]))
+            gw.fake.push(lambda body: "result: " + last_tool_result(body))
+            ann = FakeTelegram.user(42, "Ann", "ann")
+            chat = telegram.private_chat(ann)
+            telegram.push_message(chat, ann, "count t")
+
+            def question() -> list[dict[str, Any]]:
+                return [m for m in telegram.sent(42) if m.get("reply_markup")]
+
+            (held,) = await wait_until(question, 30)
+            buttons = held["reply_markup"]["inline_keyboard"][0]
+            assert [(b["text"], b["callback_data"]) for b in buttons] == [
+                ("Approve", "/approve 1"),
+                ("Deny", "/deny 1"),
+            ]
+            assert calls(counter) == []
+            telegram.press(held, ann, buttons[0]["callback_data"])
+            await wait_until(lambda: any(m["text"] == "result: counted t" for m in telegram.sent(42)), 30)
+            assert calls(counter) == ["t"]
+            await wait_until(lambda: telegram.answered_presses == ["1"])  # the button stopped spinning
+    finally:
+        await telegram.stop()

@@ -422,7 +422,7 @@ def build_app(
         store = build_store(config, db, policies, clock, is_busy=cache.is_running)
         metrics = Metrics()
         use_http = config.http.enabled if http is None else http
-        ops = _build_ops(config, adapters, metrics, db) if use_http else None
+        ops = _build_ops(config, adapters, metrics, db, mcp) if use_http else None
         runner = build_runner(
             config,
             db,
@@ -474,7 +474,9 @@ def _open_db(config: Config, path: Path) -> StorageFace:
         ) from None
 
 
-def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: StorageFace) -> OpsServer:
+def _build_ops(
+    config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: StorageFace, mcp: McpTools
+) -> OpsServer:
     """The ops HTTP server: probes, metrics, the console and the adapters' webhooks."""
     webhooks: dict[str, Any] = {}
     for adapter in adapters:
@@ -491,6 +493,7 @@ def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics
         db=db,
         media=MediaStore(config.home / "media", config.media.max_bytes),
         console_token=config.http.console_token or None,
+        tool_servers=mcp.states if mcp.settings.servers else None,
     )
 
 

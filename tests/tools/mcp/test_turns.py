@@ -9,6 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from gateway.service.http import OpsServer
 from tests.fakes.gateway_harness import Gateway
 from tests.fakes.mcp_server import PIXEL_PNG
 from tests.fakes.openai_server import Reply, ToolCall
@@ -112,3 +115,33 @@ async def test_mcp_tools_are_offered_only_to_people_allowed_to_talk(tmp_path: Pa
         stranger = turns._tool_context(gw.adapter.message("hi", chat_id="200", user_id="200"), "s")
         outcome = await registry.run("mcp__fake__echo", {"text": "x"}, stranger, "call_1")
         assert outcome.outcome == "unknown_tool"
+
+
+async def test_readyz_lists_each_server_and_metrics_count_calls(tmp_path: Path) -> None:
+    mcp = {
+        "servers": {
+            "fake": stdio_server(),
+            "gone": {"url": "http://127.0.0.1:9/mcp"},
+            "off": {"command": "x", "enabled": False},
+        }
+    }
+    async with Gateway(tmp_path, mcp=mcp) as gw:
+        assert gw.fake is not None and gw.app.mcp is not None
+        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__echo", {"text": "hi"})]), "ok")
+        await gw.say("echo")
+        ops = OpsServer("127.0.0.1", 0, metrics=gw.app.metrics, tool_servers=gw.app.mcp.states)
+        await ops.start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{ops.url}/readyz") as resp:
+                    body = await resp.json()
+                async with http.get(f"{ops.url}/metrics") as resp:
+                    metrics = await resp.text()
+        finally:
+            await ops.stop()
+        servers = body["mcp"]
+        assert servers["fake"]["state"] == "ready" and servers["fake"]["tools"] > 5
+        assert servers["gone"]["state"] == "down" and servers["gone"]["error"]
+        assert servers["off"]["state"] == "disabled"
+        assert 'chinwag_tool_calls_total{outcome="ok",server="fake",tool="echo"} 1' in metrics
+        assert 'chinwag_tool_seconds_count{server="fake",tool="echo"} 1' in metrics

@@ -5,12 +5,15 @@ failures (a server that never answers, a huge result) become tool results and th
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from gateway.cli.doctor import run_doctor
 from gateway.service.http import OpsServer
 from tests.fakes.gateway_harness import Gateway
 from tests.fakes.mcp_server import PIXEL_PNG
@@ -145,3 +148,16 @@ async def test_readyz_lists_each_server_and_metrics_count_calls(tmp_path: Path) 
         assert servers["off"]["state"] == "disabled"
         assert 'chinwag_tool_calls_total{outcome="ok",server="fake",tool="echo"} 1' in metrics
         assert 'chinwag_tool_seconds_count{server="fake",tool="echo"} 1' in metrics
+
+
+async def test_doctor_starts_each_server_lists_its_tools_and_reports_failures(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    mcp = {"servers": {"fake": stdio_server(tools=["echo", "add"]), "gone": {"url": "http://127.0.0.1:9/mcp"}}}
+    (home / "config.yaml").write_text(json.dumps({"mcp": mcp}), encoding="utf-8")
+    out = io.StringIO()
+    code = await asyncio.to_thread(run_doctor, None, None, timeout=3.0, out=out, env={"CHINWAG_HOME": str(home)})
+    text = out.getvalue()
+    assert "ok    mcp.servers.fake (stdio): 2 tool(s): echo, add" in text
+    assert "FAIL  mcp.servers.gone (http): down: " in text
+    assert code == 1

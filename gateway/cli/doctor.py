@@ -359,11 +359,15 @@ async def check_endpoints(report: Report, config: Config, timeout: float) -> Non
 async def check_mcp(report: Report, config: Config) -> None:
     """Each enabled MCP server started (or reached) the way the daemon does, its tools listed,
     then stopped; a server that does not come up within its timeout is reported with why."""
-    mcp = config.mcp
+    from tools.mcp import McpConfigError, McpTools, mcp_settings_from  # no SDK import: start() loads it
+
+    try:
+        mcp = mcp_settings_from(config.mcp)
+    except McpConfigError as exc:
+        report.fail(f"config: {exc}")
+        return
     if not mcp.servers:
         return
-    from tools.mcp import McpTools  # the SDK loads only when servers are configured
-
     tools = McpTools(mcp, first_retry=3600)  # one attempt each: doctor reports, it does not retry
     await tools.start()
     try:

@@ -35,11 +35,9 @@ from gateway.config.schema import (
 )
 from gateway.config.sections import ALL_PLATFORMS, CHAT_PLATFORMS, CREDENTIALS
 from gateway.config.views import Config
-from gateway.sessions.reset import ResetPolicies
 from gateway.storage.home import HomeError, choose_home
 from gateway.storage.home import find_config_file as _find_config_file
 from platforms.telegram.settings import TelegramSettings
-from tools.mcp.settings import mcp_settings_from
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -134,8 +132,7 @@ def parse_config(
     if "host" not in (data.get("http") or {}) and env.get("CHINWAG_HTTP_HOST"):
         out["http"]["host"] = env["CHINWAG_HTTP_HOST"]  # the container's 0.0.0.0 (Dockerfile)
 
-    _check_read(lambda: ResetPolicies.from_config(out["session"]["reset"], where="session.reset"), err)
-    _check_read(lambda: mcp_settings_from(out["mcp"]), err)
+    _check_reset(out["session"]["reset"], err)
     _check_urls(out, ("model", "auxiliary"), err)
     _check_platform_rules(platforms, written, err)
     _check_new_sections(out, err)
@@ -157,6 +154,7 @@ def parse_config(
         home=home,
         **_sections(out, env),
         platforms=platforms,
+        mcp=out["mcp"] or {},
         written=written,
         path=path,
         warnings=tuple(warnings),
@@ -174,7 +172,6 @@ def _sections(out: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     model = views["model"] = views["model"].from_env(env)
     for name in ("auxiliary", "transcription", "embeddings"):
         views[name] = views[name].over(model)
-    views["mcp"] = mcp_settings_from(dataclasses.asdict(views["mcp"]))
     return views
 
 
@@ -224,12 +221,12 @@ def _platform_schema(name: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _check_read(read: Callable[[], Any], err: Callable[[str, str], None]) -> None:
-    """A section's own reader (session.reset, mcp) run for its problems; their messages start with
-    the dotted key."""
+def _check_reset(reset: dict[str, Any], err: Callable[[str, str], None]) -> None:
+    from gateway.sessions.reset import ResetPolicies
+
     try:
-        read()
-    except ValueError as exc:
+        ResetPolicies.from_config(reset, where="session.reset")
+    except ValueError as exc:  # its messages start with the dotted key
         key, _, problem = str(exc).partition(": ")
         err(key, problem or str(exc))
 

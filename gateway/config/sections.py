@@ -18,7 +18,6 @@ from typing import Any, Mapping
 from platforms.discord.settings import DiscordSettings
 from platforms.feishu.settings import FeishuSettings
 from platforms.telegram.settings import TelegramSettings
-from tools.mcp.settings import DEFAULT_APPROVAL_TIMEOUT_SECONDS, DEFAULT_MAX_RESULT_CHARS
 
 CHAT_PLATFORMS = ("telegram", "feishu", "discord")
 ALL_PLATFORMS = ("local",) + CHAT_PLATFORMS
@@ -245,19 +244,6 @@ class HttpConfig:
 class LoggingConfig:
     level: str = option("INFO", "DEBUG | INFO | WARNING | ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     format: str = option("text", "text | json (one object per line)", choices=("text", "json"))
-
-
-@dataclass(frozen=True)
-class McpConfig:
-    """`mcp` as written (DESIGN §15). Config.mcp is the tools.mcp.McpSettings read from it by
-    tools.mcp.settings.mcp_settings_from, the one reader of a server's keys (its dataclass
-    McpServerSettings declares them); the defaults are that module's constants."""
-
-    servers: dict[str, Any] = option({}, "name -> a stdio (command/args/env/cwd) or HTTP (url/headers) server")
-    max_result_chars: int = option(DEFAULT_MAX_RESULT_CHARS, "a longer tool result is cut with a note", minimum=1)
-    approval_timeout_seconds: float = option(
-        DEFAULT_APPROVAL_TIMEOUT_SECONDS, "no /approve in this long means denied", minimum=1
-    )
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from gateway.config.sections import (
     GatewayConfig,
     HttpConfig,
     LoggingConfig,
-    McpConfig,
     MediaConfig,
     MemoryConfig,
     ModelConfig,
@@ -30,7 +29,6 @@ from gateway.config.sections import (
     StorageConfig,
     TranscriptionConfig,
 )
-from tools.mcp.settings import McpSettings
 
 
 def section(written_as: type, view: type | None = None) -> Any:
@@ -75,7 +73,9 @@ class Config:
     media: MediaConfig = section(MediaConfig)
     transcription: TranscriptionConfig = section(TranscriptionConfig)
     embeddings: EmbeddingsConfig = section(EmbeddingsConfig)
-    mcp: McpSettings = section(McpConfig, McpSettings)
+    # the `mcp` section as written (${VAR} substituted): tools.mcp.settings declares its keys and
+    # reads it (mcp_settings_from); the app does at start, `chinwag doctor` too
+    mcp: dict[str, Any] = field(default_factory=dict)
     # name -> full section (defaults filled), every known platform
     platforms: dict[str, dict[str, Any]] = field(default_factory=dict)
     http: HttpConfig = section(HttpConfig)

@@ -60,7 +60,7 @@ from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
-from tools.mcp import McpTools
+from tools.mcp import McpConfigError, McpTools, mcp_settings_from
 from tools.memory import note_place
 
 log = logging.getLogger(__name__)
@@ -283,7 +283,7 @@ def build_runner(
     model = model_settings(config.model)
     streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
     outbound = Outbound(adapters, metrics, streaming=streaming)
-    approvals = Approvals(config.mcp.approval_timeout_seconds, ask_with(outbound.adapter))
+    approvals = Approvals(mcp.settings.approval_timeout_seconds, ask_with(outbound.adapter)) if mcp else None
     source = McpCalls(mcp, db, metrics, approvals) if mcp is not None else None
     factory = agent_factory or AgentFactory(
         model,
@@ -341,6 +341,17 @@ def build_agent_cache(config: Config, clock: Callable[[], float] = time.time) ->
     limits = config.gateway.agent_cache
     ttl = limits.idle_ttl_minutes * 60 if limits.idle_ttl_minutes > 0 else math.inf
     return AgentCache(limits.max_agents, ttl, clock=clock)
+
+
+def build_mcp(config: Config) -> McpTools:
+    """The MCP servers' tools (`mcp` read and checked by tools.mcp.settings: a wrong key stops the
+    start, named); nothing is started here (App.start does)."""
+    try:
+        settings = mcp_settings_from(config.mcp)
+    except McpConfigError as exc:
+        where = f"{config.path}: " if config.path else ""
+        raise AppError(f"{where}{exc}") from None
+    return McpTools(settings, vision=vision_enabled(config.model.vision, config.model.name))
 
 
 def build_media_intake(config: Config) -> MediaIntake:
@@ -417,7 +428,7 @@ def build_app(
             opened.callback(files.close)
             files.reconcile()  # the DB wins; Mirrors logs what it fixed
         cache = build_agent_cache(config, clock)
-        mcp = McpTools(config.mcp, vision=vision_enabled(config.model.vision, config.model.name))
+        mcp = build_mcp(config)
         # A session with a turn running is "busy": the store does not reset it under the turn.
         store = build_store(config, db, policies, clock, is_busy=cache.is_running)
         metrics = Metrics()

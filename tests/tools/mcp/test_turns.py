@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gateway.cli.doctor import run_doctor
+from gateway.service.app import AppError, build_app
 from gateway.service.http import OpsServer
-from tests.fakes.gateway_harness import Gateway
+from tests.fakes.chat_adapter import ChatAdapter
+from tests.fakes.gateway_harness import Gateway, make_config
 from tests.fakes.mcp_server import PIXEL_PNG
 from tests.fakes.openai_server import Reply, ToolCall
 from tests.tools.mcp.conftest import stdio_server
@@ -161,3 +164,9 @@ async def test_doctor_starts_each_server_lists_its_tools_and_reports_failures(tm
     assert "ok    mcp.servers.fake (stdio): 2 tool(s): echo, add" in text
     assert "FAIL  mcp.servers.gone (http): down: " in text
     assert code == 1
+
+
+def test_a_wrong_mcp_key_stops_the_start_and_is_named(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "home", None, mcp={"servers": {"x": {"command": "a", "url": "http://127.0.0.1:9"}}})
+    with pytest.raises(AppError, match=r"mcp\.servers\.x: set either `command`"):
+        build_app(config, adapters=[ChatAdapter("telegram")], http=False)

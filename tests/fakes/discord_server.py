@@ -768,6 +768,44 @@ class FakeDiscord:
         await self.dispatch("INTERACTION_CREATE", data)
         return interaction_id
 
+    async def press(self, message: dict[str, Any], user: dict, custom_id: str) -> str:
+        """A person presses the button `custom_id` on a message the bot sent (a component
+        interaction, type 3); returns the interaction id."""
+        channel_id = int(message["channel_id"])
+        channel = self.channels[channel_id]
+        guild_id = int(channel["guild_id"]) if channel.get("guild_id") else None
+        interaction_id = str(self.snowflake())
+        token = f"itok-{uuid.uuid4().hex}"
+        self._tokens[token] = interaction_id
+        self.interactions[interaction_id] = {"responses": [], "original": None, "followups": [], "token": token}
+        self.interactions[interaction_id]["channel_id"] = channel_id
+        data: dict[str, Any] = {
+            "id": interaction_id,
+            "application_id": str(self.application_id),
+            "type": 3,
+            "token": token,
+            "version": 1,
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "message": {k: v for k, v in message.items() if k != "request"},
+            "channel_id": str(channel_id),
+            "channel": channel,
+            "locale": "en-US",
+            "app_permissions": "2248473465835073",
+            "entitlements": [],
+            "attachment_size_limit": 8388608,
+            "authorizing_integration_owners": {"0": str(guild_id)} if guild_id else {"1": user["id"]},
+            "context": 0 if guild_id else 1,
+        }
+        if guild_id:
+            data["guild_id"] = str(guild_id)
+            data["guild_locale"] = "en-US"
+            data["member"] = {"user": user, "roles": [], "joined_at": _iso(), "deaf": False, "mute": False, "flags": 0}
+            data["member"]["permissions"] = "2248473465835073"
+        else:
+            data["user"] = user
+        await self.dispatch("INTERACTION_CREATE", data)
+        return interaction_id
+
     async def autocomplete(self, channel_id: int, user: dict, name: str, option: str, typed: str) -> str:
         return await self.slash(channel_id, user, name, {option: typed}, focused=option, kind=4)
 

@@ -2,14 +2,17 @@
 waits; `/approve` and `/deny` are answered while it runs (ahead of the chat's queue), bare or with
 the request's id; in a group only the person whose turn it is, or an admin, may answer; no answer
 in time is a denial; the decision is journaled with the call and the turn goes on. On Telegram the
-question carries inline buttons (the real adapter against the fake Bot API) and a press answers it."""
+question carries inline buttons, on Discord message components (the real adapters against the
+fakes), and a press answers it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from platforms.discord.adapter import DiscordAdapter
 from platforms.telegram.adapter import TelegramAdapter
+from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.gateway_harness import Gateway
 from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import Reply, ToolCall
@@ -145,3 +148,44 @@ async def test_telegram_inline_buttons_approve_through_the_real_adapter(tmp_path
             await wait_until(lambda: telegram.answered_presses == ["1"])  # the button stopped spinning
     finally:
         await telegram.stop()
+
+
+async def test_discord_buttons_approve_through_the_real_adapter(tmp_path: Path) -> None:
+    discord = FakeDiscord(heartbeat_interval_ms=500)
+    discord.add_guild(500, "Team")
+    discord.add_text_channel(500, 600, "general")
+    await discord.start()
+    section = {
+        "token": discord.token,
+        "api_base": discord.api_base,
+        "gateway_url": discord.gateway_url,
+        "guild_ready_timeout": 0.05,
+        "allowed_users": ["42"],
+        "require_mention": False,
+    }
+    counter = tmp_path / "calls.txt"
+    adapter = DiscordAdapter(section)
+    try:
+        async with Gateway(
+            tmp_path,
+            adapter=adapter,  # type: ignore[arg-type]
+            platforms={"discord": section},
+            mcp={"servers": {"fake": stdio_server(counter, require_approval=True)}},
+        ) as gw:
+            assert gw.fake is not None
+            await wait_until(lambda: adapter.health().ready, 30)
+            gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "d"})]))
+            gw.fake.push(lambda body: "result: " + last_tool_result(body))
+            ann = discord.user(42, "ann")
+            await discord.user_says(600, ann, "count d")
+            (held,) = await wait_until(lambda: [m for m in discord.sent if m["request"].get("components")], 30)
+            buttons = held["request"]["components"][0]["components"]
+            assert [(b["label"], b["custom_id"]) for b in buttons] == [("Approve", "/approve 1"), ("Deny", "/deny 1")]
+            bob_press = await discord.press(held, discord.user(43, "bob"), "/approve 1")  # not allowed to talk
+            assert calls(counter) == []
+            await discord.press(held, ann, "/approve 1")
+            await wait_until(lambda: any(m["content"] == "result: counted d" for m in discord.sent), 30)
+            assert calls(counter) == ["d"]
+            assert discord.interactions[bob_press]["responses"]  # acknowledged, nothing more
+    finally:
+        await discord.stop()

@@ -24,6 +24,13 @@ def last_tool_result(body: dict[str, Any]) -> str:
     return [m for m in body["messages"] if m["role"] == "tool"][-1]["content"]
 
 
+def script_count(gw: Gateway, label: str) -> None:
+    """The model calls fake.count(label), then answers with the tool's result."""
+    assert gw.fake is not None
+    gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": label})]))
+    gw.fake.push(lambda body: "result: " + last_tool_result(body))
+
+
 def calls(counter: Path) -> list[str]:
     return counter.read_text().split() if counter.exists() else []
 
@@ -46,8 +53,7 @@ async def test_a_typed_approve_lets_the_call_run_while_the_turn_waits(tmp_path: 
     counter = tmp_path / "calls.txt"
     async with gateway(tmp_path, counter) as gw:
         assert gw.fake is not None
-        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "a"})]))
-        gw.fake.push(lambda body: "result: " + last_tool_result(body))
+        script_count(gw, "a")
         await gw.adapter.inject("count a")
         question = await asked(gw)
         assert question == 'Run fake.count {"label": "a"}? /approve 1 or /deny 1'
@@ -65,8 +71,7 @@ async def test_deny_by_id_and_a_group_member_who_did_not_ask_cannot_answer(tmp_p
     counter = tmp_path / "calls.txt"
     async with gateway(tmp_path, counter) as gw:
         assert gw.fake is not None
-        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "b"})]))
-        gw.fake.push(lambda body: "result: " + last_tool_result(body))
+        script_count(gw, "b")
         await gw.adapter.inject("count b", chat_id="-5", user_id="100", chat_type="group")
         await asked(gw)
         await gw.adapter.inject("/deny 1", chat_id="-5", user_id="200", chat_type="group")
@@ -84,14 +89,12 @@ async def test_an_admin_may_answer_and_no_answer_in_time_is_a_denial(tmp_path: P
     counter = tmp_path / "calls.txt"
     async with gateway(tmp_path, counter, approval_timeout_seconds=1) as gw:
         assert gw.fake is not None
-        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "c"})]))
-        gw.fake.push(lambda body: "result: " + last_tool_result(body))
+        script_count(gw, "c")
         await gw.adapter.inject("count c")
         await asked(gw)
         await gw.runner.drain()  # nobody answers
         assert "result: error: fake.count was not run: not approved in time" in gw.adapter.texts()
-        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "d"})]))
-        gw.fake.push(lambda body: "result: " + last_tool_result(body))
+        script_count(gw, "d")
         await gw.adapter.inject("count d", chat_id="-5", user_id="100", chat_type="group")
         await asked(gw, 2)
         await gw.adapter.inject("/approve 2", chat_id="-5", user_id="300", chat_type="group")  # an admin
@@ -126,8 +129,7 @@ async def test_telegram_inline_buttons_approve_through_the_real_adapter(tmp_path
             mcp={"servers": {"fake": server}},
         ) as gw:
             assert gw.fake is not None
-            gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "t"})]))
-            gw.fake.push(lambda body: "result: " + last_tool_result(body))
+            script_count(gw, "t")
             ann = FakeTelegram.user(42, "Ann", "ann")
             chat = telegram.private_chat(ann)
             telegram.push_message(chat, ann, "count t")
@@ -174,8 +176,7 @@ async def test_discord_buttons_approve_through_the_real_adapter(tmp_path: Path) 
         ) as gw:
             assert gw.fake is not None
             await wait_until(lambda: adapter.health().ready, 30)
-            gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__count", {"label": "d"})]))
-            gw.fake.push(lambda body: "result: " + last_tool_result(body))
+            script_count(gw, "d")
             ann = discord.user(42, "ann")
             await discord.user_says(600, ann, "count d")
             (held,) = await wait_until(lambda: [m for m in discord.sent if m["request"].get("components")], 30)

@@ -76,6 +76,7 @@ class TurnResult:
 
 
 EMPTY_REPLY_TEXT = "(The model returned an empty reply. Try asking again or rephrasing.)"
+TOOL_IMAGES = "(The images the tool calls above returned.)"
 
 
 def stopped_text(steps: int) -> str:
@@ -150,7 +151,8 @@ class Agent:
         conversation: list[dict[str, Any]] = [{"role": "system", "content": system}]
         conversation += [_wire(m) for m in earlier if m["role"] != "system"]
         conversation.append({"role": "user", "content": user_text})
-        schemas = self.tools.schemas() or None
+        await self.tools.ready()  # a server still listing its tools gets a few seconds
+        schemas = self.tools.schemas(ctx) or None
 
         while result.iterations < self.max_iterations:
             steered = _drain(steer)
@@ -181,15 +183,22 @@ class Agent:
                 return result
 
             step = [assistant]
+            images: list[dict[str, Any]] = []
             for call in calls:
                 function = call.get("function") or {}
                 name = function.get("name") or ""
                 if stream is not None:
                     await stream.tool(name)
-                output = await self.tools.call(name, function.get("arguments"), ctx)
-                step.append({"role": "tool", "tool_call_id": call["id"], "name": name, "content": output})
+                outcome = await self.tools.run(name, function.get("arguments"), ctx, call.get("id") or "")
+                message = {"role": "tool", "tool_call_id": call["id"], "name": name, "content": outcome.text}
+                if outcome.attachments:
+                    message["attachments"] = outcome.attachments  # kept with the message (the console shows them)
+                step.append(message)
+                images += outcome.image_parts
             await emit(*step)
             conversation.extend(_wire(m) for m in step)
+            if images:  # the chat API takes images in user messages only; this turn's model sees them
+                conversation.append({"role": "user", "content": [{"type": "text", "text": TOOL_IMAGES}, *images]})
 
         final = {"role": "assistant", "content": stopped_text(self.max_iterations), "finish_reason": "max_iterations"}
         await emit(final)

@@ -3,6 +3,11 @@
 The registry is the only thing the agent loop knows about tools. `ToolRegistry.call` never raises:
 whatever goes wrong (bad JSON from the model, an unknown tool, a handler bug) becomes an error
 string that is fed back to the model, so one broken tool call cannot kill a turn.
+
+Tools from outside the process (MCP servers, DESIGN §15) join the registry as a `ToolSource`: it
+offers its specs per turn (only to people allowed to use them) and answers with a `ToolOutcome`,
+the one result type of a tool call (text for the model and the store, images for a model that can
+see, files to keep). One cut rule (`cut_result`) bounds every result.
 """
 
 from __future__ import annotations
@@ -10,15 +15,45 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from gateway.source import SessionSource
 
 log = logging.getLogger(__name__)
 
 MAX_RESULT_CHARS = 50_000  # a tool result larger than this is cut: it would crowd out the context
+OK = "ok"  # a ToolOutcome that did not fail (the other outcomes: tools.mcp.results)
+
+
+def cut_result(text: str, max_chars: int = MAX_RESULT_CHARS) -> str:
+    """The one rule for a result too long for the context: cut, with a note saying how much went."""
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + f"\n[... cut: {len(text) - max_chars} more characters; the tool's result was longer]"
+
+
+@dataclass(frozen=True)
+class Attachment:
+    data: bytes
+    mime: str
+
+
+@dataclass
+class ToolOutcome:
+    """One tool call's result: `text` is the tool message's content for the model and the store."""
+
+    text: str
+    outcome: str = OK
+    server: str = ""
+    tool: str = ""
+    image_parts: list[dict[str, Any]] = field(default_factory=list)  # for the model, when it can see
+    attachments: list[Attachment] = field(default_factory=list)  # kept with the message
+
+    @property
+    def is_error(self) -> bool:
+        return self.outcome != OK
 
 
 @dataclass
@@ -32,9 +67,29 @@ class ToolContext:
     is_admin: bool = False
     single_owner: bool = False  # one person owns this install: they may see every session
     home: Path | None = None  # the chinwag home directory (MEMORY.md, USER.md live here)
+    inbox_id: int | None = None  # the turn's inbox entry: a ToolSource journals its calls under it
+    may_use_sources: bool = False  # the person may talk to the bot: a ToolSource's tools are offered
+    journaled: int = 0  # calls a ToolSource has journaled in this turn (the next one's position)
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+
+
+class ToolSource(Protocol):
+    """Tools the registry does not hold itself (MCP servers: gateway.runtime.mcp_calls)."""
+
+    def specs(self, ctx: ToolContext) -> list[dict[str, Any]]: ...
+
+    def handles(self, name: str) -> bool: ...
+
+    async def ready(self) -> None:
+        """Wait (briefly) for tools still being listed, before a turn's first model call."""
+
+    async def run(
+        self, name: str, raw_args: str | dict[str, Any] | None, ctx: ToolContext, call_id: str
+    ) -> ToolOutcome:
+        """Never raises but for cancellation."""
+        ...
 
 
 @dataclass
@@ -52,8 +107,9 @@ class Tool:
 
 
 class ToolRegistry:
-    def __init__(self, tools: list[Tool] | None = None) -> None:
+    def __init__(self, tools: list[Tool] | None = None, source: ToolSource | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        self.source = source
         for tool in tools or []:
             self.register(tool)
 
@@ -74,9 +130,22 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def schemas(self) -> list[dict[str, Any]]:
-        """The value for the OpenAI `tools` parameter."""
-        return [tool.schema() for tool in self._tools.values()]
+    def schemas(self, ctx: ToolContext | None = None) -> list[dict[str, Any]]:
+        """The value for the OpenAI `tools` parameter (with the source's, for a turn's `ctx`)."""
+        own = [tool.schema() for tool in self._tools.values()]
+        return own + (self.source.specs(ctx) if self.source is not None and ctx is not None else [])
+
+    async def ready(self) -> None:
+        if self.source is not None:
+            await self.source.ready()
+
+    async def run(
+        self, name: str, raw_args: str | dict[str, Any] | None, ctx: ToolContext, call_id: str
+    ) -> ToolOutcome:
+        """A call the model made, by whoever holds the tool; never raises but for cancellation."""
+        if name not in self._tools and self.source is not None and self.source.handles(name):
+            return await self.source.run(name, raw_args, ctx, call_id)
+        return ToolOutcome(await self.call(name, raw_args, ctx), tool=name)
 
     async def call(self, name: str, raw_args: str | dict[str, Any] | None, ctx: ToolContext) -> str:
         """Run a tool; any failure becomes an "error: ..." string for the model. Cancellation propagates."""
@@ -96,9 +165,7 @@ class ToolRegistry:
             return f"error: {name} failed: {type(exc).__name__}: {exc}"
         if not isinstance(result, str):
             result = json.dumps(result, ensure_ascii=False, default=str)
-        if len(result) > MAX_RESULT_CHARS:
-            result = result[:MAX_RESULT_CHARS] + f"\n[... cut: {len(result) - MAX_RESULT_CHARS} more characters]"
-        return result
+        return cut_result(result)
 
 
 def parse_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:

@@ -10,7 +10,10 @@ Over stdio each side has its own server process (a stdio server has one client),
 machine two processes differ by more than the gateway adds, so the run is split into `--rounds` of
 fresh processes; over HTTP both talk to the same server process. The call is `echo` with a short text: the server's own work is
 nil, so the difference is the gateway's part (argument parsing, the name lookup, the relay of the
-read stream, the timeout scope, the result conversion).
+read stream, the timeout scope, the result conversion). A third column is the whole path a turn
+takes (gateway.runtime.mcp_calls.McpCalls.run): the same call with the journal's two commits (the
+call `started` before it is sent, `done` with its result) on a real SQLite file in a temporary
+directory, with the storage's default durability (storage.synchronous: full).
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ import contextlib
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+from agent.tools import ToolContext
 from bench.stats import percentile
+from gateway.db import SessionDB
+from gateway.runtime.mcp_calls import McpCalls
 from tools.mcp import McpTools, mcp_settings_from
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,11 +74,28 @@ def server_config(transport: str, url: str | None) -> dict[str, Any]:
     return {"url": url}
 
 
+async def journaled(source: McpCalls, ctx: ToolContext, text: str) -> None:
+    outcome = await source.run("mcp__bench__echo", {"text": text}, ctx, "call")
+    assert outcome.text == text, outcome
+
+
 async def one_round(
-    transport: str, calls: int, url: str | None, direct_first: bool, gateway: list[float], direct: list[float]
+    transport: str,
+    calls: int,
+    url: str | None,
+    direct_first: bool,
+    gateway: list[float],
+    direct: list[float],
+    turn: list[float],
 ) -> None:
     tools = McpTools(mcp_settings_from({"servers": {"bench": server_config(transport, url)}}))
     async with contextlib.AsyncExitStack() as stack:
+        home = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        db = SessionDB(home / "state.db")
+        stack.callback(db.close)
+        entry = await db.ainbox_add("bench", "e1", "k", "{}", time.time())
+        source = McpCalls(tools, db)
+        ctx = ToolContext(session_id="s", inbox_id=entry, may_use_sources=True)
         if direct_first:  # which side's server starts first alternates by round, too
             session = await stack.enter_async_context(direct_session(transport, url))
         stack.push_async_callback(tools.close)
@@ -86,21 +110,25 @@ async def one_round(
                 d, g = await timed(session.call_tool("echo", {"text": text})), await timed(call(tools, text))
             else:
                 g, d = await timed(call(tools, text)), await timed(session.call_tool("echo", {"text": text}))
+            t = await timed(journaled(source, ctx, text))
             if i >= calls // 10:
                 gateway.append(g)
                 direct.append(d)
+                turn.append(t)
 
 
 async def compare(transport: str, calls: int, rounds: int, url: str | None) -> None:
     gateway: list[float] = []
     direct: list[float] = []
+    turn: list[float] = []
     for n in range(rounds):  # fresh processes each round: one server process's scheduling luck evens out
-        await one_round(transport, calls // rounds, url, n % 2 == 1, gateway, direct)
+        await one_round(transport, calls // rounds, url, n % 2 == 1, gateway, direct, turn)
     ms = 1000.0
     for label, q in (("p50", 0.5), ("p99", 0.99)):
-        g, d = percentile(gateway, q) * ms, percentile(direct, q) * ms
+        g, d, t = percentile(gateway, q) * ms, percentile(direct, q) * ms, percentile(turn, q) * ms
         print(
-            f"  {transport:5} {label}: McpTools {g:7.3f} ms   ClientSession {d:7.3f} ms   added {g - d:+7.3f} ms   ratio {g / d:5.2f}x"
+            f"  {transport:5} {label}: McpTools {g:7.3f} ms   ClientSession {d:7.3f} ms   added {g - d:+7.3f} ms   "
+            f"ratio {g / d:5.2f}x   journaled (a turn's call) {t:7.3f} ms, added {t - d:+7.3f} ms"
         )
     added = [g - d for g, d in zip(gateway, direct)]
     print(

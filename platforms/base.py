@@ -262,6 +262,11 @@ class PlatformAdapter(abc.ABC):
         return platform message ids. `key`: an idempotency key (`part_key`); a platform that takes
         one passes it, so a repeat of the send (after a crash) returns the first message."""
 
+    async def send_choice(self, source: SessionSource, text: str, choices: list[tuple[str, str]]) -> list[str]:
+        """Send a question with buttons, each (label, the command text a press sends back as the
+        presser's message, e.g. "/approve 3"). Default: the text alone (it names the commands)."""
+        return await self.send(source, text)
+
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         """Replace the text of a message the bot sent. Default: not supported (no-op)."""
 

@@ -353,6 +353,36 @@ async def check_endpoints(report: Report, config: Config, timeout: float) -> Non
         # sequential output order is nicer than interleaved; the checks are few
         for check in checks:
             await check
+    await check_mcp(report, config)
+
+
+async def check_mcp(report: Report, config: Config) -> None:
+    """Each enabled MCP server started (or reached) the way the daemon does, its tools listed,
+    then stopped; a server that does not come up within its timeout is reported with why."""
+    from tools.mcp import McpConfigError, McpTools, mcp_settings_from  # no SDK import: start() loads it
+
+    try:
+        mcp = mcp_settings_from(config.mcp)
+    except McpConfigError as exc:
+        report.fail(f"config: {exc}")
+        return
+    if not mcp.servers:
+        return
+    tools = McpTools(mcp, first_retry=3600)  # one attempt each: doctor reports, it does not retry
+    await tools.start()
+    try:
+        await tools.wait_ready(max((s.timeout_seconds for s in mcp.enabled_servers()), default=5.0))
+        for name, state in tools.states().items():
+            where = f"mcp.servers.{name} ({state.transport})"
+            if state.state == "disabled":
+                report.ok(f"{where}: disabled")
+            elif state.state == "ready":
+                listed = ", ".join(state.tool_names) or "none offered"
+                report.ok(f"{where}: {state.tools} tool(s): {listed}")
+            else:
+                report.fail(f"{where}: {state.state}" + (f": {state.error}" if state.error else ""))
+    finally:
+        await tools.close()
 
 
 async def _request(http: aiohttp.ClientSession, method: str, url: str, **kwargs: Any) -> tuple[int, Any]:

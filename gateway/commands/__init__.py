@@ -63,6 +63,11 @@ COMMANDS: dict[str, Command] = {
         Command(
             "whoami", "/whoami", "who you are here, the session key and reset policy", basic.cmd_whoami, immediate=True
         ),
+        Command("tools", "/tools", "the tools the assistant may use here", basic.cmd_tools, immediate=True),
+        Command(
+            "approve", "/approve [id]", "let the assistant run the tool it asked about", basic.cmd_approve, at_once=True
+        ),
+        Command("deny", "/deny [id]", "refuse the tool call the assistant asked about", basic.cmd_deny, at_once=True),
         Command("help", "/help", "this list", cmd_help, immediate=True),
     )
 }

@@ -1,4 +1,5 @@
-"""The commands about the current conversation: /title /undo /retry /compress /status /whoami /stop.
+"""The commands about the current conversation: /title /undo /retry /compress /status /whoami /stop,
+and the agent's tools: /tools /approve /deny.
 
 (/help lists the table, so it lives with the table in gateway.commands.) Each handler takes a
 `CommandContext` and returns the reply text, or None when it has nothing to send.
@@ -20,6 +21,18 @@ MAX_UNDO = 50
 async def cmd_stop(ctx: CommandContext) -> str:
     # Normally handled on arrival by the runner (never queued); this path runs when idle.
     return await ctx.services.stop_chat(ctx.key)
+
+
+async def cmd_approve(ctx: CommandContext) -> str:
+    return ctx.services.answer_approval(ctx.msg, True, ctx.args)
+
+
+async def cmd_deny(ctx: CommandContext) -> str:
+    return ctx.services.answer_approval(ctx.msg, False, ctx.args)
+
+
+async def cmd_tools(ctx: CommandContext) -> str:
+    return "Tools the assistant may use here:\n" + "\n".join(ctx.services.tool_lines(ctx.msg))
 
 
 async def cmd_title(ctx: CommandContext) -> str:

@@ -77,6 +77,14 @@ class ChatServices(Protocol):
         """Summarise the session into a child and move the chat there; the text to send."""
         ...
 
+    def answer_approval(self, msg: InboundMessage, approve: bool, args: str) -> str:
+        """/approve or /deny: decide a tool call a turn in this chat waits on; says what was done."""
+        ...
+
+    def tool_lines(self, msg: InboundMessage) -> list[str]:
+        """What the agent may use for this person, one line each (approval marked)."""
+        ...
+
     async def stop_chat(self, key: str) -> str:
         """Cancel the chat's running job and drop what waits; says what was done."""
         ...
@@ -139,6 +147,7 @@ class Command:
     help: str
     handler: Handler
     immediate: bool = False  # read-only: answered at once even while a turn runs
+    at_once: bool = False  # answered on arrival, never queued: it answers the running turn (/approve)
 
 
 def ascii_number(text: str) -> int | None:

@@ -154,6 +154,7 @@ def parse_config(
         home=home,
         **_sections(out, env),
         platforms=platforms,
+        mcp=out["mcp"] or {},
         written=written,
         path=path,
         warnings=tuple(warnings),

@@ -97,8 +97,9 @@ def build(section_class: type, values: Mapping[str, Any]) -> Any:
     return section_class(**kwargs)
 
 
-# The two top-level keys that are not sections: home (resolved to a Path) and platforms (below).
-_TOP_LEVEL = {"home": Field("str", ""), "platforms": Field("dict")}
+# The top-level keys that are not sections: home (resolved to a Path), platforms (below) and mcp
+# (read by tools.mcp.settings, whose dataclasses declare its keys).
+_TOP_LEVEL = {"home": Field("str", ""), "platforms": Field("dict"), "mcp": Field("dict")}
 SCHEMA: dict[str, Any] = {
     f.name: fields_of(f.metadata["section"]) if "section" in f.metadata else _TOP_LEVEL[f.name]
     for f in dataclasses.fields(Config)

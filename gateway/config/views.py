@@ -73,6 +73,9 @@ class Config:
     media: MediaConfig = section(MediaConfig)
     transcription: TranscriptionConfig = section(TranscriptionConfig)
     embeddings: EmbeddingsConfig = section(EmbeddingsConfig)
+    # the `mcp` section as written (${VAR} substituted): tools.mcp.settings declares its keys and
+    # reads it (mcp_settings_from); the app does at start, `chinwag doctor` too
+    mcp: dict[str, Any] = field(default_factory=dict)
     # name -> full section (defaults filled), every known platform
     platforms: dict[str, dict[str, Any]] = field(default_factory=dict)
     http: HttpConfig = section(HttpConfig)

@@ -11,12 +11,14 @@ told; nothing else about the message is lost.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.tools import Attachment as ToolFile
 from agent.transcribe import Transcriber, TranscriptionFailed
 from gateway.storage.media import AttachmentRow, MediaStore, MediaTooLarge, StoredFile
 from platforms.base import Attachment
@@ -120,6 +122,20 @@ class MediaIntake:
                 )
                 return f"[{described}]\n{cut}{more}"
         return f"[{described}]"
+
+    async def keep(self, files: list[ToolFile]) -> list[AttachmentRow]:
+        """Files a tool returned (an MCP server's images), stored under home/media/ so the console
+        shows them with the tool's message; one over media.max_bytes is named only."""
+        rows = []
+        for file in files:
+            kind = "image" if file.mime.startswith("image/") else "file"
+            try:
+                stored = await asyncio.to_thread(self.store.save_bytes, file.data)
+            except MediaTooLarge:
+                rows.append(AttachmentRow(kind, file.mime, len(file.data), None, None))
+                continue
+            rows.append(AttachmentRow(kind, file.mime, stored.size, stored.sha256, None))
+        return rows
 
     async def _transcript(self, att: Attachment, stored: StoredFile, received: Received) -> str:
         if self.transcriber is None:

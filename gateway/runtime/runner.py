@@ -38,6 +38,7 @@ from gateway.commands.sessions import resume_choices
 from gateway.config.load import Config
 from gateway.db import StorageFace
 from gateway.errors import LeaseLost
+from gateway.runtime.approvals import Approvals
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.intake import intake_for
 from gateway.runtime.lanes import ChatLane, Job
@@ -50,6 +51,7 @@ from gateway.source import InvalidSessionSource, Platform, SessionSource
 from gateway.storage import fence
 from gateway.text import valid_text
 from platforms.base import AdapterHealth, InboundMessage, PlatformAdapter
+from tools.mcp import McpTools
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +82,12 @@ class GatewayRunner:
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
         ops_url: Callable[[], str | None] = lambda: None,
+        approvals: Approvals | None = None,
+        mcp: McpTools | None = None,
     ) -> None:
         self.config = config
+        self.approvals = approvals  # tool calls waiting for /approve (gateway.runtime.approvals)
+        self.mcp = mcp
         self.db = db
         self.store = store
         self.outbound = outbound
@@ -315,6 +321,10 @@ class GatewayRunner:
                 await self.reply(msg, await self._stop_lane(lane, msg.source))
             return None
         spec = COMMANDS.get(command.name)
+        if spec is not None and spec.at_once:
+            with self._fenced(lane.key):
+                await self._run_command(lane, msg, command)
+            return None
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
             with self._fenced(lane.key):  # the task takes the fence with it
                 self.spawn(self._run_command(lane, msg, command))
@@ -387,6 +397,20 @@ class GatewayRunner:
             stored = None
         shown = json.loads(row.get("reply_ids") or "[]")
         await self.turns.run(lane, msg, entry, msg.text, stored=stored, shown=shown)
+
+    def answer_approval(self, msg: InboundMessage, approve: bool, args: str) -> str:
+        if self.approvals is None:
+            return "Nothing is waiting for your approval here."
+        return self.approvals.answer(msg.source, self.access.is_admin(msg.source), approve, args)
+
+    def tool_lines(self, msg: InboundMessage) -> list[str]:
+        registry = getattr(self.factory, "tools", None)  # a test's factory may bring no registry
+        lines = [f"{name} (built in)" for name in (registry.names() if registry is not None else [])]
+        if self.mcp is not None and self.access.check(msg.source, mentioned=True).allowed:
+            for tool in self.mcp.tools():
+                asks = " — asks you first" if tool.requires_approval else ""
+                lines.append(f"{tool.server}.{tool.tool}: {_excerpt(tool.description)}{asks}")
+        return lines
 
     async def notify(self, lane: ChatLane, msg: InboundMessage, text: str) -> None:
         await self.send(msg, text)

@@ -161,11 +161,13 @@ class TurnRecorder:
         received: Received | None,
         stream: ReplyStream | None = None,
         stored: int | None = None,
+        media: MediaIntake | None = None,  # keeps the files a tool returned
     ) -> None:
         self.db, self.outbox, self.conversations, self.clock = db, outbox, conversations, clock
         self.lane, self.msg, self.session_id, self.received = lane, msg, session_id, received
         self.stream = stream  # its messages so far go into the outbox row with the answer
         self.stored = stored  # the person's message, stored by a run of this turn a crash cut short
+        self.media = media
         self.answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
         self.committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
         self.user_message_id: int | None = None  # the person's message as this turn stored it
@@ -194,6 +196,8 @@ class TurnRecorder:
             fields["user_id"] = origin.source.person_id
             fields["platform_message_id"] = origin.message_id or None
             after = Inbox.started(origin)  # its inbox entry is started in the same transaction
+        elif message["role"] == "tool" and message.get("attachments") and self.media is not None:
+            attachments = await self.media.keep(message["attachments"])
         elif message["role"] == "assistant" and not message.get("tool_calls"):
             # The answer: its reply is committed with it, and its inbox entries are done.
             text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
@@ -303,7 +307,9 @@ class TurnRunner:
         # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
         warm = self.conversations
         stream = self._stream(msg, lane.key, shown or [])
-        record = TurnRecorder(self.db, self.outbox, warm, self.clock, lane, msg, session_id, received, stream, stored)
+        record = TurnRecorder(
+            self.db, self.outbox, warm, self.clock, lane, msg, session_id, received, stream, stored, self.media
+        )
         feed = ReplyFeed(stream, tool_status=self.tool_status) if stream is not None else None
         typing = _Typing(self.outbound.send_typing, msg.source, stream.first_shown if stream is not None else None)
         try:
@@ -405,6 +411,9 @@ class TurnRunner:
             is_admin=self.access.is_admin(msg.source),
             single_owner=self.single_owner,
             home=self.config.home,
+            inbox_id=msg.inbox_id,
+            # a person allowed to talk to the bot (addressed or not): the tools of MCP servers are theirs
+            may_use_sources=self.access.check(msg.source, mentioned=True).allowed,
         )
 
     async def _reply(

@@ -40,8 +40,10 @@ from gateway.recall.index import BackgroundIndexer
 from gateway.recall.index import stats as index_stats
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, model_settings
+from gateway.runtime.approvals import Approvals, ask_with
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.leases import ChatLeases, SharedLeases
+from gateway.runtime.mcp_calls import McpCalls
 from gateway.runtime.media import MediaIntake, vision_enabled
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.reply_feed import streaming_enabled, tool_status_enabled
@@ -58,6 +60,7 @@ from gateway.sessions.store import SessionStore
 from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
+from tools.mcp import McpConfigError, McpTools, mcp_settings_from
 from tools.memory import note_place
 
 log = logging.getLogger(__name__)
@@ -130,6 +133,7 @@ class App:
     # Lines meant for the person at the console (the CLI prints them), not for the log.
     announce: Callable[[str], None] | None = None
     indexer: BackgroundIndexer | None = None  # window vectors for recall, when `embeddings` is configured
+    mcp: McpTools | None = None  # the agent's tools from MCP servers (DESIGN §15)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _closed: bool = False
     _previous_embedder: Any = None
@@ -158,6 +162,8 @@ class App:
             if self.ops.requested_port == 0 and self.announce is not None:  # picked now: say where
                 self.announce(f"chinwag: ops http on {self.ops.url} (/healthz, /readyz, /metrics)")
         tune_gc()  # a process-wide choice: made here, where the process is assembled
+        if self.mcp is not None:
+            await self.mcp.start()  # returns at once: each server connects in its own task
         await self.runner.start()
         storage = self.config.storage
         self.maintenance = Maintenance(
@@ -182,6 +188,8 @@ class App:
         finally:
             if self.maintenance is not None:
                 await self.maintenance.stop()
+            if self.mcp is not None:
+                await self.mcp.close()
             if self.ops is not None:
                 await self.ops.stop()
             if self.indexer is not None:
@@ -263,14 +271,20 @@ def build_runner(
     leases: ChatLeases | None = None,
     cache: AgentCache | None = None,
     ops_url: Callable[[], str | None] = lambda: None,
+    mcp: McpTools | None = None,
 ) -> GatewayRunner:
     """The runtime over an open DB and store: access rules, the agent factory and cache, the
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
     `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it).
     `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all).
     `cache`: the agent cache whose running turns the store must not reset under (build_agent_cache);
-    `ops_url`: the ops HTTP server's address once it listens (/status shows it)."""
+    `ops_url`: the ops HTTP server's address once it listens (/status shows it); `mcp`: the MCP
+    servers' tools, offered to the agents the factory builds (journaled through `db`)."""
     model = model_settings(config.model)
+    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
+    outbound = Outbound(adapters, metrics, streaming=streaming)
+    approvals = Approvals(mcp.settings.approval_timeout_seconds, ask_with(outbound.adapter)) if mcp else None
+    source = McpCalls(mcp, db, metrics, approvals) if mcp is not None else None
     factory = agent_factory or AgentFactory(
         model,
         config.home,
@@ -282,13 +296,12 @@ def build_runner(
         memory=config.memory,
         recall=config.recall,
         observe=metrics.observe if metrics is not None else None,  # the agent's searches: search_seconds
+        tool_source=source,
     )
     cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
-    # Replicas stream too: drafts only while the lease is known held, the final text after the
-    # fenced commit (gateway.runtime.leases).
-    streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
-    outbound = Outbound(adapters, metrics, streaming=streaming)
+    # Replicas stream too (outbound, above): drafts only while the lease is known held, the final
+    # text after the fenced commit (gateway.runtime.leases).
     outbox = Outbox(db, outbound.adapters, metrics, leases)
     turns = TurnRunner(
         cache=cache,
@@ -307,7 +320,19 @@ def build_runner(
     )
     inbox = Inbox(db, leases)
     return GatewayRunner(
-        config, db, store, outbound, turns, access, inbox, outbox, clock=clock, metrics=metrics, ops_url=ops_url
+        config,
+        db,
+        store,
+        outbound,
+        turns,
+        access,
+        inbox,
+        outbox,
+        clock=clock,
+        metrics=metrics,
+        ops_url=ops_url,
+        approvals=approvals,
+        mcp=mcp,
     )
 
 
@@ -316,6 +341,17 @@ def build_agent_cache(config: Config, clock: Callable[[], float] = time.time) ->
     limits = config.gateway.agent_cache
     ttl = limits.idle_ttl_minutes * 60 if limits.idle_ttl_minutes > 0 else math.inf
     return AgentCache(limits.max_agents, ttl, clock=clock)
+
+
+def build_mcp(config: Config) -> McpTools:
+    """The MCP servers' tools (`mcp` read and checked by tools.mcp.settings: a wrong key stops the
+    start, named); nothing is started here (App.start does)."""
+    try:
+        settings = mcp_settings_from(config.mcp)
+    except McpConfigError as exc:
+        where = f"{config.path}: " if config.path else ""
+        raise AppError(f"{where}{exc}") from None
+    return McpTools(settings, vision=vision_enabled(config.model.vision, config.model.name))
 
 
 def build_media_intake(config: Config) -> MediaIntake:
@@ -392,11 +428,12 @@ def build_app(
             opened.callback(files.close)
             files.reconcile()  # the DB wins; Mirrors logs what it fixed
         cache = build_agent_cache(config, clock)
+        mcp = build_mcp(config)
         # A session with a turn running is "busy": the store does not reset it under the turn.
         store = build_store(config, db, policies, clock, is_busy=cache.is_running)
         metrics = Metrics()
         use_http = config.http.enabled if http is None else http
-        ops = _build_ops(config, adapters, metrics, db) if use_http else None
+        ops = _build_ops(config, adapters, metrics, db, mcp) if use_http else None
         runner = build_runner(
             config,
             db,
@@ -410,13 +447,14 @@ def build_app(
             leases=SharedLeases(db, config.storage.postgres_dsn) if on_postgres else None,
             cache=cache,
             ops_url=functools.partial(_listening_url, ops),
+            mcp=mcp,
         )
         opened.pop_all()
     # Replicas share one backlog: the leading one polls, since the others' commits wake nothing here.
     poll = EMBED_POLL_SECONDS if on_postgres else None
     indexer = BackgroundIndexer(db, embedder, poll_seconds=poll) if embedder is not None else None
     _gauges(metrics, runner, db, files, indexer)
-    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer)
+    return App(config, home, db, files, store, adapters, runner, metrics, ops, indexer=indexer, mcp=mcp)
 
 
 def _gauges(
@@ -447,7 +485,9 @@ def _open_db(config: Config, path: Path) -> StorageFace:
         ) from None
 
 
-def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: StorageFace) -> OpsServer:
+def _build_ops(
+    config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: StorageFace, mcp: McpTools
+) -> OpsServer:
     """The ops HTTP server: probes, metrics, the console and the adapters' webhooks."""
     webhooks: dict[str, Any] = {}
     for adapter in adapters:
@@ -464,6 +504,7 @@ def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics
         db=db,
         media=MediaStore(config.home / "media", config.media.max_bytes),
         console_token=config.http.console_token or None,
+        tool_servers=mcp.states if mcp.settings.servers else None,
     )
 
 

@@ -5,7 +5,8 @@
   the JSON body lists each adapter and says why the database is not ready. The database check is a
   read of the schema version with a 2 s bound (on Postgres through the pool, so a replica whose
   server is gone or unreachable leaves the load balancer's rotation instead of taking webhooks it
-  cannot store).
+  cannot store). Each MCP server's state is listed too (`mcp`), not required for ready: a
+  down tool server degrades answers, not the gateway.
 - `GET /metrics`  — Prometheus text format (gateway.service.metrics).
 - `POST /webhooks/<platform>` — the handlers adapters expose via `webhook_handlers()`.
 - `/console/`, `/api/v1/` — the web console and its JSON API (gateway.console), when given a DB.
@@ -74,6 +75,13 @@ async def check_database(db: StorageFace, timeout: float = DB_CHECK_SECONDS) -> 
     return {"ready": True, "backend": backend, "schema_version": version}
 
 
+def _tool_server(state: Any) -> dict[str, Any]:
+    out = {"state": state.state, "transport": state.transport, "tools": state.tools, "restarts": state.restarts}
+    if state.error:
+        out["error"] = state.error
+    return out
+
+
 class OpsServer:
     def __init__(
         self,
@@ -86,6 +94,7 @@ class OpsServer:
         db: StorageFace | None = None,
         console_token: str | None = None,
         media: MediaStore | None = None,
+        tool_servers: Callable[[], Mapping[str, Any]] | None = None,
     ) -> None:
         self.host = host
         self.requested_port = port
@@ -96,6 +105,7 @@ class OpsServer:
         self.db = db  # the console is served when there is a DB to show
         self.console_token = console_token
         self.media = media  # the attachments' files the console serves
+        self.tool_servers = tool_servers  # name -> state of each MCP server (tools.mcp.ServerState)
         self.started_at = time.monotonic()
         self._runner: web.AppRunner | None = None
 
@@ -179,6 +189,8 @@ class OpsServer:
             return web.json_response({"ready": False, "detail": f"readiness check failed: {exc}"}, status=503)
         database = await check_database(self.db) if self.db is not None else None
         ready, body = readiness_report(health, database=database)
+        if self.tool_servers is not None:
+            body["mcp"] = {name: _tool_server(state) for name, state in self.tool_servers().items()}
         return web.json_response(body, status=200 if ready else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -51,6 +51,8 @@ KNOWN: dict[str, tuple[str, str]] = {
     "outbox_backlog": ("gauge", "Replies committed and not yet delivered to their platform."),
     "reruns_total": ("counter", "Turns cut short by a crash and run again after start, by platform."),
     "interrupted_turns_total": ("counter", "Turns cut short by a crash and reported (interrupted_turns: notify)."),
+    "tool_calls_total": ("counter", "Agent tool calls to MCP servers, by server, tool and outcome."),
+    "tool_seconds": ("histogram", "Wall time of one MCP tool call (the server's answer), seconds."),
     "embedding_backlog": ("gauge", "Messages recall's background indexer has not embedded yet (embeddings on)."),
     "embedding_failures": ("gauge", "Consecutive failed embedding steps (0 when the indexer is keeping up)."),
 }

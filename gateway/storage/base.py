@@ -18,7 +18,7 @@ import asyncio
 from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from gateway.errors import UnknownSession
-from gateway.storage import fence, inbox, media, outbox, queries, retention, rows, search, transfer
+from gateway.storage import fence, inbox, media, outbox, queries, retention, rows, search, tool_calls, transfer
 from gateway.storage.conn import Conn, Dialect
 from gateway.storage.events import CommitEvent, Events
 from gateway.storage.media import AttachmentRow
@@ -326,6 +326,31 @@ class StorageFace:
     async def ainbox_reply_ids(self, entry_id: int, platform_ids: list[str]) -> None:
         with fence.unfenced():  # the messages were sent: their ids are worth keeping whoever holds the chat
             await self.awrite(lambda conn, events: inbox.record_reply_ids(conn, entry_id, list(platform_ids)))
+
+    # -- the tool-call journal (gateway/storage/tool_calls.py, DESIGN §15) -----------------------
+    async def atool_call_start(
+        self, inbox_id: int, position: int, call_id: str, server: str, tool: str, arguments: str
+    ) -> None:
+        """Committed before the call is sent (fenced by the turn's scope)."""
+        await self.awrite(
+            lambda conn, events: tool_calls.start(conn, inbox_id, position, call_id, server, tool, arguments)
+        )
+
+    async def atool_call_finish(
+        self, inbox_id: int, position: int, result: str, outcome: str, approval: str | None = None
+    ) -> None:
+        # Not fenced: the call has run; refusing its record would only make the chat's next holder
+        # see it in flight and call it again or call it lost (as aoutbox_record, for a sent reply).
+        with fence.unfenced():
+            await self.awrite(
+                lambda conn, events: tool_calls.finish(conn, inbox_id, position, result, outcome, approval)
+            )
+
+    def tool_call(self, inbox_id: int, position: int) -> dict | None:
+        return self._point(lambda conn: tool_calls.find(conn, inbox_id, position))
+
+    def tool_calls_of(self, inbox_id: int) -> list[dict]:
+        return self._point(lambda conn: tool_calls.of_entry(conn, inbox_id))
 
     def message_session(self, message_id: int) -> str | None:
         return self._point(lambda conn: queries.message_session(conn, int(message_id)))

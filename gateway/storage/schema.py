@@ -371,6 +371,24 @@ MIGRATIONS: list[Migration] = [
     ALTER TABLE outbox ADD COLUMN sending INTEGER;
     ALTER TABLE inbox ADD COLUMN reply_ids TEXT;
     """,
+    # v11 -> v12: the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
+    """
+    CREATE TABLE tool_calls (
+        inbox_id INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        call_id TEXT NOT NULL,
+        server TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        state TEXT NOT NULL,
+        result TEXT,
+        outcome TEXT,
+        approval TEXT,
+        started_at REAL NOT NULL,
+        done_at REAL,
+        PRIMARY KEY (inbox_id, position)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

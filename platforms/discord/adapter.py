@@ -55,7 +55,7 @@ from platforms.base import (
 )
 from platforms.discord.settings import DiscordSettings
 from platforms.discord.slash import EPHEMERAL as _EPHEMERAL
-from platforms.discord.slash import InteractionAnswer, build_tree, command_message
+from platforms.discord.slash import InteractionAnswer, build_tree, command_message, interaction_source
 from platforms.edited_reply import EditedReply
 from platforms.helpers import Backoff, Watchdog, cancel_and_wait
 from platforms.settings import settings_from
@@ -178,6 +178,10 @@ class _Client(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         await self.adapter._handle(message)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        if interaction.type == discord.InteractionType.component:  # slash commands go through the tree
+            await self.adapter._press(interaction)
 
     async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
         log.exception("discord event handler %s failed; event skipped", event_method)
@@ -413,6 +417,23 @@ class DiscordAdapter(PlatformAdapter):
         if self._on_message is not None:
             await self._on_message(command_message(interaction, name, args, answer))
 
+    async def _press(self, interaction: discord.Interaction) -> None:
+        """A press on one of the bot's buttons (`send_choice`): the presser's message of the
+        button's command ("/approve 3"), acknowledged at once without changing the message."""
+        self.mark_alive()
+        data: dict[str, Any] = dict(interaction.data or {})
+        command = str(data.get("custom_id") or "")
+        try:
+            await interaction.response.defer()
+        except discord.HTTPException as exc:
+            log.warning("discord: could not acknowledge a button press (%s); skipped", exc.status)
+            return
+        if command.startswith("/") and self._on_message is not None:
+            source = interaction_source(interaction)
+            await self._on_message(
+                InboundMessage(source=source, text=command, message_id=f"press:{interaction.id}", mentioned=True)
+            )
+
     # -- inbound -----------------------------------------------------------------------------
     async def _handle(self, message: discord.Message) -> bool:
         """Hand `message` to the gateway; True if it was one to take in (the gateway may still
@@ -602,6 +623,20 @@ class DiscordAdapter(PlatformAdapter):
             self._sent_ids.put(sent.id, True)
             ids.append(str(sent.id))
         return ids
+
+    async def send_choice(self, source: SessionSource, text: str, choices: list[tuple[str, str]]) -> list[str]:
+        """The question with buttons (message components); a press arrives as a component
+        interaction (`_press`). The view is not kept: presses are read from their custom_id."""
+        view = discord.ui.View(timeout=None)
+        for label, command in choices:
+            view.add_item(discord.ui.Button(label=label, custom_id=command[:100]))
+        channel = self._channel(source)
+        try:
+            sent = await channel.send(content=text[:DISCORD_LIMIT], view=view)
+        except discord.HTTPException as exc:
+            raise RuntimeError(f"discord send to {channel.id} failed: {exc.status} {exc.text}") from exc
+        self._sent_ids.put(sent.id, True)
+        return [str(sent.id)]
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         if self.message_length(text) > DISCORD_LIMIT:

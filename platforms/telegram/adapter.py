@@ -22,7 +22,7 @@ import warnings
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
 from aiohttp import web
-from telegram import BotCommand, ReplyParameters, Update
+from telegram import BotCommand, InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import (
     BadRequest,
@@ -85,6 +85,7 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _SECRET_OK = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _COMMAND_OK = re.compile(r"^[a-z0-9_]{1,32}$")
 T = TypeVar("T")
+UPDATES = ["message", "callback_query"]  # messages, and presses on the bot's buttons (approvals)
 # Connections to the Bot API. The SDK's default is 256, and httpcore's pool walks every connection,
 # and for each idle one counts all of them, on each request: with 200 chats answered at once (a
 # webhook `chinwag run`, instant model) 256 cost 14.4-18.6 ms of CPU per message and 39-45 msg/s,
@@ -249,9 +250,7 @@ class TelegramAdapter(PlatformAdapter):
             # a webhook left behind by an earlier deployment makes getUpdates fail with 409
             await self.bot.delete_webhook(drop_pending_updates=False)
         else:
-            await self.bot.set_webhook(
-                url=self.webhook_url, secret_token=self.secret_token, allowed_updates=["message"]
-            )
+            await self.bot.set_webhook(url=self.webhook_url, secret_token=self.secret_token, allowed_updates=UPDATES)
         if self._commands:
             await self._push_commands()
 
@@ -359,7 +358,7 @@ class TelegramAdapter(PlatformAdapter):
         parse each update on its own (malformed ones are then logged and skipped)."""
         try:
             updates = await self.bot.get_updates(
-                offset=self._offset, timeout=self.poll_timeout, allowed_updates=["message"]
+                offset=self._offset, timeout=self.poll_timeout, allowed_updates=UPDATES
             )
             return [(u.update_id, u.to_dict()) for u in updates]
         except TelegramError:
@@ -450,12 +449,19 @@ class TelegramAdapter(PlatformAdapter):
         try:
             update = Update.de_json(raw, self.bot)
             inbound = update_to_inbound(update, raw, self._bot_id, self._bot_username, self._fetch_file)
+            if update.callback_query is not None:  # the button stops spinning once answered
+                self._answer_press(update.callback_query.id)
         except Exception as exc:
             log.warning("telegram: skipping malformed update %s (%s)", raw.get("update_id"), brief(exc))
             return None
         if inbound is None:
             log.debug("telegram: update %s carries no user text; skipped", raw.get("update_id"))
         return inbound
+
+    def _answer_press(self, query_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._call(lambda: self.bot.answer_callback_query(query_id)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def reopen(self, msg: InboundMessage, attachment: Attachment) -> Callable[[], AsyncIterator[bytes]] | None:
         file_id = attachment.platform_file_id
@@ -526,6 +532,17 @@ class TelegramAdapter(PlatformAdapter):
             moved = SessionSource(**{**source.to_dict(), "chat_id": str(exc.new_chat_id)})
             return await self._send_chunk(moved, chunk, None, markup=markup, flood_raises=flood_raises)
         return message_key(msg.chat_id, msg.message_id)
+
+    async def send_choice(self, source: SessionSource, text: str, choices: list[tuple[str, str]]) -> list[str]:
+        """The question with an inline keyboard: a press comes back as a callback query, which
+        `update_to_inbound` reads as the presser's message of the button's command."""
+        kwargs: dict[str, Any] = {}
+        if source.chat_type == "forum" and source.thread_id:
+            kwargs["message_thread_id"] = int(source.thread_id)
+        keyboard = InlineKeyboardMarkup([[InlineKeyboardButton(label, callback_data=data) for label, data in choices]])
+        chat_id = chat_id_param(source.chat_id)
+        msg = await self._call(lambda: self.bot.send_message(chat_id, text, reply_markup=keyboard, **kwargs))
+        return [message_key(msg.chat_id, msg.message_id)]
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         chunks = self.split(text) or [text]

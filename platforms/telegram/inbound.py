@@ -48,7 +48,11 @@ def update_to_inbound(
     fetch: FetchFile | None = None,
 ) -> InboundMessage | None:
     """Map one update to an InboundMessage, or None for updates that carry neither text nor a
-    file (edits, channel posts, service messages, stickers...). With files, the caption is the text."""
+    file (edits, channel posts, service messages, stickers...). With files, the caption is the text.
+    A press on one of the bot's inline buttons is the presser's message of the button's data (the
+    command it stands for: "/approve 3"), in the chat of the message that holds the button."""
+    if update.callback_query is not None:
+        return _button_press(update, raw)
     msg = update.message
     if msg is None:
         return None
@@ -108,6 +112,28 @@ def update_to_inbound(
         raw=raw,
         attachments=attachments,
     )
+
+
+def _button_press(update: Update, raw: dict[str, Any]) -> InboundMessage | None:
+    query = update.callback_query
+    held = query.message if query is not None else None
+    if query is None or not query.data or held is None or held.chat.type not in _CHAT_TYPES:
+        return None  # a button of an inline-mode message, or one older than 48 h: no chat to answer in
+    chat = held.chat
+    user = query.from_user
+    forum = chat.type == "supergroup" and bool(chat.is_forum)
+    thread = getattr(held, "message_thread_id", None) if forum else None
+    source = SessionSource(
+        platform=Platform.TELEGRAM,
+        chat_id=str(chat.id),
+        chat_type="forum" if forum else _CHAT_TYPES[chat.type],
+        user_id=str(user.id),
+        user_name=user.full_name or user.username,
+        thread_id=str(thread) if thread else None,
+        chat_name=chat.title or chat.full_name,
+    )
+    # the press's own id is its event id (a redelivered update is the same press)
+    return InboundMessage(source=source, text=query.data, message_id=f"press:{query.id}", mentioned=True, raw=raw)
 
 
 def message_attachments(msg: Message, fetch: FetchFile | None) -> list[Attachment]:

@@ -377,7 +377,9 @@ async def test_registry_schemas_duplicates_and_result_cap():
     }
     assert registry.names() == ["add", "big", "obj"] and "add" in registry and len(registry) == 3
     out = await registry.call("big", None, ctx())
-    assert len(out) < MAX_RESULT_CHARS + 100 and out.endswith("[... cut: 10 more characters]")
+    assert len(out) < MAX_RESULT_CHARS + 100 and out.endswith(
+        "[... cut: 10 more characters; the tool's result was longer]"
+    )
     assert json.loads(await registry.call("obj", "", ctx())) == {"ok": True}
     assert await registry.call("add", {"a": 1, "b": 2}, ctx()) == "3"
 

@@ -16,6 +16,7 @@ from gateway.config.load import (
     parse_config,
 )
 from tests.fakes.expect import assert_all_in
+from tools.mcp import McpConfigError, mcp_settings_from
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,6 +174,28 @@ def test_reset_section_uses_the_store_rules(tmp_path: Path) -> None:
     assert policies.default.mode == "daily"
     assert policies.by_platform["telegram"].mode == "idle"
     assert policies.by_platform["telegram"].timezone == "Europe/Berlin"  # inherits what it does not set
+
+
+def test_mcp_section_is_substituted_here_and_read_by_its_own_reader(tmp_path: Path) -> None:
+    text = (
+        "mcp:\n  max_result_chars: 1000\n  servers:\n"
+        "    files: {command: python, args: [-m, srv], env: {TOKEN: '${FILES_TOKEN}'}}\n"
+        "    orders: {url: 'http://127.0.0.1:9/mcp', require_approval: [cancel_order], idempotent: true}\n"
+    )
+    config = load_config(write(tmp_path, text), env={"FILES_TOKEN": "s3cret"})
+    mcp = mcp_settings_from(config.mcp)
+    files, orders = mcp.servers
+    assert (files.command, files.args, dict(files.env)) == ("python", ("-m", "srv"), {"TOKEN": "s3cret"})
+    assert orders.needs_approval("cancel_order") and not orders.needs_approval("list_orders") and orders.idempotent
+    assert (mcp.max_result_chars, mcp.approval_timeout_seconds) == (1000, 300)
+    assert "s3cret" not in repr(mcp)
+    assert load_config(write(tmp_path, ""), env={}).mcp == {}
+    problems = problems_of(tmp_path, "mcp:\n  servers:\n    files: {command: x, env: {A: '${NOPE}'}}\n")
+    assert "mcp.servers.files.env.A: environment variable NOPE is not set" in problems[0]
+    with pytest.raises(McpConfigError, match=r"mcp\.servers\.files\.timeout_seconds: must be above 0"):
+        mcp_settings_from(
+            load_config(write(tmp_path, "mcp: {servers: {files: {command: x, timeout_seconds: 0}}}\n"), env={}).mcp
+        )
 
 
 def test_invalid_yaml_and_wrong_top_level(tmp_path: Path) -> None:

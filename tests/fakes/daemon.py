@@ -41,6 +41,7 @@ class Daemon:
         llm: FakeOpenAI,
         platforms: Callable[[int], dict[str, Any]],
         storage: dict[str, Any] | None = None,
+        mcp: dict[str, Any] | None = None,
         **gateway: object,
     ) -> None:
         self.port = free_port()
@@ -53,6 +54,8 @@ class Daemon:
         }
         if storage is not None:  # e.g. {"backend": "postgres", "postgres": {"dsn": ...}}: replicas
             config["storage"] = storage
+        if mcp is not None:  # MCP servers for the agent (tests/tools/mcp)
+            config["mcp"] = mcp
         (self.home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
         self.env = clean_env(
             tmp, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", CHINWAG_MODEL="fake-model", PYTHONFAULTHANDLER="1"

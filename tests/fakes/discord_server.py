@@ -748,6 +748,25 @@ class FakeDiscord:
             if key == focused:
                 option["focused"] = True
             opts.append(option)
+        payload: dict[str, Any] = {"id": command["id"], "name": name, "type": 1, "options": opts}
+        if guild_id:
+            payload["guild_id"] = str(guild_id)
+        return await self._interact(channel_id, user, kind, payload)
+
+    async def press(self, message: dict[str, Any], user: dict, custom_id: str) -> str:
+        """A person presses the button `custom_id` on a message the bot sent (a component
+        interaction, type 3); returns the interaction id."""
+        extra = {"message": {k: v for k, v in message.items() if k != "request"}}
+        return await self._interact(
+            int(message["channel_id"]), user, 3, {"custom_id": custom_id, "component_type": 2}, extra
+        )
+
+    async def _interact(
+        self, channel_id: int, user: dict, kind: int, payload: dict[str, Any], extra: dict[str, Any] | None = None
+    ) -> str:
+        """Dispatch an interaction of `kind` with `payload` as its data, by `user` in the channel."""
+        channel = self.channels[channel_id]
+        guild_id = int(channel["guild_id"]) if channel.get("guild_id") else None
         interaction_id = str(self.snowflake())
         token = f"itok-{uuid.uuid4().hex}"
         self._tokens[token] = interaction_id
@@ -764,7 +783,7 @@ class FakeDiscord:
             "type": kind,
             "token": token,
             "version": 1,
-            "data": {"id": command["id"], "name": name, "type": 1, "options": opts},
+            "data": payload,
             "channel_id": str(channel_id),
             "channel": channel,
             "locale": "en-US",
@@ -773,6 +792,7 @@ class FakeDiscord:
             "attachment_size_limit": 8388608,
             "authorizing_integration_owners": {"0": str(guild_id)} if guild_id else {"1": user["id"]},
             "context": 0 if guild_id else 1,
+            **(extra or {}),
         }
         if guild_id:
             data["guild_id"] = str(guild_id)
@@ -786,7 +806,6 @@ class FakeDiscord:
                 "flags": 0,
                 "permissions": "2248473465835073",
             }
-            data["data"]["guild_id"] = str(guild_id)
         else:
             data["user"] = user
         await self.dispatch("INTERACTION_CREATE", data)

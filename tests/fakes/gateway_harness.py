@@ -1,6 +1,6 @@
 """A whole gateway for end-to-end tests, wired by the production composition root (`build_app`):
 real SessionDB (tmp_path), mirrors, SessionStore and GatewayRunner, the in-memory ChatAdapter, and
-FakeOpenAI on 127.0.0.1 driven by the real client. (No upkeep, HTTP server or process-wide GC
+FakeOpenAI on 127.0.0.1 driven by the real client, the MCP servers of an `mcp` section. (No upkeep, HTTP server or process-wide GC
 tuning: `App.start` is not called, only the runner's.)
 
     async with Gateway(tmp_path) as gw:
@@ -125,6 +125,9 @@ class Gateway:
             db_path=self.db_path,
         )
         self.db, self.store, self.runner = self.app.db, self.app.store, self.app.runner
+        if self.app.mcp is not None:  # App.start's step for the MCP servers (a no-op with none configured)
+            await self.app.mcp.start()
+            await self.app.mcp.wait_ready(30)  # a loaded machine starts Python slowly; a turn waits only 5 s
         await self.runner.start()
         return self
 

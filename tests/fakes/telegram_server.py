@@ -198,6 +198,8 @@ class FakeTelegram:
         self.hold: asyncio.Event | None = None  # set: API answers wait until it is set
         self.updates: list[dict[str, Any]] = []
         self.next_update_id = 1000
+        self.next_press = 0  # callback query ids (press)
+        self.answered_presses: list[str] = []  # answerCallbackQuery ids
         self.messages: dict[tuple[int, int], dict[str, Any]] = {}
         self.next_message_id: dict[int, int] = {}
         self.chats: dict[int, dict[str, Any]] = {}
@@ -344,6 +346,12 @@ class FakeTelegram:
         self.next_update_id += 1
         self.push_raw(update)
         return update
+
+    def press(self, message: dict[str, Any], user: dict[str, Any], data: str) -> dict[str, Any]:
+        """A person presses the button carrying `data` on a message the bot sent (a callback query)."""
+        self.next_press += 1
+        query = {"id": str(self.next_press), "from": user, "message": message, "chat_instance": "ci", "data": data}
+        return self.push_update({"callback_query": query})
 
     def push_raw(self, update: Any) -> None:
         """Queue any JSON value as an update (malformed ones included)."""
@@ -522,6 +530,8 @@ class FakeTelegram:
             msg["message_thread_id"] = int(p["message_thread_id"])
             if chat.get("is_forum"):
                 msg["is_topic_message"] = True
+        if p.get("reply_markup") is not None:  # inline buttons: a test presses them with `press`
+            msg["reply_markup"] = _json(p["reply_markup"])
         reply = _json(p.get("reply_parameters"))
         if reply:
             target = self.messages.get((chat_id, int(reply["message_id"])))
@@ -536,6 +546,10 @@ class FakeTelegram:
             "_parse_mode": p.get("parse_mode"),
         }
         return msg
+
+    async def _api_answercallbackquery(self, p: dict) -> bool:
+        self.answered_presses.append(str(p.get("callback_query_id")))
+        return True
 
     async def _api_editmessagetext(self, p: dict) -> dict:
         chat_id = _chat_id(p)

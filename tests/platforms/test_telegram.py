@@ -567,7 +567,11 @@ async def test_webhook_mode_registers_and_receives(fake, hook_server, caplog):
         caplog.set_level(logging.DEBUG, logger=name)
     adapter, inbox, url = await start_webhook_adapter(fake, hook_server)
     try:
-        assert fake.webhook == {"url": url, "secret_token": "s3cret-Token", "allowed_updates": ["message"]}
+        assert fake.webhook == {
+            "url": url,
+            "secret_token": "s3cret-Token",
+            "allowed_updates": ["message", "callback_query"],
+        }
         assert not fake.calls_to("getUpdates")
         fake.push_message(fake.private_chat(ANN), ANN, "via webhook")
         msg = await asyncio.wait_for(inbox.get(), 5)

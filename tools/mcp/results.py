@@ -18,50 +18,24 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from agent.tools import OK, Attachment, ToolOutcome, cut_result
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult
 
 # Outcome kinds, also the `outcome` label of chinwag_tool_calls_total.
-OK, ERROR, TIMEOUT, UNAVAILABLE, INTERRUPTED, UNKNOWN_TOOL, BAD_ARGUMENTS = (
-    "ok",
+ERROR, TIMEOUT, UNAVAILABLE, INTERRUPTED, UNKNOWN_TOOL, BAD_ARGUMENTS, DENIED = (
     "error",
     "timeout",
     "unavailable",
     "interrupted",
     "unknown_tool",
     "bad_arguments",
+    "denied",
 )
-
-
-@dataclass(frozen=True)
-class Attachment:
-    data: bytes
-    mime: str
-
-
-@dataclass
-class ToolOutcome:
-    """One tool call's result: `text` is the tool message's content for the model and the store."""
-
-    text: str
-    outcome: str = OK
-    server: str = ""
-    tool: str = ""
-    image_parts: list[dict[str, Any]] = field(default_factory=list)  # for the model, when it can see
-    attachments: list[Attachment] = field(default_factory=list)  # kept with the message
-
-    @property
-    def is_error(self) -> bool:
-        return self.outcome != OK
-
-
-def cut(text: str, max_chars: int) -> str:
-    if len(text) <= max_chars:
-        return text
-    return text[:max_chars] + f"\n[... cut: {len(text) - max_chars} more characters; the tool's result was longer]"
+__all__ = ["OK", "Attachment", "ToolOutcome"]
 
 
 def failure(server: str, tool: str, outcome: str, text: str) -> ToolOutcome:
@@ -107,7 +81,7 @@ def from_result(result: CallToolResult, *, server: str, tool: str, vision: bool,
     if result.is_error:
         body = f"error: {server}.{tool} reported a failure: {body}"
     return ToolOutcome(
-        text=cut(body, max_chars),
+        text=cut_result(body, max_chars),
         outcome=ERROR if result.is_error else OK,
         server=server,
         tool=tool,

@@ -18,11 +18,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from agent.tools import MAX_RESULT_CHARS
 from gateway.envvars import expand_env
 from gateway.errors import ChinwagError
 
 DEFAULT_TIMEOUT_SECONDS = 60.0
-DEFAULT_MAX_RESULT_CHARS = 50_000
+DEFAULT_MAX_RESULT_CHARS = MAX_RESULT_CHARS  # the agent's one bound on a tool result
 DEFAULT_APPROVAL_TIMEOUT_SECONDS = 300.0
 
 

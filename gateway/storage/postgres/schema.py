@@ -299,6 +299,24 @@ MIGRATIONS: list[str] = [
     ALTER TABLE outbox ADD COLUMN sending integer;
     ALTER TABLE inbox ADD COLUMN reply_ids text;
     """,
+    # v8 -> v9: the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
+    """
+    CREATE TABLE tool_calls (
+        inbox_id bigint NOT NULL,
+        position integer NOT NULL,
+        call_id text NOT NULL,
+        server text NOT NULL,
+        tool text NOT NULL,
+        arguments text NOT NULL,
+        state text NOT NULL,
+        result text,
+        outcome text,
+        approval text,
+        started_at double precision NOT NULL,
+        done_at double precision,
+        PRIMARY KEY (inbox_id, position)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,118 @@
+"""Asking the person before a tool runs (`require_approval`, DESIGN §15): `Approvals`.
+
+The turn that wants to call `orders.cancel_order` sends "Run orders.cancel_order {"id": 42}?
+/approve 3 or /deny 3" to its chat (with buttons where the adapter has them: `send_choice`) and
+waits. `/approve` and `/deny` are answered on arrival, ahead of the chat's queue (the turn they
+answer is running in it, as `/stop` is); bare, they answer this person's oldest request in this
+chat, with an id that request. In a group only the person whose turn it is, or an admin, may
+answer. No answer within `mcp.approval_timeout_seconds` is a denial. The decision goes back to the
+turn (journaled with the call: gateway.runtime.mcp_calls) and the turn goes on either way.
+
+Pending requests live in memory: a turn waiting for an answer is a running turn, and a crash
+reruns the turn, which asks again (nothing was sent to the server before the answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from agent.tools import ToolContext
+from gateway.source import SessionSource
+from gateway.text import valid_text
+from platforms.base import PlatformAdapter
+from tools.mcp import McpTool
+
+log = logging.getLogger(__name__)
+
+APPROVED, DENIED, TIMED_OUT = "approved", "denied by the person", "not approved in time"
+ARGUMENTS_SHOWN = 300  # characters of the arguments in the question
+
+
+def chat_of(source: SessionSource) -> str:
+    return f"{source.platform.value}:{source.chat_id}:{source.thread_id or ''}"
+
+
+@dataclass
+class Request:
+    id: int
+    chat: str
+    person: str | None
+    what: str  # "orders.cancel_order {"id": 42}"
+    decided: asyncio.Future[str] = field(repr=False)
+
+
+# How the question reaches the chat: (source, text, choices as (label, command text)).
+Ask = Callable[[SessionSource, str, list[tuple[str, str]]], Awaitable[Any]]
+
+
+def ask_with(adapter_of: Callable[[SessionSource], PlatformAdapter | None]) -> Ask:
+    """The question sent by the chat's adapter, with its buttons where it has them (`send_choice`)."""
+
+    async def ask(source: SessionSource, text: str, choices: list[tuple[str, str]]) -> None:
+        adapter = adapter_of(source)
+        if adapter is None:
+            return
+        try:
+            await adapter.send_choice(source, valid_text(text), choices)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the person can still type /approve; the timeout ends the wait otherwise
+            log.exception("asking for approval on %s failed", source.platform.value)
+
+    return ask
+
+
+class Approvals:
+    def __init__(self, timeout: float, ask: Ask) -> None:
+        self.timeout = timeout
+        self._ask = ask
+        self._ids = itertools.count(1)
+        self.pending: dict[int, Request] = {}
+
+    async def ask(self, ctx: ToolContext, tool: McpTool, arguments: str) -> str:
+        """`approved`, `denied by the person` or `not approved in time`."""
+        if ctx.source is None:  # no chat to ask in
+            return DENIED
+        shown = arguments if len(arguments) <= ARGUMENTS_SHOWN else arguments[:ARGUMENTS_SHOWN] + "…"
+        request = Request(
+            next(self._ids),
+            chat_of(ctx.source),
+            ctx.source.person_id,
+            f"{tool.server}.{tool.tool} {shown}",
+            asyncio.get_running_loop().create_future(),
+        )
+        self.pending[request.id] = request
+        try:
+            text = f"Run {request.what}? /approve {request.id} or /deny {request.id}"
+            choices = [("Approve", f"/approve {request.id}"), ("Deny", f"/deny {request.id}")]
+            await self._ask(ctx.source, text, choices)
+            try:
+                return await asyncio.wait_for(asyncio.shield(request.decided), self.timeout)
+            except TimeoutError:
+                return TIMED_OUT
+        finally:
+            self.pending.pop(request.id, None)
+
+    def answer(self, source: SessionSource, is_admin: bool, approve: bool, args: str) -> str:
+        """The reply to `/approve [id]` or `/deny [id]` from `source`."""
+        chat, person = chat_of(source), source.person_id
+        here = [r for r in self.pending.values() if r.chat == chat and not r.decided.done()]
+        wanted = args.strip().lstrip("#")
+        if wanted:
+            found = [r for r in here if str(r.id) == wanted]
+            if not found:
+                return f"There is no request {wanted} waiting here."
+            request = found[0]
+        else:
+            mine = [r for r in here if r.person == person]
+            if not mine:
+                return "Nothing is waiting for your approval here."
+            request = min(mine, key=lambda r: r.id)
+        if request.person != person and not is_admin:
+            return "Only the person who asked, or an admin, may answer that request."
+        request.decided.set_result(APPROVED if approve else DENIED)
+        return f"{'Approved' if approve else 'Denied'}: {request.what}"

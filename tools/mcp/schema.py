@@ -59,6 +59,8 @@ def simplify(schema: Any) -> tuple[dict[str, Any], list[str]]:
 def _node(
     node: Any, defs: dict[str, Any], seen: tuple[str, ...], path: str, changes: list[str], depth: int
 ) -> dict[str, Any]:
+    """One schema node simplified: a `$ref` resolved, the keywords the APIs refuse rewritten, then
+    its kept keywords with their children simplified in turn."""
     where = path or "the root"
     if not isinstance(node, dict):
         changes.append(f"{where}: a non-object schema ({node!r}) became an unconstrained value")
@@ -66,17 +68,33 @@ def _node(
     if depth > _MAX_DEPTH:
         changes.append(f"{where}: nested deeper than {_MAX_DEPTH} levels: cut to an object")
         return {"type": "object"}
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        name = ref.rsplit("/", 1)[-1]
-        if name in seen or name not in defs:
-            why = "recursive" if name in seen else "unresolvable"
-            changes.append(f"{where}: {why} $ref {ref} became a plain object")
-            return {"type": "object", **({"description": node["description"]} if "description" in node else {})}
-        changes.append(f"{where}: inlined $ref {ref}")
-        target = {**defs[name], **{k: v for k, v in node.items() if k != "$ref"}}
-        return _node(target, defs, (*seen, name), path, changes, depth + 1)
-    node = dict(node)
+    if isinstance(node.get("$ref"), str):
+        return _ref(node, defs, seen, path, changes, depth)
+    node = _normalised(dict(node), defs, seen, path, changes, depth)
+    return _kept(node, defs, seen, path, changes, depth)
+
+
+def _ref(
+    node: dict[str, Any], defs: dict[str, Any], seen: tuple[str, ...], path: str, changes: list[str], depth: int
+) -> dict[str, Any]:
+    """A `$ref` inlined from the definitions; a recursive or unresolvable one becomes an object."""
+    where = path or "the root"
+    ref = node["$ref"]
+    name = ref.rsplit("/", 1)[-1]
+    if name in seen or name not in defs:
+        why = "recursive" if name in seen else "unresolvable"
+        changes.append(f"{where}: {why} $ref {ref} became a plain object")
+        return {"type": "object", **({"description": node["description"]} if "description" in node else {})}
+    changes.append(f"{where}: inlined $ref {ref}")
+    target = {**defs[name], **{k: v for k, v in node.items() if k != "$ref"}}
+    return _node(target, defs, (*seen, name), path, changes, depth + 1)
+
+
+def _normalised(
+    node: dict[str, Any], defs: dict[str, Any], seen: tuple[str, ...], path: str, changes: list[str], depth: int
+) -> dict[str, Any]:
+    """`const`, `anyOf`/`oneOf`, `allOf` and a list of types rewritten into what the APIs take."""
+    where = path or "the root"
     if "const" in node:
         node.setdefault("enum", [node.pop("const")])
         changes.append(f"{where}: const became a one-value enum")
@@ -87,6 +105,13 @@ def _node(
         node = _all_of(node, defs, seen, path, changes, depth)
     if isinstance(node.get("type"), list):
         node = _type_list(node, where, changes)
+    return node
+
+
+def _kept(
+    node: dict[str, Any], defs: dict[str, Any], seen: tuple[str, ...], path: str, changes: list[str], depth: int
+) -> dict[str, Any]:
+    """The node's supported keywords, its sub-schemas simplified; the others dropped and named."""
     out: dict[str, Any] = {}
     dropped = []
     for key, value in node.items():
@@ -108,7 +133,7 @@ def _node(
         else:
             out[key] = value
     if dropped:
-        changes.append(f"{where}: dropped unsupported keyword(s) {', '.join(sorted(dropped))}")
+        changes.append(f"{path or 'the root'}: dropped unsupported keyword(s) {', '.join(sorted(dropped))}")
     return out
 
 

@@ -324,6 +324,8 @@ class TurnRunner:
 
     def _stream(self, msg: InboundMessage, key: str) -> ReplyStream | None:
         """The streamed reply to `msg`, or None where the reply is sent once at the end."""
+        if self.outbox.backlogged(msg.source):  # earlier replies wait for a retry: this one goes behind them
+            return None
         stream = self.outbound.begin_reply(msg)
         if stream is not None and self.leases.shared:
             # Replicas: a draft edit goes out only while this replica knows it holds the chat
@@ -370,7 +372,7 @@ class TurnRunner:
         if stream is not None:
             ids = await self._finish(stream, msg, text, failed)
             if ids is not None:
-                await self.db.aoutbox_record(row_id, len(ids), ids, True)
+                await self.outbox.record(row_id, len(ids), ids, True)
                 return
             # the stream could not show the final text: the outbox sends it as a message
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None

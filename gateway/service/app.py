@@ -55,6 +55,7 @@ from gateway.sessions.access import AccessControl
 from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies
 from gateway.sessions.store import SessionStore
+from gateway.storage.health import StorageHealth
 from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
@@ -263,13 +264,15 @@ def build_runner(
     leases: ChatLeases | None = None,
     cache: AgentCache | None = None,
     ops_url: Callable[[], str | None] = lambda: None,
+    health: StorageHealth | None = None,
 ) -> GatewayRunner:
     """The runtime over an open DB and store: access rules, the agent factory and cache, the
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
     `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it).
     `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all).
     `cache`: the agent cache whose running turns the store must not reset under (build_agent_cache);
-    `ops_url`: the ops HTTP server's address once it listens (/status shows it)."""
+    `ops_url`: the ops HTTP server's address once it listens (/status shows it); `health`: whether
+    storage commits (gateway.storage.health), shared with /readyz."""
     model = model_settings(config.model)
     factory = agent_factory or AgentFactory(
         model,
@@ -289,7 +292,17 @@ def build_runner(
     # fenced commit (gateway.runtime.leases).
     streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
     outbound = Outbound(adapters, metrics, streaming=streaming)
-    outbox = Outbox(db, outbound.adapters, metrics, leases)
+    health = health or StorageHealth(db)
+    delivery = config.gateway.delivery
+    outbox = Outbox(
+        db,
+        outbound.adapters,
+        metrics,
+        leases,
+        health=health,
+        send_attempts=delivery.send_attempts,
+        parked_retry_seconds=delivery.parked_retry_seconds,
+    )
     turns = TurnRunner(
         cache=cache,
         factory=factory,
@@ -305,7 +318,7 @@ def build_runner(
         tool_status=tool_status_enabled(config),
         metrics=metrics,
     )
-    inbox = Inbox(db, leases)
+    inbox = Inbox(db, leases, health)
     return GatewayRunner(
         config, db, store, outbound, turns, access, inbox, outbox, clock=clock, metrics=metrics, ops_url=ops_url
     )
@@ -395,8 +408,9 @@ def build_app(
         # A session with a turn running is "busy": the store does not reset it under the turn.
         store = build_store(config, db, policies, clock, is_busy=cache.is_running)
         metrics = Metrics()
+        health = StorageHealth(db)
         use_http = config.http.enabled if http is None else http
-        ops = _build_ops(config, adapters, metrics, db) if use_http else None
+        ops = _build_ops(config, adapters, metrics, db, health) if use_http else None
         runner = build_runner(
             config,
             db,
@@ -410,6 +424,7 @@ def build_app(
             leases=SharedLeases(db, config.storage.postgres_dsn) if on_postgres else None,
             cache=cache,
             ops_url=functools.partial(_listening_url, ops),
+            health=health,
         )
         opened.pop_all()
     # Replicas share one backlog: the leading one polls, since the others' commits wake nothing here.
@@ -447,7 +462,9 @@ def _open_db(config: Config, path: Path) -> StorageFace:
         ) from None
 
 
-def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: StorageFace) -> OpsServer:
+def _build_ops(
+    config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: StorageFace, health: StorageHealth
+) -> OpsServer:
     """The ops HTTP server: probes, metrics, the console and the adapters' webhooks."""
     webhooks: dict[str, Any] = {}
     for adapter in adapters:
@@ -462,8 +479,10 @@ def _build_ops(config: Config, adapters: list[PlatformAdapter], metrics: Metrics
         readiness=functools.partial(adapter_health, adapters),
         webhooks=webhooks,
         db=db,
+        health=health,
         media=MediaStore(config.home / "media", config.media.max_bytes),
         console_token=config.http.console_token or None,
+        idle_timeout=config.http.idle_timeout_seconds,
     )
 
 

@@ -5,10 +5,13 @@
   the JSON body lists each adapter and says why the database is not ready. The database check is a
   read of the schema version with a 2 s bound (on Postgres through the pool, so a replica whose
   server is gone or unreachable leaves the load balancer's rotation instead of taking webhooks it
-  cannot store).
+  cannot store), and 503 too while commits fail (a full disk reads fine: gateway.storage.health).
 - `GET /metrics`  — Prometheus text format (gateway.service.metrics).
 - `POST /webhooks/<platform>` — the handlers adapters expose via `webhook_handlers()`.
 - `/console/`, `/api/v1/` — the web console and its JSON API (gateway.console), when given a DB.
+
+A connection with no request under way for `http.idle_timeout_seconds` is closed (idle keep-alive
+and slow clients alike); a body over 4 MB gets 413.
 
 Binds to loopback by default (http.host); webhooks reach it through the operator's reverse proxy.
 """
@@ -26,6 +29,7 @@ from gateway.console import mount_console
 from gateway.console.auth import is_loopback
 from gateway.db import StorageFace
 from gateway.service.metrics import Metrics
+from gateway.storage.health import StorageHealth
 from gateway.storage.media import MediaStore
 from platforms.base import AdapterHealth, WebhookHandler
 
@@ -35,6 +39,7 @@ Readiness = Callable[[], Mapping[str, AdapterHealth]]
 
 
 DB_CHECK_SECONDS = 2.0
+IDLE_TIMEOUT_SECONDS = 60.0  # http.idle_timeout_seconds
 
 
 def readiness_report(
@@ -84,8 +89,10 @@ class OpsServer:
         readiness: Readiness | None = None,
         webhooks: Mapping[str, WebhookHandler] | None = None,
         db: StorageFace | None = None,
+        health: StorageHealth | None = None,
         console_token: str | None = None,
         media: MediaStore | None = None,
+        idle_timeout: float = IDLE_TIMEOUT_SECONDS,
     ) -> None:
         self.host = host
         self.requested_port = port
@@ -94,6 +101,8 @@ class OpsServer:
         self.readiness: Readiness = readiness or (dict)
         self.webhooks = dict(webhooks or {})
         self.db = db  # the console is served when there is a DB to show
+        self.health = health  # whether the database commits (a failed commit makes /readyz 503)
+        self.idle_timeout = idle_timeout
         self.console_token = console_token
         self.media = media  # the attachments' files the console serves
         self.started_at = time.monotonic()
@@ -123,7 +132,11 @@ class OpsServer:
 
     async def start(self) -> None:
         # a console search is a GET: a 10 KB query, percent-encoded, is far past aiohttp's 8 KB line
-        self._runner = web.AppRunner(self.build(), access_log=None, max_line_size=65536)
+        # keepalive_timeout runs from the connection's start too (aiohttp >= 3.10): a connection that
+        # never sends a request is closed as well, so idle sockets cannot use up the file limit.
+        self._runner = web.AppRunner(
+            self.build(), access_log=None, max_line_size=65536, keepalive_timeout=self.idle_timeout
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.requested_port)
         try:
@@ -178,6 +191,9 @@ class OpsServer:
             log.exception("readiness check failed")
             return web.json_response({"ready": False, "detail": f"readiness check failed: {exc}"}, status=503)
         database = await check_database(self.db) if self.db is not None else None
+        failing = self.health.report() if self.health is not None else None
+        if database is not None and database["ready"] and failing is not None:
+            database = {**database, **failing}  # it reads, and cannot commit (a full disk)
         ready, body = readiness_report(health, database=database)
         return web.json_response(body, status=200 if ready else 503)
 

@@ -44,6 +44,10 @@ KNOWN: dict[str, tuple[str, str]] = {
     "duplicates_total": ("counter", "Redelivered platform events refused by the inbox, by platform."),
     "inbox_backlog": ("gauge", "Inbound messages committed and not yet answered (inbox entries not done)."),
     "outbox_backlog": ("gauge", "Replies committed and not yet delivered to their platform."),
+    "outbox_parked": (
+        "gauge",
+        "Replies the platform refused gateway.delivery.send_attempts times, retried every parked_retry_seconds.",
+    ),
     "reruns_total": ("counter", "Turns cut short by a crash and run again after start, by platform."),
     "interrupted_turns_total": ("counter", "Turns cut short by a crash and reported (interrupted_turns: notify)."),
     "embedding_backlog": ("gauge", "Messages recall's background indexer has not embedded yet (embeddings on)."),

@@ -376,6 +376,13 @@ class Outbox:
             log.info("delivered %d repl%s left unsent by the previous run", sent, "y" if sent == 1 else "ies")
         return sent
 
+    async def deliver_unsent_for(self, entry_id: int) -> None:
+        """Send the replies to one inbox entry that were committed and not sent (a fault came between)."""
+        for row in await asyncio.to_thread(self.db.outbox_unsent):
+            if row["inbox_id"] == entry_id:
+                source = SessionSource.from_dict(json.loads(row["target"]))
+                await self.deliver(row["id"], source, row["text"], row["reply_to"], row["parts_sent"])
+
     async def deliver_unsent_of(self, chat_key: str) -> int:
         """On taking a chat over (replicas): send the replies its previous holder committed and did not
         deliver, oldest first, before anything else of that chat runs."""

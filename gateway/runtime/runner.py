@@ -361,7 +361,10 @@ class GatewayRunner:
         entry_id = job.msg.inbox_id
         if entry_id is not None:
             row = await self.db.aread(self.db.inbox_entry, entry_id)
-            if row is None or row["done_at"] is not None:
+            if row is None:
+                return
+            if row["done_at"] is not None:  # its reply is committed; the fault may have come before its send
+                await self.outbox.deliver_unsent_for(entry_id)
                 return
             if row["started_at"] is not None and job.kind == "turn":
                 self.intake.interrupted[entry_id] = row

@@ -299,11 +299,11 @@ class TurnRunner:
 
         if result.error is not None and self.model_settings.is_configured:
             self._model_failed()
-        usage = result.usage
-        if usage.prompt_tokens or usage.completion_tokens:
-            await self.db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
         failed = result.error is not None
         await self._reply(msg, stream, record, result.text or "(no reply)", failed, lane.key)
+        usage = result.usage
+        if usage.prompt_tokens or usage.completion_tokens:  # after the reply: a count never holds it up
+            await self.db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
         if not failed and self._near_window(session_agent.agent.system_prompt, history + result.messages):
             await self._compress_after(msg, session_id)
 

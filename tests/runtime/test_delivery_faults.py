@@ -70,7 +70,9 @@ def _assert_answered_once_in_order(tg: FakeTelegram, sent: dict[int, list[str]],
     assert [t for t, n in got.items() if n > 1] == [], "answered twice"
     assert set(got) == set(expected)
     for chat, texts in sent.items():
-        assert [m["text"] for m in tg.sent(chat) if m["text"].startswith("echo: ")] == texts, f"chat {chat} out of order"
+        assert [m["text"] for m in tg.sent(chat) if m["text"].startswith("echo: ")] == texts, (
+            f"chat {chat} out of order"
+        )
     conn = sqlite3.connect(home / "state.db")
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

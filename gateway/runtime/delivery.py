@@ -239,15 +239,7 @@ class Outbox:
 
     async def record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
         """Record sent parts, retrying through a storage fault until it commits (see the class doc)."""
-        while True:
-            try:
-                await self.db.aoutbox_record(row_id, parts_sent, platform_ids, done)
-                return
-            except Exception as exc:
-                if not storage_fault(exc):
-                    raise
-                self.health.failed(exc)
-            await self.health.recovered()
+        await self.health.committed(lambda: self.db.aoutbox_record(row_id, parts_sent, platform_ids, done))
 
     def backlogged(self, source: SessionSource) -> bool:
         """Does this chat have replies waiting for a retry? (A new reply must go behind them.)"""

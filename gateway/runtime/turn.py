@@ -140,7 +140,7 @@ class _Typing:
 
 class TurnRecorder:
     """The persistence of one turn: the agent's callback, appending every message it produces as it
-    goes. The person's message starts its inbox entry in the same transaction (a message steered
+    goes, waiting through a storage fault. The person's message starts its inbox entry in the same transaction (a message steered
     into the running turn joins it: its entry is answered by the same reply); the answer commits
     its outbox row and the done marks with it. Every append is fenced by the job's scope
     (gateway.storage.fence), and the warm copy follows the DB, in order."""
@@ -185,8 +185,12 @@ class TurnRecorder:
             text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
             after, row = self.outbox.reply_op(self.msg, text, list(self.answered))
             self.committed.update(row=row, text=text)
-        await self.db.aappend_message(
-            self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
+        # Through a storage fault the turn pauses here (its streamed reply stays on screen) and goes on
+        # once storage commits: rerunning it would show a second answer (gateway.storage.health).
+        await self.outbox.health.committed(
+            lambda: self.db.aappend_message(
+                self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
+            )
         )
         self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
 

@@ -17,11 +17,13 @@ import asyncio
 import logging
 import sqlite3
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
 from gateway.storage import fence
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PROBE_FIRST_SECONDS = 0.5
 PROBE_CAP_SECONDS = 15.0
@@ -66,6 +68,21 @@ class StorageHealth:
             log.warning("storage cannot commit (%s); work waits and is retried until it can", self.error)
         if self._prober is None or self._prober.done():  # even with nobody waiting: /readyz must recover
             self._prober = asyncio.get_running_loop().create_task(self._probe(), name="storage probe")
+
+    async def committed(self, write: Callable[[], Awaitable[T]]) -> T:
+        """`write()`'s result, run again after each storage fault once storage commits again: for a
+        write that must not be given up (a turn's message while its reply is on screen, the record
+        of a part already sent). A fault reported for a commit that did happen (a connection lost
+        during COMMIT) makes the retry write it twice; the inbox and outbox marks it carries are
+        idempotent, a conversation message would be doubled."""
+        while True:
+            try:
+                return await write()
+            except Exception as exc:
+                if not storage_fault(exc):
+                    raise
+                self.failed(exc)
+            await self.recovered()
 
     async def recovered(self) -> None:
         """Return once a commit succeeds (at once when nothing failed)."""

@@ -62,22 +62,30 @@ def _gauge(metrics: str, name: str) -> float:
     return 0.0
 
 
-def _assert_answered_once_in_order(tg: FakeTelegram, sent: dict[int, list[str]], home: Path) -> None:
+def _assert_answered_once_in_order(
+    tg: FakeTelegram, sent: dict[int, list[str]], home: Path | None, doubles_allowed: int = 0
+) -> int:
+    """Every message answered, each chat's in order (by first appearance), at most `doubles_allowed`
+    answered twice (Telegram has no idempotency key: a send accepted and not yet recorded when the
+    database went away is sent again); `home`: its SQLite database is intact. Returns the doubles."""
     got = answers(tg)
     expected = [text for texts in sent.values() for text in texts]
     missing = set(expected) - set(got)
-    assert not missing, f"unanswered: {diagnose(home.parent, missing)}"
-    assert [t for t, n in got.items() if n > 1] == [], "answered twice"
+    assert not missing, f"unanswered: {diagnose(home.parent, missing) if home else missing}"
+    doubles = sum(n - 1 for n in got.values())
+    assert doubles <= doubles_allowed, got.most_common(5)
     assert set(got) == set(expected)
     for chat, texts in sent.items():
-        assert [m["text"] for m in tg.sent(chat) if m["text"].startswith("echo: ")] == texts, (
-            f"chat {chat} out of order"
-        )
+        shown = [m["text"] for m in tg.sent(chat) if m["text"].startswith("echo: ")]
+        assert list(dict.fromkeys(shown)) == texts, f"chat {chat} out of order"
+    if home is None:
+        return doubles
     conn = sqlite3.connect(home / "state.db")
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
+    return doubles
 
 
 async def test_sends_refused_for_20s_are_parked_then_delivered_in_order_without_a_restart(tmp_path):
@@ -200,3 +208,61 @@ async def test_a_full_filesystem_is_ridden_out_without_a_restart(tmp_path, small
             assert await daemon.terminate() == 0
     finally:
         await tg.stop()
+
+
+async def test_postgres_stopped_and_restarted_is_ridden_out_without_a_restart(tmp_path):
+    from tests.storage.postgres.server import PrivatePostgres
+
+    tg = await FakeTelegram().start()
+    try:
+        with PrivatePostgres() as pg:  # its own server: this test stops it
+            dsn = pg.create_database()
+            async with FakeOpenAI() as llm, aiohttp.ClientSession() as http:
+                llm.delay = 0.05
+                storage = {"backend": "postgres", "postgres": {"dsn": dsn}}
+                # streaming off: a replica that lost its registry at the restart abandons a streamed
+                # draft and the chat's new holder sends the reply anew (shown twice); see the README
+                daemon = Daemon(tmp_path, llm, telegram_platform(tg), storage=storage, streaming="off")
+                await daemon.start()
+                await _until(lambda: _ready(http, daemon), 60)
+                statuses: list[int] = []
+                sent: dict[int, list[str]] = collections.defaultdict(list)
+                chats = [5000 + c for c in range(CHATS)]
+
+                async def chat_poster(chat: int, first: int, count: int) -> None:
+                    for n in range(first, first + count):
+                        update, text = update_for(tg, chat, n)
+                        sent[chat].append("echo: " + text)
+                        await post_until_acknowledged(http, daemon.url(WEBHOOK), update, statuses)
+
+                await asyncio.gather(*(chat_poster(chat, 0, 3) for chat in chats))
+                await asyncio.to_thread(pg.halt)
+                posters = asyncio.gather(*(chat_poster(chat, 3, 6) for chat in chats))
+
+                async def not_ready() -> bool:
+                    return (await _get(http, daemon.url("/readyz")))[0] == 503
+
+                await _until(not_ready, 90)
+                await wait_until(lambda: statuses.count(500) >= 3, 90)  # not acknowledged while down
+                await asyncio.to_thread(pg.resume)
+                await asyncio.wait_for(posters, 120)
+                expected = {t for texts in sent.values() for t in texts}
+                await wait_until(lambda: set(answers(tg)) >= expected, 120)
+                await wait_until(lambda: _settled_on_postgres(dsn), 60)
+                # at most one per chat: the sends in flight when the server stopped (Telegram)
+                doubles = _assert_answered_once_in_order(tg, sent, None, doubles_allowed=CHATS)
+                print(f"\nPostgres stopped under load: {statuses.count(500)} webhooks refused, {doubles} doubled")
+                await _until(lambda: _ready(http, daemon), 60)
+                assert daemon.proc is not None and daemon.proc.returncode is None  # no restart was needed
+                assert await daemon.terminate() == 0
+    finally:
+        await tg.stop()
+
+
+def _settled_on_postgres(dsn: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        open_entries = conn.execute("SELECT count(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
+        unsent = conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
+    return open_entries == 0 and unsent == 0

@@ -41,6 +41,7 @@ __all__ = [
     "StorageFace",
     "open_db",
     "StorageUnavailable",
+    "StorageUnreachable",
     "Session",
     "CommitEvent",
     "UnknownSession",
@@ -212,6 +213,10 @@ class StorageUnavailable(RuntimeError):
     """The configured database cannot be opened (unreachable server, bad DSN, driver missing)."""
 
 
+class StorageUnreachable(StorageUnavailable):
+    """The database server cannot be reached for now (down, restarting, the network): worth waiting for."""
+
+
 def open_db(
     backend: str = "sqlite", path: str | os.PathLike | None = None, dsn: str = "", synchronous: str = "full"
 ) -> StorageFace:
@@ -233,5 +238,11 @@ def open_db(
         ) from None
     try:
         return PostgresSessionDB(dsn)  # the same face (DESIGN §14): both are SessionStores
+    except psycopg.OperationalError as exc:
+        if exc.sqlstate not in (None, "57P03", "57P01"):  # the server answered and refused (no such database, auth)
+            raise StorageUnavailable(
+                f"cannot open the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}"
+            ) from None
+        raise StorageUnreachable(f"cannot reach the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}") from None
     except psycopg.Error as exc:
         raise StorageUnavailable(f"cannot open the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}") from None

@@ -33,7 +33,7 @@ import httpx2
 
 from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
-from gateway.db import SchemaTooNew, StorageFace, StorageUnavailable, open_db
+from gateway.db import SchemaTooNew, StorageFace, StorageUnavailable, StorageUnreachable, open_db
 from gateway.embeddings import EmbeddingSettings, EmbeddingUnavailable, make_embedder
 from gateway.recall import semantic
 from gateway.recall.index import BackgroundIndexer
@@ -376,6 +376,7 @@ def build_app(
     mirrors: bool = True,
     db_path: Path | None = None,
     http_client: httpx2.AsyncClient | None = None,
+    db: StorageFace | None = None,
 ) -> App:
     """Wire the gateway for `config`: the one composition root (`chinwag run`, tests, bench/).
 
@@ -383,7 +384,7 @@ def build_app(
     (tests and bench bring their own), `agent_factory` the model side. `policies` override the
     config's reset policies; `mirrors=False` leaves out the JSONL/sessions.json files (bench measures
     their share); `db_path` opens another database than the home's; `http_client` carries the
-    model calls (the openai SDK's own transport seam)."""
+    model calls (the openai SDK's own transport seam); `db`: the database already open (`open_storage`)."""
     try:
         home = Home(config.home).ensure()
     except OSError as exc:
@@ -397,7 +398,11 @@ def build_app(
     path = db_path or home.db_path
     on_postgres = config.storage.backend == "postgres"
     with contextlib.ExitStack() as opened:  # what is open so far is closed if a later step fails
-        db = _open_db(config, path)
+        if db is None:
+            try:
+                db = _open_db(config, path)
+            except StorageUnreachable as exc:
+                raise AppError(str(exc)) from None
         opened.callback(db.close)
         # on Postgres no disk is shared by the replicas: no transcript files or sessions.json (DESIGN §14)
         files = Mirrors(home, db) if mirrors and not on_postgres else None
@@ -449,11 +454,48 @@ def _gauges(
         metrics.set_gauge_fn("embedding_failures", lambda: float(indexer.failures))
 
 
+STORAGE_WAIT_FIRST_SECONDS = 1.0  # a replica started while Postgres is unreachable retries after 1 s,
+STORAGE_WAIT_CAP_SECONDS = 30.0  # doubling up to 30 s
+
+
+async def open_storage(config: Config) -> StorageFace:
+    """The home's database, opened before the rest is built. While the Postgres server cannot be
+    reached (down, restarting) a replica waits and tries again with backoff instead of exiting:
+    each try is logged with the DSN (password hidden), and the ops server answers meanwhile, /readyz
+    503 saying why. Anything else that stops it opening is an AppError at once."""
+    delay, reason = STORAGE_WAIT_FIRST_SECONDS, ""
+    waiting: OpsServer | None = None
+    try:
+        while True:
+            try:
+                return await asyncio.to_thread(_open_db, config, Home(config.home).db_path)
+            except StorageUnreachable as exc:
+                reason = str(exc)
+            log.warning("%s; waiting for it, next try in %.0fs", reason, delay)
+            if waiting is None and config.http.enabled:
+                waiting = OpsServer(
+                    config.http.host,
+                    config.http.port,
+                    storage_report=lambda: {"ready": False, "detail": f"waiting for the database: {reason}"},
+                )
+                try:
+                    await waiting.start()
+                except OSError as exc:
+                    log.warning("%s; waiting without the ops HTTP server", exc)
+            await asyncio.sleep(delay)
+            delay = min(STORAGE_WAIT_CAP_SECONDS, delay * 2)
+    finally:
+        if waiting is not None:
+            await waiting.stop()
+
+
 def _open_db(config: Config, path: Path) -> StorageFace:
     try:
         return open_db(
             config.storage.backend, path, config.storage.postgres_dsn, synchronous=config.storage.synchronous
         )
+    except StorageUnreachable:
+        raise  # (open_storage waits for it)
     except StorageUnavailable as exc:
         raise AppError(str(exc)) from None
     except (SchemaTooNew, sqlite3.DatabaseError, OSError) as exc:
@@ -479,7 +521,7 @@ def _build_ops(
         readiness=functools.partial(adapter_health, adapters),
         webhooks=webhooks,
         db=db,
-        health=health,
+        storage_report=health.report,
         media=MediaStore(config.home / "media", config.media.max_bytes),
         console_token=config.http.console_token or None,
         idle_timeout=config.http.idle_timeout_seconds,

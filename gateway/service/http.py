@@ -29,7 +29,6 @@ from gateway.console import mount_console
 from gateway.console.auth import is_loopback
 from gateway.db import StorageFace
 from gateway.service.metrics import Metrics
-from gateway.storage.health import StorageHealth
 from gateway.storage.media import MediaStore
 from platforms.base import AdapterHealth, WebhookHandler
 
@@ -89,7 +88,7 @@ class OpsServer:
         readiness: Readiness | None = None,
         webhooks: Mapping[str, WebhookHandler] | None = None,
         db: StorageFace | None = None,
-        health: StorageHealth | None = None,
+        storage_report: Callable[[], dict[str, Any] | None] | None = None,
         console_token: str | None = None,
         media: MediaStore | None = None,
         idle_timeout: float = IDLE_TIMEOUT_SECONDS,
@@ -101,7 +100,8 @@ class OpsServer:
         self.readiness: Readiness = readiness or (dict)
         self.webhooks = dict(webhooks or {})
         self.db = db  # the console is served when there is a DB to show
-        self.health = health  # whether the database commits (a failed commit makes /readyz 503)
+        # why storage is not ready beyond a read (commits failing, or not open yet): /readyz 503
+        self.storage_report = storage_report
         self.idle_timeout = idle_timeout
         self.console_token = console_token
         self.media = media  # the attachments' files the console serves
@@ -191,9 +191,9 @@ class OpsServer:
             log.exception("readiness check failed")
             return web.json_response({"ready": False, "detail": f"readiness check failed: {exc}"}, status=503)
         database = await check_database(self.db) if self.db is not None else None
-        failing = self.health.report() if self.health is not None else None
-        if database is not None and database["ready"] and failing is not None:
-            database = {**database, **failing}  # it reads, and cannot commit (a full disk)
+        failing = self.storage_report() if self.storage_report is not None else None
+        if failing is not None:  # it reads and cannot commit (a full disk), or it is not open yet
+            database = {**(database or {}), **failing}
         ready, body = readiness_report(health, database=database)
         return web.json_response(body, status=200 if ready else 503)
 

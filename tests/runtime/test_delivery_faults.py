@@ -266,3 +266,35 @@ def _settled_on_postgres(dsn: str) -> bool:
         open_entries = conn.execute("SELECT count(*) FROM inbox WHERE done_at IS NULL").fetchone()[0]
         unsent = conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0]
     return open_entries == 0 and unsent == 0
+
+
+async def test_a_replica_started_while_postgres_is_down_waits_for_it(tmp_path):
+    from tests.storage.postgres.server import PrivatePostgres
+
+    tg = await FakeTelegram().start()
+    try:
+        with PrivatePostgres() as pg:
+            dsn = pg.create_database() + " password=sekrit-pw"  # (trust auth: only to see it hidden)
+            await asyncio.to_thread(pg.halt)
+            async with FakeOpenAI() as llm, aiohttp.ClientSession() as http:
+                storage = {"backend": "postgres", "postgres": {"dsn": dsn}}
+                daemon = Daemon(tmp_path, llm, telegram_platform(tg), storage=storage)
+                await daemon.start()
+
+                async def waiting() -> bool:
+                    status, body = await _get(http, daemon.url("/readyz"))
+                    return status == 503 and "waiting for the database" in body
+
+                await _until(waiting, 90)
+                _, body = await _get(http, daemon.url("/readyz"))
+                assert f"port={pg.port}" in body and "sekrit-pw" not in body  # the DSN, its password hidden
+                await asyncio.to_thread(pg.resume)
+                await _until(lambda: _ready(http, daemon), 120)
+                update, text = update_for(tg, 6000, 0)
+                await post_until_acknowledged(http, daemon.url(WEBHOOK), update, [])
+                await wait_until(lambda: answers(tg)["echo: " + text] == 1, 60)
+                log = daemon.logs[0].read_text()
+                assert "waiting for it, next try in" in log and "sekrit-pw" not in log
+                assert await daemon.terminate() == 0
+    finally:
+        await tg.stop()

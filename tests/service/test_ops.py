@@ -204,7 +204,9 @@ async def test_readyz_is_503_while_commits_fail_and_200_once_one_succeeds(served
     db = SessionDB(tmp_path / "state.db")
     try:
         health = StorageHealth(db)
-        server = await served(readiness=lambda: {"telegram": AdapterHealth(True, "")}, db=db, health=health)
+        server = await served(
+            readiness=lambda: {"telegram": AdapterHealth(True, "")}, db=db, storage_report=health.report
+        )
         health.failed(sqlite3.OperationalError("database or disk is full"))  # reads still work
         status, text, _ = await get(server.url + "/readyz")
         assert status == 503

@@ -239,7 +239,11 @@ def open_db(
     try:
         return PostgresSessionDB(dsn)  # the same face (DESIGN §14): both are SessionStores
     except psycopg.OperationalError as exc:
-        if exc.sqlstate not in (None, "57P03", "57P01"):  # the server answered and refused (no such database, auth)
+        # A connection's failure carries no SQLSTATE: the server's own refusal is told by its FATAL
+        # line (no such database, authentication), which waiting would not change — unless it says
+        # "the database system is starting up / shutting down".
+        text = str(exc)
+        if "FATAL:" in text and "the database system is" not in text:
             raise StorageUnavailable(
                 f"cannot open the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}"
             ) from None

@@ -63,6 +63,12 @@ def needs_compression(messages: list[dict[str, Any]], context_window: int, thres
     return estimate_tokens(messages) > context_window * threshold
 
 
+def summary_cap(settings: ModelSettings) -> int:
+    """The summary's length limit: an eighth of a small window (llama.cpp's 2,048-token slot gets
+    256), so the summary leaves room in the child session it opens."""
+    return min(SUMMARY_MAX_TOKENS, settings.context_window // 8)
+
+
 def render_transcript(messages: list[dict[str, Any]]) -> str:
     """The conversation as the summariser reads it (agent.transcript, its SUMMARY style)."""
     return render(messages, SUMMARY).text
@@ -70,7 +76,7 @@ def render_transcript(messages: list[dict[str, Any]]) -> str:
 
 def _fit(transcript: str, settings: ModelSettings) -> str:
     """Cut the transcript to what the summariser's window can take, keeping the start and (mostly) the end."""
-    budget_tokens = max(1000, int(settings.context_window * 0.6) - SUMMARY_MAX_TOKENS)
+    budget_tokens = max(1000, int(settings.context_window * 0.6) - summary_cap(settings))
     if _text_tokens(transcript) <= budget_tokens:
         return transcript
     # Characters per token varies with script; scale by the measured ratio of this text.
@@ -97,7 +103,7 @@ async def summarise(
     ]
     for attempt in range(tries):
         try:
-            result = await complete(client, settings, prompt, temperature=0.2, max_tokens=SUMMARY_MAX_TOKENS)
+            result = await complete(client, settings, prompt, temperature=0.2, max_tokens=summary_cap(settings))
             break
         except asyncio.CancelledError:
             raise

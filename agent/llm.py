@@ -39,6 +39,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Awaitable, Callable, Mapping
@@ -454,6 +455,30 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
     return isinstance(exc, openai.APIConnectionError)
+
+
+_WINDOW_IN_MESSAGE = re.compile(r"(?:maximum context length is|context size \(?)\s*(\d+)", re.I)
+
+
+def context_overflow(exc: BaseException) -> int | None:
+    """If `exc` says the request did not fit the model's context: the context size the server gave
+    (0 when it gave none); None for any other error. llama.cpp answers 400 with `type`
+    "exceed_context_size_error" and `n_ctx` (its slot's share of the context, which no setting of
+    ours knows); OpenAI and vLLM 400 with `code` "context_length_exceeded" or the size in words."""
+    if not isinstance(exc, openai.APIStatusError) or exc.status_code != 400:
+        return None
+    body = exc.body if isinstance(exc.body, dict) else {}
+    inner = body.get("error", body)
+    inner = inner if isinstance(inner, dict) else {}
+    message = _error_message(exc)
+    kinds = {str(inner.get("type")), str(inner.get("code"))}
+    if not kinds & {"exceed_context_size_error", "context_length_exceeded"} and "context length" not in message:
+        return None
+    size = inner.get("n_ctx")
+    if isinstance(size, int) and size > 0:
+        return size
+    found = _WINDOW_IN_MESSAGE.search(message)
+    return int(found.group(1)) if found else 0
 
 
 def retry_after(exc: BaseException) -> float | None:

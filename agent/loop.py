@@ -31,6 +31,7 @@ from agent.llm import (
     Completion,
     ModelSettings,
     complete,
+    context_overflow,
     describe_error,
     is_transient,
     retry_after,
@@ -70,6 +71,8 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
     iterations: int = 0  # model calls made
+    # the request did not fit the model's context: the size the server gave (0: unknown)
+    overflow: int | None = None
 
 
 EMPTY_REPLY_TEXT = "(The model returned an empty reply. Try asking again or rephrasing.)"
@@ -161,6 +164,7 @@ class Agent:
                 raise
             except Exception as exc:  # any model failure ends the turn with an apology
                 result.error = describe_error(exc)
+                result.overflow = context_overflow(exc)
                 log.warning("model call failed (%s): %s", self.settings.describe(), result.error)
                 result.text = apology_text(result.error)
                 return result

@@ -48,7 +48,7 @@ from bench.store import PLANTED, QUERIES, corpus_with_facts, file_bytes, latenci
 from gateway.recall import find_sessions
 from gateway.storage.fts import ident_text
 from gateway.storage.postgres.db import PostgresSessionDB
-from gateway.storage.postgres.queries import message_bytes
+from gateway.storage.postgres.dialect import message_bytes
 from gateway.storage.postgres.tokens import words_vector
 from tests.storage.postgres.server import PrivatePostgres
 

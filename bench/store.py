@@ -7,7 +7,7 @@ twice inline — a word index and a trigram index over all content, kept by trig
     python bench/store.py --sizes --list-sessions 0 --appends 100000 --naive-appends 10000 --fresh 20000
 
 Loading a store for the query figures (`--sizes`) goes through the same write ops as every append
-(`SessionDB.ops.op_append`, checked and indexed as usual), 5,000 to a transaction: 1M messages load
+(gateway/storage/rows.py `op_append`, checked and indexed as usual), 5,000 to a transaction: 1M messages load
 in minutes instead of the hour one commit per 256 would take. Sizes above `--naive-max` skip the
 naive baseline (its trigram index over all text alone is ~4 KB a message).
 
@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.corpus import PLANTED, generate
 from bench.stats import percentile
 from gateway.db import SessionDB
+from gateway.storage.rows import op_append, op_create_session
 from gateway.storage.writer import WalFile
 
 QUERIES = {
@@ -144,7 +145,7 @@ def bulk_append(db: SessionDB, messages: list) -> None:
     """Append `messages` through the ordinary write op, LOAD_BATCH to a transaction."""
     for start in range(0, len(messages), LOAD_BATCH):
         part = messages[start : start + LOAD_BATCH]
-        write_all(db, [db.ops.op_append(f"s{m.session:07d}", m.role, m.content, {}) for m in part])
+        write_all(db, [op_append(db.dialect, f"s{m.session:07d}", m.role, m.content, {}) for m in part])
 
 
 def load_ours(path: str, messages: list) -> SessionDB:
@@ -152,7 +153,7 @@ def load_ours(path: str, messages: list) -> SessionDB:
     sessions = sorted({m.session for m in messages})
     for start in range(0, len(sessions), LOAD_BATCH):
         part = sessions[start : start + LOAD_BATCH]
-        write_all(db, [db.ops.op_create_session(f"s{s:07d}", "telegram", {"user_id": f"u{s % 500}"}) for s in part])
+        write_all(db, [op_create_session(f"s{s:07d}", "telegram", {"user_id": f"u{s % 500}"}) for s in part])
     bulk_append(db, messages)
     db.optimize()
     return db

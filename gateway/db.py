@@ -24,11 +24,12 @@ from datetime import datetime, timezone
 from typing import Any, Callable, TypeVar
 
 from gateway.errors import SchemaTooNew, TitleTaken, UnknownSession
-from gateway.storage import fence, queries, retention, rows
+from gateway.storage import fence, queries, retention
 from gateway.storage.base import StorageFace
 from gateway.storage.conn import Conn
 from gateway.storage.connect import Connection, check_synchronous, set_new_page_size
 from gateway.storage.connect import connect as _connect
+from gateway.storage.dialect import SQLITE
 from gateway.storage.events import INDEXER_EVENTS, CommitEvent, WriteOp
 from gateway.storage.indexer import DeferredIndex, run_catch_up
 from gateway.storage.queries import Session
@@ -71,8 +72,7 @@ class SessionDB(StorageFace):
     """The SQLite backend: one file, one group-commit writer, a read connection per thread."""
 
     backend = "sqlite"
-    ops = rows  # the write ops of this backend, for callers that compose them into one write (the store)
-    deletes = retention
+    dialect = SQLITE
 
     def __init__(self, path: str | os.PathLike, synchronous: str = "full", **writer_options: Any) -> None:
         """`synchronous`: "full" (the default: an append returns once on disk) or "normal" (opt-in,

@@ -18,7 +18,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
 from gateway.source import Platform, SessionSource
 from platforms.helpers import SYSTEM_CLOCK, Clock, EditPacer, split_message
@@ -95,6 +95,18 @@ class ReplyStream(abc.ABC):
         self.first_shown = asyncio.Event()
         self.message_ids: list[str] = []
         self.may_show: Callable[[], bool] = _always
+        # Set by the gateway before the first update: part i goes out with the idempotency key
+        # `part_key(send_key, i)` (a repeat is a no-op where the platform takes one), and each new
+        # part's send is recorded around it (the outbox keeps what a restart must know).
+        self.send_key: str | None = None
+        self.record: SendRecord | None = None
+
+    def adopt(self, message_ids: list[str]) -> None:
+        """The messages an earlier run of this reply left (a turn cut short by a stop or a crash):
+        they are edited to show this reply, never sent again. Default: not possible (ignored)."""
+
+    def part_key(self, part: int) -> str | None:
+        return part_key(self.send_key, part) if self.send_key else None
 
     async def abandon(self) -> None:
         """Stop: nothing more is shown, no final text (another process answers the message).
@@ -119,6 +131,23 @@ def _always() -> bool:
     return True
 
 
+class SendRecord(Protocol):
+    """Where a reply's sends are recorded (the gateway's outbox), around each new message."""
+
+    async def sending(self, part: int) -> None:
+        """Part `part` is about to be sent: until `sent`, a crash leaves its send uncertain."""
+
+    async def sent(self, message_ids: list[str]) -> None:
+        """The platform returned the reply's message ids so far (the new part's last). Not called
+        for the last part of the final text: whoever asked for it records the reply as sent."""
+
+
+def part_key(send_key: str, part: int) -> str:
+    """The idempotency key of a reply's part: stable across restarts, unique per reply and part,
+    within Discord's 25 characters for a nonce (Feishu's `uuid` takes 50)."""
+    return f"{send_key}-{part}"
+
+
 class SendOnFinish(ReplyStream):
     """The default stream for adapters that cannot edit: nothing until the end, then one send."""
 
@@ -132,8 +161,13 @@ class SendOnFinish(ReplyStream):
             return []
         self._done = True
         reply_to = self.reply_to
-        for part in self.adapter.split(text):  # the contract: `send` takes one piece at a time
-            self.message_ids += await self.adapter.send(self.source, part, reply_to=reply_to)
+        parts = self.adapter.split(text)
+        for i, part in enumerate(parts):  # the contract: `send` takes one piece at a time
+            if self.record is not None:
+                await self.record.sending(i)
+            self.message_ids += await self.adapter.send(self.source, part, reply_to=reply_to, key=self.part_key(i))
+            if self.record is not None and i < len(parts) - 1:  # (the caller records the last)
+                await self.record.sent(list(self.message_ids))
             reply_to = None
         self.first_shown.set()
         return self.message_ids
@@ -150,6 +184,8 @@ class SendOnFinish(ReplyStream):
 MessageHandler = Callable[[InboundMessage], Awaitable[None]]
 # (who asks, command name, what they typed so far) -> [(label, value)] for a command option picker
 CommandSuggester = Callable[[SessionSource, str, str], Awaitable[list[tuple[str, str]]]]
+# the newest message the gateway took in from each chat of the adapter's platform (its inbox)
+SeenMessages = Callable[[], Awaitable[list[InboundMessage]]]
 # aiohttp handler for a webhook route; typed loosely so this module needs no aiohttp import.
 WebhookHandler = Callable[[Any], Awaitable[Any]]
 
@@ -171,7 +207,9 @@ class PlatformAdapter(abc.ABC):
     Traits say how the gateway treats the platform, so it never asks which platform it is:
     - `answers_in_order`: one person's typing (or a piped script): every message is answered, in
       order, none dropped, no busy acknowledgements, and read-only commands wait their turn too;
-    - `operator_is_admin`: whoever writes here is the machine's operator: always allowed, an admin.
+    - `operator_is_admin`: whoever writes here is the machine's operator: always allowed, an admin;
+    - `takes_send_keys`: `send` passes its idempotency key to the platform (a repeat returns the
+      first message), so a send a crash left uncertain is never doubled and need not be marked.
     Splitting is the gateway's: it cuts a reply with `split` and hands `send` one piece at a time.
     """
 
@@ -179,6 +217,7 @@ class PlatformAdapter(abc.ABC):
     max_message_length: int = 4000
     answers_in_order: bool = False
     operator_is_admin: bool = False
+    takes_send_keys: bool = False
     clock: Clock = SYSTEM_CLOCK  # what streamed replies pace themselves by (tests set a virtual one)
     stream_first_delay = 1.0  # seconds of text before a streamed reply shows without a full sentence
 
@@ -216,9 +255,12 @@ class PlatformAdapter(abc.ABC):
 
     # -- outbound --------------------------------------------------------------------------
     @abc.abstractmethod
-    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+    async def send(
+        self, source: SessionSource, text: str, reply_to: str | None = None, key: str | None = None
+    ) -> list[str]:
         """Send `text` (already split to fit by the gateway, with `split`) to the chat of `source`;
-        return platform message ids."""
+        return platform message ids. `key`: an idempotency key (`part_key`); a platform that takes
+        one passes it, so a repeat of the send (after a crash) returns the first message."""
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         """Replace the text of a message the bot sent. Default: not supported (no-op)."""
@@ -260,6 +302,11 @@ class PlatformAdapter(abc.ABC):
 
     def command_suggestions(self, suggest: CommandSuggester) -> None:
         """Receive the gateway's option suggester (e.g. /resume's sessions for a picker). Default: ignore."""
+
+    def catch_up_from(self, seen: SeenMessages) -> None:
+        """Receive what the gateway last took in per chat, for a platform that does not redeliver
+        what arrived while chinwag was down (Discord reads each chat's history after it on
+        connecting). Default: ignore (the platform redelivers)."""
 
     # -- length ----------------------------------------------------------------------------
     def message_length(self, text: str) -> int:

@@ -10,7 +10,9 @@ once, formatted, with no edit at all (streaming costs such a turn nothing). Past
 are no longer touched. Intermediate text is sent plain; `finish` applies the platform's
 formatting in the final edit. A 429 holds the chat's pacer for its `retry_after` and the update
 is merged into the next one; nothing is dropped from the final text. `may_show` is asked right
-before each live call (a replica that no longer knows it holds the chat stops editing).
+before each live call (a replica that no longer knows it holds the chat stops editing). A new part
+goes out with the reply's idempotency key and is recorded around its send (`record`); `adopt` takes
+the messages a cut-short run of the same reply left, which are then edited, never sent again.
 
 The rate rule is the adapter's `EditPacer` (platforms.helpers), on the adapter's injectable clock, so
 tests run the whole flow on virtual time without sleeping.
@@ -28,11 +30,13 @@ from platforms.helpers import EditPacer
 
 log = logging.getLogger(__name__)
 
+_UNKNOWN = "\0"  # what an adopted message shows: equal to no part
 FINAL_ATTEMPTS = 5  # a final edit refused this often (429 each time) is given up
 _SENTENCE = re.compile(r"[.!?…\n]\s|[。！？]")
 
 
-SendPart = Callable[[str, "str | None", bool], Awaitable[str]]  # (text, reply_to, final) -> message id
+# (text, reply_to, final, idempotency key) -> message id
+SendPart = Callable[[str, "str | None", bool, "str | None"], Awaitable[str]]
 EditPart = Callable[[str, str, bool], Awaitable[None]]  # (message id, text, final)
 DeletePart = Callable[[str], Awaitable[None]]
 
@@ -73,12 +77,21 @@ class EditedReply(ReplyStream):
         self._shown: list[str] = []  # what each sent part shows now
         self._final: str | None = None  # set by finish/fail: the writer's last job
         self._live = True  # False after an intermediate update failed for a reason other than 429
+        self._adopted = False  # the reply took over the messages of an earlier run (`adopt`)
         self._dirty = asyncio.Event()
         self._closed = asyncio.Event()
         self._writer: asyncio.Task | None = None
         self.calls = 0  # platform calls made (for metrics and tests)
 
     # -- the contract ---------------------------------------------------------------------------
+    def adopt(self, message_ids: list[str]) -> None:
+        if self._shown or not message_ids:
+            return
+        self.message_ids = list(message_ids)
+        self._adopted = True
+        self._shown = [_UNKNOWN] * len(message_ids)  # what they show is not known: every part is edited
+        self.first_shown.set()
+
     async def update(self, text: str) -> None:
         if self._final is not None or text == self._text:
             return
@@ -98,9 +111,9 @@ class EditedReply(ReplyStream):
         await self._close(None)
 
     async def fail(self, note: str | None = None) -> list[str]:
-        if not self._shown and not note:
-            await self._close(None)
-            return []
+        if not note and (not self._shown or (self._adopted and not self._text)):
+            await self._close(None)  # nothing shown, or only what an earlier run left: it stays
+            return list(self.message_ids)
         parts = [p for p in (self._text.rstrip(), note) if p]
         return await self._close("\n\n".join(parts))
 
@@ -216,14 +229,19 @@ class EditedReply(ReplyStream):
                         raise
                     # the part cannot be edited (deleted by someone, too old): the final text goes anew
                     log.warning("%s: final edit failed (%s); sending the part as a new message", self.what, exc)
-                    self.message_ids[i] = await self._call(lambda: self._send(part, None, final))
+                    # (no key: a keyed repeat would return the very message that cannot be edited)
+                    self.message_ids[i] = await self._call(lambda: self._send(part, None, final, None))
                 self._shown[i] = part
             else:
                 reply_to = self.reply_to if i == 0 else None
-                message_id = await self._call(lambda: self._send(part, reply_to, final))
+                if self.record is not None:
+                    await self.record.sending(i)
+                message_id = await self._call(lambda: self._send(part, reply_to, final, self.part_key(i)))
                 self.message_ids.append(message_id)
                 self._shown.append(part)
                 self.first_shown.set()
+                if self.record is not None and not (final and i == len(parts) - 1):  # (the caller records the last)
+                    await self.record.sent(list(self.message_ids))
         if final:
             for message_id in self.message_ids[len(parts) :]:
                 if self._delete is not None:

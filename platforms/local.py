@@ -235,7 +235,9 @@ class LocalAdapter(PlatformAdapter):
             self._write("\n")
         self.set_ready(False, "stopped")
 
-    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+    async def send(
+        self, source: SessionSource, text: str, reply_to: str | None = None, key: str | None = None
+    ) -> list[str]:
         def write() -> None:
             with self._write_lock:
                 self.output.write(text.rstrip("\n") + "\n")

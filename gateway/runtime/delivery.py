@@ -10,9 +10,19 @@
   `gateway.delivery`); on start the replies not yet delivered are sent from the first part not
   recorded.
 
-The one duplicate window: a crash after the platform accepted a part and before its record
-commits; that part is sent again on start (at most one message per crash, counted by the crash
-test in tests/runtime/test_delivery_crash.py).
+The duplicate window: a crash after the platform accepted a part and before its record commits;
+that part is sent again on start. Where the platform takes an idempotency key
+(`takes_send_keys`: Feishu's `uuid`, Discord's `nonce`) every part goes with its row's key, so the
+repeat returns the first message: the window is closed. Elsewhere (Telegram) each part is marked
+"sending" before it goes (`OutboxSends`), and the start counts the marked parts it sends again as
+uncertain (`uncertain_sends_total`): doubles are bounded by the sends in flight at the crash
+(tests/runtime/test_delivery_crash*.py measure both).
+
+A streamed answer's messages are recorded on its inbox entry as the platform returns them
+(`StreamSends`), before the answer commits; the outbox row starts from them, and a rerun of a
+turn a stop or crash cut short adopts them: the answer is edited in place, never sent anew.
+Deliveries run shielded from their caller's cancel, and a stop waits for them (`settle`) before
+the adapters go.
 
 On Postgres replicas (gateway.runtime.leases) every record of a chat's job commits only while this
 replica holds the chat: the runner sets the chat's fence for the job (gateway.storage.fence) and
@@ -28,11 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import secrets
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from gateway.db import StorageFace
@@ -140,6 +151,11 @@ class Inbox:
         rows = await self.db.aread(self.db.read, lambda conn: inbox.unfinished_of_chat(conn, chat_key))
         return await asyncio.to_thread(self._decoded, rows)
 
+    async def latest(self, platform: str) -> list[InboundMessage]:
+        """The newest message taken in from each chat of `platform` (PlatformAdapter.catch_up_from)."""
+        rows = await self.db.aread(self.db.read, lambda conn: inbox.latest_per_chat(conn, platform))
+        return [msg for _row, msg in await asyncio.to_thread(self._decoded, rows)]
+
     def unfinished(self) -> list[tuple[dict, InboundMessage]]:
         """Entries not done, oldest first, with their messages (for the start-up)."""
         return self._decoded(self.db.inbox_unfinished())
@@ -163,8 +179,48 @@ class _Unsent:
     source: SessionSource
     text: str
     reply_to: str | None
-    done: int = 0  # parts already sent and recorded
+    send_key: str | None = None  # the row's idempotency key (Feishu, Discord)
+    shown: list[str] = field(default_factory=list)  # messages already sent for it: edited, not sent again
     key: str | None = None  # the chat whose lease must be held here (replicas)
+
+
+class OutboxSends:
+    """A reply's sends recorded on its outbox row (platforms.base.SendRecord): "sending" before
+    each new message where the platform takes no idempotency key (so a restart knows the send is
+    uncertain; with a key the repeat is a no-op and the mark would cost a commit for nothing), its
+    id as soon as the platform returns it."""
+
+    def __init__(self, db: StorageFace, row_id: int, adapter: PlatformAdapter) -> None:
+        self.db, self.row_id, self.mark = db, row_id, not adapter.takes_send_keys
+
+    async def sending(self, part: int) -> None:
+        if self.mark:
+            await self.db.aoutbox_sending(self.row_id, part)
+
+    async def sent(self, message_ids: list[str]) -> None:
+        await self.db.aoutbox_record(self.row_id, 0, message_ids, done=False)
+
+
+class StreamSends:
+    """A streamed answer's messages, recorded on the inbox entry it answers before the answer (and
+    its outbox row) commits: a turn cut short finds them when it runs again."""
+
+    def __init__(self, db: StorageFace, entry_id: int) -> None:
+        self.db, self.entry_id = db, entry_id
+
+    async def sending(self, part: int) -> None:
+        pass  # a live message is not yet a reply: its key (Feishu, Discord) finds it again on a rerun
+
+    async def sent(self, message_ids: list[str]) -> None:
+        await self.db.ainbox_reply_ids(self.entry_id, message_ids)
+
+
+def entry_send_key(msg: InboundMessage) -> str | None:
+    """The send key of a streamed answer to `msg`: a rerun of its turn sends the first message with
+    the same key, so where the platform takes one (Feishu, Discord) the cut message is found again."""
+    if not msg.message_id:
+        return None
+    return hashlib.sha256(f"{msg.source.platform.value}:{msg.message_id}".encode()).hexdigest()[:16]
 
 
 class Outbox:
@@ -194,6 +250,7 @@ class Outbox:
         self._queues: dict[tuple, deque[_Unsent]] = {}  # chat -> replies behind a failed send, in order
         self._retries: dict[tuple, asyncio.Task] = {}
         self.parked: set[int] = set()  # outbox row ids given up for now (retried slowly)
+        self._sending: set[asyncio.Task] = set()  # deliveries under way (a stop lets them finish)
 
     @staticmethod
     def reply_op(
@@ -201,14 +258,16 @@ class Outbox:
         text: str,
         answers: Iterable[InboundMessage],
         outcome: str = "answered",
+        shown: Iterable[str] = (),
     ):
         """The record of a reply, to run in one transaction (alone, or with the assistant message
         that carries it as `after`): the outbox row and the done marks of the entries it answers.
-        Returns `(op, row)`: after the commit `row["id"]` is the outbox row id."""
+        `shown`: the messages a streamed answer shows so far (edited, never sent again). Returns
+        `(op, row)`: after the commit `row["id"]` is the outbox row id; `row["send_key"]` its key."""
         done = [m.inbox_id for m in answers if m.inbox_id is not None]
         source = target.source
         reply_to = target.message_id if source.chat_type != "dm" and target.message_id else None
-        row: dict[str, Any] = {"id": None}
+        row: dict[str, Any] = {"id": None, "send_key": outbox.new_send_key(), "shown": list(shown)}
 
         def op(conn: Conn, message_id: int | None = None) -> int:
             row["id"] = outbox.add(
@@ -220,6 +279,8 @@ class Outbox:
                 text=text,
                 inbox_id=target.inbox_id,
                 message_id=message_id,
+                shown_ids=row["shown"],
+                send_key=row["send_key"],
             )
             inbox.finish(conn, done, outcome)
             return row["id"]
@@ -232,10 +293,12 @@ class Outbox:
         text: str,
         answers: Iterable[InboundMessage],
         outcome: str,
-    ) -> int:
-        """Commit a reply that is not carried by an assistant message (a command's answer, an apology)."""
-        op, _ = self.reply_op(target, text, answers, outcome)
-        return await self.db.awrite(lambda conn, events: op(conn))
+    ) -> dict[str, Any]:
+        """Commit a reply that is not carried by an assistant message (a command's answer, an
+        apology); its row (`id`, `send_key`)."""
+        op, row = self.reply_op(target, text, answers, outcome)
+        await self.db.awrite(lambda conn, events: op(conn))
+        return row
 
     async def record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
         """Record sent parts, retrying through a storage fault until it commits (see the class doc)."""
@@ -251,28 +314,43 @@ class Outbox:
         source: SessionSource,
         text: str,
         reply_to: str | None,
-        done: int = 0,
+        *,
+        send_key: str | None = None,
+        shown: Iterable[str] = (),
         key: str | None = None,
     ) -> bool:
-        """Send the reply's parts from `done` on, recording each. False when it was not sent now:
-        queued behind its chat's earlier replies, or it failed and is retried in order (see the
-        class doc), or it is not this process's to send. `key`: the chat whose lease must still
-        be held here (replicas): if another replica took it over, that one sends it."""
-        item = _Unsent(row_id, source, text, reply_to, done, key)
+        """Send the reply, recording each message. False when it was not sent now: queued behind
+        its chat's earlier replies, or it failed and is retried in order (see the class doc), or it
+        is not this process's to send. `send_key`: the row's idempotency key; `shown`: the messages
+        already sent for it (a streamed answer's, a previous attempt's), edited to the final text.
+        `key`: the chat whose lease must still be held here (replicas): if another replica took it
+        over, that one sends it. Shielded: a cancel of the caller (a /stop, the end of a stop's
+        grace) must not cut a reply between its parts; `settle` waits for it."""
+        item = _Unsent(row_id, source, text, reply_to, send_key, list(shown), key)
         chat = _chat(source)
         queue = self._queues.get(chat)
         if queue is not None:
             queue.append(item)
             return False
-        outcome = await self._send(item)
+        task = asyncio.ensure_future(self._send(item))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+        outcome = await asyncio.shield(task)
         if outcome != "failed":
             return outcome == "sent"
-        self._queues[chat] = deque([item])
-        self._retries[chat] = asyncio.create_task(self._retry(chat), name=f"outbox retry {chat}")
+        if chat not in self._queues:  # (another reply of the chat may have failed meanwhile)
+            self._queues[chat] = deque()
+            self._retries[chat] = asyncio.create_task(self._retry(chat), name=f"outbox retry {chat}")
+        self._queues[chat].appendleft(item)
         return False
 
+    async def settle(self, timeout: float) -> None:
+        """Let the deliveries under way finish (a stop, before the adapters go)."""
+        if self._sending:
+            await asyncio.wait(list(self._sending), timeout=timeout)
+
     async def _send(self, item: _Unsent) -> str:
-        """One try at the rest of `item`: "sent", "failed" (retry later) or "elsewhere"."""
+        """One try at `item`: "sent", "failed" (retry later) or "elsewhere"."""
         source = item.source
         adapter = self.adapters.get(source.platform.value)
         if adapter is None:
@@ -281,36 +359,25 @@ class Outbox:
         if item.key is not None and self.leases.shared and not await self.leases.confirm(item.key):
             log.info("outbox row %s not sent here: chat %s is held by another replica now", item.row_id, item.key)
             return "elsewhere"
-        parts = adapter.split(item.text) or [item.text]
-        ids: list[str] = []
-        if item.done == 0:
-            # One reply through the adapter's own reply writer: it keeps the chat's send rate
-            # (the pacer a streamed answer also uses), so a notice after a streamed answer is not
-            # refused as a flood. The duplicate window is between its sends and the record below.
-            try:
-                ids = await adapter.begin_reply(source, item.reply_to).finish(item.text)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sending a reply on %s failed; it is retried", source.platform.value)
-                return "failed"
-            self._count(source, len(ids))
-            await self.record(item.row_id, len(parts), ids, done=True)
-            item.done = len(parts)
-            return "sent"
-        for index in range(item.done, len(parts)):
-            try:
-                sent = await adapter.send(source, parts[index], reply_to=item.reply_to if index == 0 else None)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sending a reply on %s failed; it is retried", source.platform.value)
-                return "failed"
-            ids.extend(sent or [])
-            self._count(source, 1)
-            # The duplicate window is between the send above and this commit.
-            await self.record(item.row_id, index + 1, ids, done=index + 1 == len(parts))
-            item.done = index + 1
+        # Through the adapter's own reply writer: it keeps the chat's send rate (the pacer a
+        # streamed answer also uses), so a notice after a streamed answer is not refused as a flood;
+        # and it records each new message around its send (the duplicate window is between them).
+        reply = adapter.begin_reply(source, item.reply_to)
+        reply.send_key, reply.record = item.send_key, OutboxSends(self.db, item.row_id, adapter)
+        earlier = list(item.shown)
+        reply.adopt(earlier)
+        try:
+            ids = await reply.finish(item.text)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sending a reply on %s failed; it is retried", source.platform.value)
+            item.shown = list(reply.message_ids)  # what did go out is edited on the retry, not sent again
+            return "failed"
+        if self.metrics is not None:
+            for _ in range(len(ids) - len(earlier)):
+                self.metrics.inc("messages_out_total", {"platform": source.platform.value})
+        await self.record(item.row_id, len(ids), ids, done=True)
         return "sent"
 
     async def _retry(self, chat: tuple) -> None:
@@ -352,17 +419,11 @@ class Outbox:
             task.cancel()
         await asyncio.gather(*self._retries.values(), return_exceptions=True)
 
-    def _count(self, source: SessionSource, messages: int) -> None:
-        if self.metrics is not None:
-            for _ in range(messages):
-                self.metrics.inc("messages_out_total", {"platform": source.platform.value})
-
     async def deliver_unsent(self) -> int:
         """On start: send every reply a previous process committed and did not deliver, oldest first."""
         sent = 0
         for row in await asyncio.to_thread(self.db.outbox_unsent):
-            source = SessionSource.from_dict(json.loads(row["target"]))
-            if await self.deliver(row["id"], source, row["text"], row["reply_to"], row["parts_sent"]):
+            if await self._deliver_row(row):
                 sent += 1
         if sent:
             log.info("delivered %d repl%s left unsent by the previous run", sent, "y" if sent == 1 else "ies")
@@ -372,8 +433,7 @@ class Outbox:
         """Send the replies to one inbox entry that were committed and not sent (a fault came between)."""
         for row in await asyncio.to_thread(self.db.outbox_unsent):
             if row["inbox_id"] == entry_id:
-                source = SessionSource.from_dict(json.loads(row["target"]))
-                await self.deliver(row["id"], source, row["text"], row["reply_to"], row["parts_sent"])
+                await self._deliver_row(row)
 
     async def deliver_unsent_of(self, chat_key: str) -> int:
         """On taking a chat over (replicas): send the replies its previous holder committed and did not
@@ -381,10 +441,20 @@ class Outbox:
         sent = 0
         rows = await self.db.aread(self.db.read, lambda conn: outbox.unsent_of_chat(conn, chat_key))
         for row in rows:
-            source = SessionSource.from_dict(json.loads(row["target"]))
-            if await self.deliver(row["id"], source, row["text"], row["reply_to"], row["parts_sent"], key=chat_key):
+            if await self._deliver_row(row, chat_key):
                 sent += 1
         return sent
+
+    async def _deliver_row(self, row: dict[str, Any], chat_key: str | None = None) -> bool:
+        """A row a previous holder left unsent. A message it was sending and had no id of is an
+        uncertain send: sent again (a no-op where the platform took the key), and counted."""
+        source = SessionSource.from_dict(json.loads(row["target"]))
+        shown = json.loads(row["platform_ids"] or "[]")
+        if row.get("sending") is not None and row["sending"] >= len(shown) and self.metrics is not None:
+            self.metrics.inc("uncertain_sends_total", {"platform": source.platform.value})
+        return await self.deliver(
+            row["id"], source, row["text"], row["reply_to"], send_key=row.get("send_key"), shown=shown, key=chat_key
+        )
 
 
 def _chat(source: SessionSource) -> tuple:

@@ -92,6 +92,7 @@ class ChatLane:
     steer_queue: asyncio.Queue[str] | None = None
     steered: deque[InboundMessage] = field(default_factory=deque)
     last_ack: float | None = None
+    closed: bool = False  # the process is stopping: the running job ends, nothing else starts
     worker: asyncio.Task | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -131,6 +132,14 @@ class ChatLane:
                 self.steer_queue.get_nowait()
         return dropped
 
+    def close(self) -> None:
+        """Stopping: what waits is left to the next start (its inbox entries are not done), the
+        running job may finish."""
+        self.closed = True
+        self.inbox.clear()
+        self.clear_pending()
+        self._wake.set()
+
     def take_steered(self) -> InboundMessage | None:
         """The message behind the next steered text the agent consumed (for its platform id)."""
         return self.steered.popleft() if self.steered else None
@@ -150,6 +159,9 @@ class ChatLane:
                         await self._route(job)
                 if self.current is not None and self.current.done():
                     self._finish_current()
+                if self.closed:
+                    self.inbox.clear()
+                    self.pending.clear()
                 if self.current is None and self.pending:
                     self._start(self.pending.popleft())
                     continue

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import sys
 import time
@@ -118,7 +120,8 @@ class GatewayRunner:
             metrics.set_gauge_fn("outbox_parked", lambda: len(outbox.parked))
             # A 0 sample from the start: a dashboard's rate() sees the first event as an increase.
             for platform in self.adapters:
-                for counter in ("messages_in_total", "messages_out_total", "duplicates_total", "reruns_total"):
+                counters = ("messages_in_total", "messages_out_total", "duplicates_total", "reruns_total")
+                for counter in (*counters, "uncertain_sends_total"):
                     metrics.inc(counter, {"platform": platform}, by=0)
             metrics.inc("model_errors_total", by=0)
             metrics.inc("interrupted_turns_total", {"action": "notify"}, by=0)
@@ -132,6 +135,7 @@ class GatewayRunner:
         for adapter in self.adapters.values():
             adapter.bot_commands(menu)
             adapter.command_suggestions(self.suggest)
+            adapter.catch_up_from(functools.partial(self.inbox.latest, adapter.platform.value))
         await self.intake.start()
 
     @property
@@ -163,13 +167,14 @@ class GatewayRunner:
                 await self._idle.wait()
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Stop intake, let running work finish (up to `timeout`), cancel the rest, close agents."""
+        """Stop in the order that loses nothing and answers nothing twice: intake first (what
+        arrives now is stored and acknowledged, not run; what waits in a lane is left: the next
+        start answers both), then let running work finish (up to `timeout`; the rest is cancelled,
+        a streamed answer it cut is edited on the next start) and its replies leave, with the
+        adapters still up to send them; the adapters last, then the agents."""
         self._stopping = True
-        for adapter in self.adapters.values():
-            try:
-                await adapter.stop()
-            except Exception:
-                log.exception("stopping adapter %s failed", adapter.platform.value)
+        for lane in list(self.lanes.values()):
+            lane.close()
         try:
             await asyncio.wait_for(self.drain(), timeout)
         except TimeoutError:
@@ -177,8 +182,6 @@ class GatewayRunner:
             # The agent writes each step with its tool results before honouring a cancel, so what
             # was said so far is persisted (a checkpoint); the lanes then end.
             for lane in list(self.lanes.values()):
-                lane.clear_pending()
-                lane.inbox.clear()
                 lane.cancel_current()
             for task in list(self._side):
                 task.cancel()
@@ -186,7 +189,13 @@ class GatewayRunner:
                 await asyncio.wait_for(self.drain(), 5.0)
             except TimeoutError:
                 log.error("shutdown: some chats did not stop")
-        await self.outbox.stop()
+        await self.outbox.settle(timeout)
+        await self.outbox.stop()  # retries end here: what is still queued stays for the next start
+        for adapter in self.adapters.values():
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("stopping adapter %s failed", adapter.platform.value)
         await self.leases.stop()
         await self.cache.close_all()
         await self.factory.close()
@@ -219,7 +228,11 @@ class GatewayRunner:
                 await self._refuse(msg)
             return
         if command is not None and command.bot and not self._addressed_to_us(source.platform, command.bot):
-            return  # "/cmd@other_bot" in a group: another bot's command
+            # In a group it is another bot's command. A DM holds only this bot (privacy mode is a
+            # group matter), so silence there would look like a hang: say whose command it was.
+            if source.chat_type == "dm":
+                await self.send(msg, other_bot_text(command.name, command.bot))
+            return
         if not msg.text.strip() and not msg.attachments:  # a sticker, a location, ...: nothing to answer
             if source.chat_type == "dm":
                 await self.send(msg, EMPTY_TEXT)
@@ -303,7 +316,7 @@ class GatewayRunner:
             return Job(msg, "turn", taken_up)
         if command.name == "stop":
             with self._fenced(lane.key):
-                await self.reply(msg, await self._stop_lane(lane))
+                await self.reply(msg, await self._stop_lane(lane, msg.source))
             return None
         spec = COMMANDS.get(command.name)
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
@@ -382,9 +395,10 @@ class GatewayRunner:
                 await self.turns.run(lane, job.msg, entry, job.msg.text)
 
     async def _take_up_interrupted(self, lane: ChatLane, msg: InboundMessage) -> None:
-        """A turn a crash cut short after it stored the person's message. `rerun`: hide what it
-        stored (flags only: it stays searchable) and run it again, so the person sees one answer
-        (the model may be called twice). `notify`: say so and offer /retry."""
+        """A turn a crash or stop cut short after it stored the person's message. `rerun`: hide what
+        it stored after that message (flags only: it stays searchable) and run it again on the
+        same message row, its streamed answer's messages edited in place, so the person sees one
+        answer (the model may be called twice). `notify`: say so and offer /retry."""
         row = self.intake.interrupted.pop(msg.inbox_id or 0)
         if self.interrupted_mode == "notify":
             self.inc("interrupted_turns_total", {"action": "notify"})
@@ -392,13 +406,15 @@ class GatewayRunner:
             return
         self.inc("reruns_total", {"platform": msg.source.platform.value})
         stored = row.get("user_message_id")
-        if stored:
-            session_id = await asyncio.to_thread(self.db.message_session, stored)
-            if session_id is not None:
-                await asyncio.to_thread(self.db.supersede_after, session_id, stored - 1)
-                await self.forget(session_id)
+        session_id = await asyncio.to_thread(self.db.message_session, stored) if stored else None
+        if stored and session_id is not None:
+            await asyncio.to_thread(self.db.supersede_after, session_id, stored)
+            await self.forget(session_id)
         entry = await self.lookup(msg)
-        await self.turns.run(lane, msg, entry, msg.text)
+        if entry.session_id != session_id:  # the chat moved on (a reset): the message is stored anew there
+            stored = None
+        shown = json.loads(row.get("reply_ids") or "[]")
+        await self.turns.run(lane, msg, entry, msg.text, stored=stored, shown=shown)
 
     async def notify(self, lane: ChatLane, msg: InboundMessage, text: str) -> None:
         await self.send(msg, text)
@@ -471,14 +487,14 @@ class GatewayRunner:
             await self.inbox.finish([msg], outcome)
             return
         text = valid_text(text)
-        row_id = await self.outbox.commit(msg, text, [msg], outcome)
+        row = await self.outbox.commit(msg, text, [msg], outcome)
         if msg.reply_target is not None:  # an interaction (a Discord slash command) is answered in place
             await self.outbound.send(msg, text)
-            await self.outbox.record(row_id, 1, [], True)
+            await self.outbox.record(row["id"], 1, [], True)
             return
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
         key = self.store.key_for(msg.source)  # (its lease is confirmed before the send, on replicas)
-        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to, key=key))
+        await self.outbox.deliver(row["id"], msg.source, text, reply_to, send_key=row["send_key"], key=key)
 
     def inc(self, name: str, labels: dict[str, str] | None = None) -> None:
         if self.metrics is not None:
@@ -488,11 +504,21 @@ class GatewayRunner:
         if self.metrics is not None:
             self.metrics.observe(name, value)
 
-    async def _stop_lane(self, lane: ChatLane) -> str:
+    async def _stop_lane(self, lane: ChatLane, by: SessionSource | None = None) -> str:
+        """Cancel the chat's running job and drop what waits; the text for whoever stopped it (`by`).
+        In a conversation several people share (a thread), each other person whose message was
+        stopped or dropped is told once, in reply to it: nobody waits for an answer in silence."""
+        current = lane.current_job.msg if lane.busy and lane.current_job is not None else None
         running = lane.cancel_current()
         waiting = [job.msg for job in lane.pending] + list(lane.steered)
         dropped = lane.clear_pending()
         await self.inbox.finish(waiting, "dropped")
+        if by is not None:
+            told = {by.person_id}
+            for msg in ([current] if current is not None else []) + waiting:
+                if msg.source.person_id not in told:
+                    told.add(msg.source.person_id)
+                    await self.send(msg, stopped_by_text(by.user_name or by.person_id or "someone"))
         if not running and not dropped:
             return "Nothing to stop."
         parts = ["Stopped."] if running else []
@@ -532,6 +558,14 @@ class GatewayRunner:
         task = asyncio.create_task(coro)
         self._side.add(task)
         task.add_done_callback(self._side.discard)
+
+
+def stopped_by_text(name: str) -> str:
+    return f"Not answered: {name} sent /stop in this conversation. Send your message again if you still want an answer."
+
+
+def other_bot_text(name: str, bot: str) -> str:
+    return f"/{name}@{bot} is addressed to @{bot}, not to me. Send /{name} without the @ for mine."
 
 
 def adapter_health(adapters: Iterable[PlatformAdapter]) -> dict[str, AdapterHealth]:

@@ -5,7 +5,10 @@ the DB), run the agent with a callback that persists every message it produces (
 message, assistant messages with tool calls, tool results, the answer) as it goes, show a typing
 hint meanwhile, then reply. When the conversation nears the model's context window afterwards, it
 is summarised (agent.compress) and the chat continues in a child session (SessionStore.compress,
-one transaction).
+one transaction). The configured window cannot always know: llama.cpp gives each slot n_ctx / slots
+tokens and refuses a longer request with a 400 naming that size (tests/runtime/test_real_model.py).
+Such a refusal compresses the conversation within the size the server gave (the person's message of
+the refused attempt hidden first) and the message is answered once, in the child.
 
 The TurnRunner is built with its collaborators (agent cache, factory, DB, store, the outbound
 side and the outbox, the clock, the model settings) rather than the runner, so it can be read, and
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -42,7 +46,7 @@ from gateway.errors import LeaseLost
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import SessionAgent
 from gateway.runtime.conversations import ConversationCache
-from gateway.runtime.delivery import Inbox, Outbox
+from gateway.runtime.delivery import Inbox, Outbox, OutboxSends, StreamSends, entry_send_key
 from gateway.runtime.lanes import ChatLane
 from gateway.runtime.media import MediaIntake, Received
 from gateway.runtime.metrics import Metrics
@@ -155,11 +159,16 @@ class TurnRecorder:
         msg: InboundMessage,
         session_id: str,
         received: Received | None,
+        stream: ReplyStream | None = None,
+        stored: int | None = None,
     ) -> None:
         self.db, self.outbox, self.conversations, self.clock = db, outbox, conversations, clock
         self.lane, self.msg, self.session_id, self.received = lane, msg, session_id, received
+        self.stream = stream  # its messages so far go into the outbox row with the answer
+        self.stored = stored  # the person's message, stored by a run of this turn a crash cut short
         self.answered: list[InboundMessage] = [msg]  # the inbox entries this turn's reply finishes
         self.committed: dict[str, Any] = {}  # the outbox row committed with the answer, once it is
+        self.user_message_id: int | None = None  # the person's message as this turn stored it
         self._first_user = True
 
     async def __call__(self, message: dict[str, Any]) -> None:
@@ -173,6 +182,11 @@ class TurnRecorder:
                 origin = self.lane.take_steered() or self.msg  # a steered message joins the running turn
                 if origin is not self.msg:
                     self.answered.append(origin)
+            elif self.stored is not None:  # stored before the cut: reused, not appended again
+                self._first_user = False
+                self.user_message_id = self.stored
+                self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
+                return
             elif self.received is not None:  # stored and searched as text; the files as rows
                 message = {**message, "content": self.received.text}
                 attachments = self.received.rows
@@ -183,15 +197,18 @@ class TurnRecorder:
         elif message["role"] == "assistant" and not message.get("tool_calls"):
             # The answer: its reply is committed with it, and its inbox entries are done.
             text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
-            after, row = self.outbox.reply_op(self.msg, text, list(self.answered))
+            shown = self.stream.message_ids if self.stream is not None else []
+            after, row = self.outbox.reply_op(self.msg, text, list(self.answered), shown=shown)
             self.committed.update(row=row, text=text)
         # Through a storage fault the turn pauses here (its streamed reply stays on screen) and goes on
         # once storage commits: rerunning it would show a second answer (gateway.storage.health).
-        await self.outbox.health.committed(
+        stored = await self.outbox.health.committed(
             lambda: self.db.aappend_message(
                 self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
             )
         )
+        if message["role"] == "user" and self.user_message_id is None:
+            self.user_message_id = stored
         self.conversations.append(self.session_id, self.lane.key, _as_stored(message))
 
     async def stopped(self, shown: str) -> None:
@@ -265,7 +282,22 @@ class TurnRunner:
         await self.cache.put(session_id, built)
         return built
 
-    async def run(self, lane: ChatLane, msg: InboundMessage, entry: SessionEntry, text: str) -> None:
+    async def run(
+        self,
+        lane: ChatLane,
+        msg: InboundMessage,
+        entry: SessionEntry,
+        text: str,
+        *,
+        stored: int | None = None,
+        shown: list[str] | None = None,
+        compressed: bool = False,
+    ) -> None:
+        """Run the turn. A rerun of a turn a stop or crash cut short: `stored` is the person's
+        message it stored (the last of the session: reused, not stored again), `shown` the messages
+        its streamed answer showed (edited, never sent again). A request the model's context cannot
+        hold is answered once more in a child session summarised to fit (`compressed`: this is that
+        second try)."""
         session_id = entry.session_id
         received = await self._receive(msg, text)
         session_agent = await self._agent_for(msg, session_id)
@@ -274,14 +306,16 @@ class TurnRunner:
         lane.steer_queue = steer
         # The conversation so far, from the warm copy when there is one (see gateway.runtime.conversations).
         warm = self.conversations
-        record = TurnRecorder(self.db, self.outbox, warm, self.clock, lane, msg, session_id, received)
-        stream = self._stream(msg, lane.key)
+        stream = self._stream(msg, lane.key, shown or [])
+        record = TurnRecorder(self.db, self.outbox, warm, self.clock, lane, msg, session_id, received, stream, stored)
         feed = ReplyFeed(stream, tool_status=self.tool_status) if stream is not None else None
         typing = _Typing(self.outbound.send_typing, msg.source, stream.first_shown if stream is not None else None)
         try:
             history = warm.get(session_id, lane.key)
             if history is None:
                 history = await self.db.aread(self.db.get_messages_as_conversation, session_id)
+                if stored is not None and history and history[-1]["role"] == "user":
+                    history = history[:-1]  # the person's message: the turn adds it (its recorder reuses the row)
                 warm.put(session_id, lane.key, history)
             content = received.model_content() if received is not None else text
             ctx = self._tool_context(msg, session_id)
@@ -301,6 +335,13 @@ class TurnRunner:
             await typing.stop()
             await self.cache.release(session_id, session_agent)
 
+        if result.overflow is not None and not compressed and not record.committed:
+            child = await self._compress_overflowed(msg, session_id, record, result.overflow)
+            if child is not None:
+                if stream is not None:  # nothing was shown: the second try streams afresh
+                    await _settle(stream.abandon())
+                await self.run(lane, msg, child, text, compressed=True)
+                return
         if result.error is not None and self.model_settings.is_configured:
             self._model_failed()
         failed = result.error is not None
@@ -321,17 +362,42 @@ class TurnRunner:
             await self.outbound.send(msg, notice)
         return received
 
+    async def _compress_overflowed(
+        self, msg: InboundMessage, session_id: str, record: TurnRecorder, window: int
+    ) -> SessionEntry | None:
+        """The model refused the turn's request as longer than its context (`window` tokens, 0 if it
+        did not say): hide the person's message this attempt stored (it stays searchable), summarise
+        the rest into a child session within that window and say so. The child's entry, or None if
+        compressing failed too (the turn's apology then stands)."""
+        if record.user_message_id is not None:
+            await asyncio.to_thread(self.db.supersede_after, session_id, record.user_message_id - 1)
+        await self.forget(session_id)
+        notice = await self.compress(msg, session_id, auto=True, window=window)
+        if not notice:
+            return None
+        await self.outbound.send(msg, notice)
+        found = await self.store.get_or_create(msg.source, model=self.model_settings.name)
+        return found.entry
+
     async def _compress_after(self, msg: InboundMessage, session_id: str) -> None:
         notice = await self.compress(msg, session_id, auto=True)
         if notice:
             await self.outbound.send(msg, notice)
 
-    def _stream(self, msg: InboundMessage, key: str) -> ReplyStream | None:
-        """The streamed reply to `msg`, or None where the reply is sent once at the end."""
+    def _stream(self, msg: InboundMessage, key: str, shown: list[str]) -> ReplyStream | None:
+        """The streamed reply to `msg`, or None where the reply is sent once at the end. Its
+        messages are recorded on the inbox entry as they are sent, and a rerun's stream takes over
+        those of the run that was cut (`shown`)."""
         if self.outbox.backlogged(msg.source):  # earlier replies wait for a retry: this one goes behind them
             return None
         stream = self.outbound.begin_reply(msg)
-        if stream is not None and self.leases.shared:
+        if stream is None:
+            return None
+        stream.send_key = entry_send_key(msg)
+        if msg.inbox_id is not None:
+            stream.record = StreamSends(self.db, msg.inbox_id)
+        stream.adopt(shown)
+        if self.leases.shared:
             # Replicas: a draft edit goes out only while this replica knows it holds the chat
             # (its lease's expiry, in memory); the final text only after the fenced commit.
             stream.may_show = functools.partial(self.leases.known_held, key)
@@ -361,26 +427,31 @@ class TurnRunner:
         (`failed`: the text is an apology, shown under what was streamed). Shielded: a cancel must
         not cut a reply between its parts."""
         if record.committed:
-            row_id, text = record.committed["row"]["id"], record.committed["text"]
+            row, text = record.committed["row"], record.committed["text"]
         else:
             try:
-                row_id = await self.outbox.commit(msg, valid_text(text), record.answered, "answered")
+                row = await self.outbox.commit(msg, valid_text(text), record.answered, "answered")
             except LeaseLost:
                 if stream is not None:  # as in `run`: another replica answers
                     await _settle(stream.abandon())
                 raise
+        row_id = row["id"]
         if stream is not None and self.leases.shared and not await self.leases.confirm(key):
             await _settle(stream.abandon())  # the new holder sends the committed reply
             log.info("outbox row %s not shown here: chat %s is held by another replica now", row_id, key)
             return
         if stream is not None:
+            # a message the final text adds is the row's: sent with its key, recorded on it
+            stream.send_key = row["send_key"]
+            stream.record = OutboxSends(self.db, row_id, self.outbound.adapters[msg.source.platform.value])
             ids = await self._finish(stream, msg, text, failed)
             if ids is not None:
                 await self.outbox.record(row_id, len(ids), ids, True)
                 return
-            # the stream could not show the final text: the outbox sends it as a message
+            # the stream could not show the final text: the outbox sends it (editing what was shown)
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
-        await asyncio.shield(self.outbox.deliver(row_id, msg.source, text, reply_to, key=key))
+        shown = stream.message_ids if stream is not None else row["shown"]
+        await self.outbox.deliver(row_id, msg.source, text, reply_to, send_key=row["send_key"], shown=shown, key=key)
 
     async def _finish(
         self, stream: ReplyStream, msg: InboundMessage, text: str, failed: bool = False
@@ -418,12 +489,15 @@ class TurnRunner:
         prompt = estimate_tokens([{"role": "system", "content": system_prompt}])
         return needs_compression(conversation, window - prompt, COMPRESS_THRESHOLD)
 
-    async def compress(self, msg: InboundMessage, session_id: str, *, auto: bool) -> str:
-        """Summarise the session into a child session and move the chat there. Returns the text to send."""
+    async def compress(self, msg: InboundMessage, session_id: str, *, auto: bool, window: int = 0) -> str:
+        """Summarise the session into a child session and move the chat there. Returns the text to
+        send. `window`: the context size the model server gave, when smaller than the configured one."""
         client = self.factory.client
         settings = self.model_settings
         if client is None or not settings.is_configured:
             return "" if auto else NOT_CONFIGURED_TEXT
+        if 0 < window < settings.context_window:
+            settings = dataclasses.replace(settings, context_window=window)
 
         async def summary(conversation: list[dict[str, Any]]) -> str:
             return await summarise(client, settings, conversation)

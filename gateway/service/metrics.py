@@ -42,6 +42,11 @@ KNOWN: dict[str, tuple[str, str]] = {
     "adapter_ready": ("gauge", "1 when the platform adapter is ready, else 0."),
     "model_errors_total": ("counter", "Model calls that failed after their retries (the person got an apology)."),
     "duplicates_total": ("counter", "Redelivered platform events refused by the inbox, by platform."),
+    "uncertain_sends_total": (
+        "counter",
+        "Sends a crash left uncertain (the platform may have the message, the outbox has no record), sent again "
+        "on start, by platform: a double where the platform takes no idempotency key (Telegram).",
+    ),
     "inbox_backlog": ("gauge", "Inbound messages committed and not yet answered (inbox entries not done)."),
     "outbox_backlog": ("gauge", "Replies committed and not yet delivered to their platform."),
     "outbox_parked": (

@@ -3,8 +3,10 @@
 The face the floors above use is this class's public methods (gateway/storage/face.py names them
 as a Protocol; gateway/db.py keeps `SessionDB(path)` and `open_db`). A backend subclass supplies
 only its mechanisms: how a read gets a connection and a snapshot (`_point`, `read`,
-`search_read`), how a write commits (`write`, `awrite`, commit listeners), its write ops (`ops`:
-gateway/storage/rows.py or postgres/rows.py), its deletes, and upkeep (optimize, vacuum, rebuild).
+`search_read`), how a write commits (`write`, `awrite`, commit listeners), its `dialect` (the SQL
+it spells its own way, gateway/storage/conn.py; the write ops are gateway/storage/rows.py's for
+both, and so are the deletes of gateway/storage/retention.py), and upkeep (optimize, vacuum,
+rebuild).
 Every method here is one line of plain SQL from gateway/storage (queries, inbox, outbox, media,
 transfer) run through those; none asks which backend runs. Why one class and not a mixin per
 table: the ~60 methods were written twice, and a table the next issue adds is one method here.
@@ -13,12 +15,11 @@ table: the ~60 methods were written twice, and a table the next issue adds is on
 from __future__ import annotations
 
 import asyncio
-from types import ModuleType
 from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from gateway.errors import UnknownSession
-from gateway.storage import fence, inbox, media, outbox, queries, retention, search, transfer
-from gateway.storage.conn import Conn
+from gateway.storage import fence, inbox, media, outbox, queries, retention, rows, search, transfer
+from gateway.storage.conn import Conn, Dialect
 from gateway.storage.events import CommitEvent, Events
 from gateway.storage.media import AttachmentRow
 from gateway.storage.queries import Session
@@ -45,8 +46,7 @@ class StorageFace:
     """The shared half of a storage backend (see the module docstring)."""
 
     backend: str
-    ops: ModuleType  # the write ops of this backend, for callers that compose them into one write (the store)
-    deletes: ModuleType  # op_delete, op_delete_batch, op_forget_seen_batch for this schema
+    dialect: Dialect  # what this database spells its own way (its connections carry the same)
     notes_in_database = False  # MEMORY.md / USER.md: files in the home, or rows (postgres/notes.py)
     message_select = "SELECT * FROM messages"  # a message row as the face returns it
     path: str
@@ -100,30 +100,30 @@ class StorageFace:
 
     # -- sessions: writes ------------------------------------------------------------------------
     def create_session(self, session_id: str, source: str, **fields: Any) -> None:
-        self.write(self.ops.op_create_session(session_id, source, fields))
+        self.write(rows.op_create_session(session_id, source, fields))
 
     async def acreate_session(self, session_id: str, source: str, **fields: Any) -> None:
-        await self.awrite(self.ops.op_create_session(session_id, source, fields))
+        await self.awrite(rows.op_create_session(session_id, source, fields))
 
     def end_session(self, session_id: str, reason: str = "ended") -> None:
-        self.write(self.ops.op_end(session_id, reason))
+        self.write(rows.op_end(session_id, reason))
 
     async def aend_session(self, session_id: str, reason: str = "ended") -> None:
-        await self.awrite(self.ops.op_end(session_id, reason))
+        await self.awrite(rows.op_end(session_id, reason))
 
     def reopen_session(self, session_id: str) -> None:
-        self.write(self.ops.op_reopen(session_id))
+        self.write(rows.op_reopen(session_id))
 
     def add_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        self.write(self.ops.op_add_tokens(session_id, input_tokens, output_tokens))
+        self.write(rows.op_add_tokens(session_id, input_tokens, output_tokens))
 
     async def aadd_tokens(self, session_id: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        await self.awrite(self.ops.op_add_tokens(session_id, input_tokens, output_tokens))
+        await self.awrite(rows.op_add_tokens(session_id, input_tokens, output_tokens))
 
     def set_title(self, session_id: str, title: str | None) -> str | None:
         """Set (None: clear) a title; returns it as stored. TitleTaken: another session has it in
         some letter case."""
-        return self.write(self.ops.op_set_title(session_id, title))
+        return self.write(rows.op_set_title(session_id, title))
 
     # -- messages: writes ------------------------------------------------------------------------
     def append_message(
@@ -137,7 +137,9 @@ class StorageFace:
         after: Callable[[Conn, int], Any] | None = None,
         **fields: Any,
     ) -> int:
-        return self.write(self.ops.op_append(session_id, role, content, fields, seen_event, attachments, after))
+        return self.write(
+            rows.op_append(self.dialect, session_id, role, content, fields, seen_event, attachments, after)
+        )
 
     async def aappend_message(
         self,
@@ -150,22 +152,24 @@ class StorageFace:
         after: Callable[[Conn, int], Any] | None = None,
         **fields: Any,
     ) -> int:
-        return await self.awrite(self.ops.op_append(session_id, role, content, fields, seen_event, attachments, after))
+        return await self.awrite(
+            rows.op_append(self.dialect, session_id, role, content, fields, seen_event, attachments, after)
+        )
 
     def rewind(self, session_id: str, exchanges: int = 1) -> int:
         """`/undo`: hide the last `exchanges` user turns and all that followed. They stay stored."""
-        return self.write(self.ops.op_rewind(session_id, exchanges))
+        return self.write(rows.op_rewind(session_id, exchanges))
 
     def supersede_after(self, session_id: str, message_id: int) -> int:
         """`/retry`: hide what followed `message_id` from the conversation; it stays searchable."""
-        return self.write(self.ops.op_supersede_after(session_id, message_id))
+        return self.write(rows.op_supersede_after(session_id, message_id))
 
     def mark_compacted(self, session_id: str, up_to_id: int | None = None) -> int:
-        return self.write(self.ops.op_mark_compacted(session_id, up_to_id))
+        return self.write(rows.op_mark_compacted(session_id, up_to_id))
 
     # -- deletion and retention (gateway/storage/retention.py) ------------------------------------
     def delete_session(self, session_id: str) -> bool:
-        return self.write(self.deletes.op_delete(session_id))
+        return self.write(retention.op_delete(session_id))
 
     def idle_sessions(self, older_than_days: float) -> list[str]:
         """Sessions idle for longer than that, longest idle first: what `prune` would delete (but
@@ -184,7 +188,7 @@ class StorageFace:
         for batch in retention.prune_batches(self.idle_sessions(older_than_days), keep):
             if stop():
                 return deleted
-            deleted += self.write(self.deletes.op_delete_batch(batch))
+            deleted += self.write(retention.op_delete_batch(batch))
         self.forget_seen_events()
         return deleted
 
@@ -192,7 +196,7 @@ class StorageFace:
         """Drop seen inbound event ids older than any platform redelivers, a batch per transaction
         (the first upkeep of a big, old database must not hold the writer for long)."""
         total = 0
-        while (n := self.write(self.deletes.op_forget_seen_batch())) > 0:
+        while (n := self.write(retention.op_forget_seen_batch())) > 0:
             total += n
             if n < retention.FORGET_BATCH:
                 break
@@ -202,7 +206,7 @@ class StorageFace:
     def set_key_entry(
         self, session_key: str, session_id: str, origin: dict | None = None, reason: str | None = None
     ) -> None:
-        self.write(self.ops.op_set_key(session_key, session_id, origin, reason))
+        self.write(rows.op_set_key(session_key, session_id, origin, reason))
 
     async def amove_key(
         self,
@@ -220,7 +224,7 @@ class StorageFace:
         All or nothing, and one commit instead of three on the path of a chat's first message.
         Returns the key entry."""
         return await self.awrite(
-            self.ops.op_move_key(
+            rows.op_move_key(
                 session_key, session_id, origin, reason, create=create, reopen=reopen, end_previous=end_previous
             )
         )
@@ -239,11 +243,10 @@ class StorageFace:
         """`/resume` in ONE transaction: reopen the session (`reopen`), count the move as its
         activity at `now`, point the key at it, end `end_previous` with `reason` (gone meanwhile:
         nothing to end). Returns the key entry."""
-        ops = self.ops
-        steps = [*([ops.op_reopen(session_id)] if reopen else []), ops.op_touch(session_id, now)]
-        steps.append(ops.op_set_key(session_key, session_id, origin, reason))
+        steps: list[WriteOp[Any]] = [*([rows.op_reopen(session_id)] if reopen else []), rows.op_touch(session_id, now)]
+        steps.append(rows.op_set_key(session_key, session_id, origin, reason))
         if end_previous and end_previous != session_id:
-            steps.append(_quietly(ops.op_end(end_previous, reason)))
+            steps.append(_quietly(rows.op_end(end_previous, reason)))
 
         def op(conn: Conn, events: Events) -> dict:
             for step in steps:
@@ -269,14 +272,13 @@ class StorageFace:
         with `first_message` (role "system"), the parent's messages up to `compacted_upto` marked
         compacted, the parent ended ("compressed"), and the key moved to the child if it still
         points at the parent."""
-        ops = self.ops
         steps = [
-            ops.op_create_session(child_id, source, {**fields, "parent_session_id": parent_id}),
-            ops.op_append(child_id, "system", first_message, {}),
-            ops.op_mark_compacted(parent_id, compacted_upto),
-            ops.op_end(parent_id, "compressed"),
+            rows.op_create_session(child_id, source, {**fields, "parent_session_id": parent_id}),
+            rows.op_append(self.dialect, child_id, "system", first_message, {}),
+            rows.op_mark_compacted(parent_id, compacted_upto),
+            rows.op_end(parent_id, "compressed"),
         ]
-        move = ops.op_set_key(session_key, child_id, origin, "compressed") if session_key else None
+        move = rows.op_set_key(session_key, child_id, origin, "compressed") if session_key else None
 
         def op(conn: Conn, events: Events) -> None:
             for step in steps:
@@ -289,14 +291,14 @@ class StorageFace:
         await self.awrite(op)
 
     def delete_key_entry(self, session_key: str) -> None:
-        self.write(self.ops.op_delete_key(session_key))
+        self.write(rows.op_delete_key(session_key))
 
     def mark_event_seen(self, platform: str, event_id: str) -> bool:
         """True the first time this (platform, event id) is seen; persisted across restarts."""
-        return self.write(self.ops.op_mark_seen(platform, event_id))
+        return self.write(rows.op_mark_seen(platform, event_id))
 
     async def amark_event_seen(self, platform: str, event_id: str) -> bool:
-        return await self.awrite(self.ops.op_mark_seen(platform, event_id))
+        return await self.awrite(rows.op_mark_seen(platform, event_id))
 
     # -- delivery: the inbox and the outbox (gateway/storage/inbox.py, outbox.py) ---------------
     async def ainbox_add(
@@ -316,6 +318,14 @@ class StorageFace:
             await self.awrite(
                 lambda conn, events: outbox.record_parts(conn, row_id, parts_sent, list(platform_ids), done)
             )
+
+    async def aoutbox_sending(self, row_id: int, part: int) -> None:
+        """Part `part` is about to be sent (fenced: a replica that lost the chat does not send it)."""
+        await self.awrite(lambda conn, events: outbox.sending(conn, row_id, part))
+
+    async def ainbox_reply_ids(self, entry_id: int, platform_ids: list[str]) -> None:
+        with fence.unfenced():  # the messages were sent: their ids are worth keeping whoever holds the chat
+            await self.awrite(lambda conn, events: inbox.record_reply_ids(conn, entry_id, list(platform_ids)))
 
     def message_session(self, message_id: int) -> str | None:
         return self._point(lambda conn: queries.message_session(conn, int(message_id)))
@@ -348,7 +358,7 @@ class StorageFace:
         """Import `{"session": {...}, "messages": [...]}` records in one transaction: all or nothing.
         ImportRecordError or TitleTaken (a ValueError both) name the record; nothing is written.
         `media_present`: the hashes whose files are in the store (others are imported as dropped)."""
-        return self.write(transfer.import_op(records, skip_existing, media_present, ops=self.ops))
+        return self.write(transfer.import_op(records, skip_existing, media_present, dialect=self.dialect))
 
     def export_session(self, session_id: str) -> dict:
         """`{"session": {...}, "messages": [...]}` with every row (hidden ones and flags included)."""

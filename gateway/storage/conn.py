@@ -11,7 +11,7 @@ never which backend runs (the whiteboard's "never" arrows).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 if TYPE_CHECKING:
     from gateway.storage.fts import Query
@@ -47,14 +47,37 @@ class Dialect(Protocol):
     terms are expanded against a vocabulary before matching (FTS5) or answered by the index
     (Postgres), the filter on a vector window's model, how a title is compared in any letter case
     (`same_title`, `exact_title`: one `?` each; `other_id`: `id` differs from `?`, NULL included),
-    message search, and recall's two match reads."""
+    the larger of two values (`greatest`, a function name), the writes that differ (a statement a
+    unique index may refuse, the message insert: gateway/storage/rows.py), message search, and
+    recall's two match reads."""
 
     name: str
+    schema_version: int
     expands_prefixes: bool
+    indexes_after_commit: bool  # the word indexes are written after the commit (SQLite: indexer.py)
     model_filter: str
     same_title: str
     exact_title: str
     other_id: str
+    greatest: str
+
+    def sizes(self, conn: Conn) -> dict[str, Any]:
+        """`sessions stats`' sizes: db_bytes, and bytes_by_part where the database can tell."""
+        ...
+
+    def unless_duplicate(self, conn: Conn, sql: str, params: Sequence[Any]) -> Cursor | None:
+        """Run a write; None when a unique index refused it, the transaction still usable."""
+        ...
+
+    def prepare_message(self, content: str | None, row: dict[str, Any]) -> tuple[Any, ...]:
+        """What the message insert needs besides the row, made in the caller's thread before the
+        transaction (it may adjust `row`, which is also what the commit event carries)."""
+        ...
+
+    def insert_message(self, conn: Conn, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
+        """Insert a message (`values`: session_id, role, content, then MESSAGE_FIELDS; `extra`:
+        prepare_message's); returns its new id, never one given before."""
+        ...
 
     def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
         """A condition on `id` starting with `prefix` that an index answers, and its parameters."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from gateway.storage.search import SQLITE, SqliteDialect
+from gateway.storage.dialect import SQLITE, SqliteDialect
 
 BUSY_TIMEOUT_MS = 30_000
 PAGE_SIZE = 2048  # for new databases only: see the module docstring

@@ -15,6 +15,7 @@ redelivery horizon, then pruned in batches.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Iterable
 
@@ -81,6 +82,22 @@ def unfinished(conn: Conn) -> list[dict]:
 def unfinished_of_chat(conn: Conn, chat_key: str) -> list[dict]:
     """One chat's entries not done, oldest first (what a replica runs when it holds the chat)."""
     rows = conn.execute("SELECT * FROM inbox WHERE done_at IS NULL AND chat_key = ? ORDER BY id", (chat_key,))
+    return [dict(r) for r in rows]
+
+
+def record_reply_ids(conn: Conn, entry_id: int, platform_ids: list[str]) -> None:
+    """The messages a streamed answer to this entry shows so far, recorded as soon as the platform
+    returns each: a turn cut short edits them when it runs again, never sends a second answer."""
+    conn.execute("UPDATE inbox SET reply_ids = ? WHERE id = ?", (json.dumps(platform_ids), entry_id))
+
+
+def latest_per_chat(conn: Conn, platform: str) -> list[dict]:
+    """The newest entry of each chat of `platform` (kept DONE_TTL_SECONDS once done): what the
+    gateway last took in there, committed, so a history read after it misses nothing acknowledged."""
+    rows = conn.execute(
+        "SELECT * FROM inbox WHERE id IN (SELECT MAX(id) FROM inbox WHERE platform = ? GROUP BY chat_key) ORDER BY id",
+        (platform,),
+    )
     return [dict(r) for r in rows]
 
 

@@ -5,11 +5,15 @@ its inbox entry done (gateway.storage.inbox). A sender then delivers it part by 
 longer than the platform's limit is several messages) and records, after each part the platform
 accepted, how many parts are out and their platform message ids. On start, rows not sent are
 sent from the first part not recorded. The one duplicate window is a crash between the platform
-accepting a part and that record: that part is sent again (at most one message per crash).
+accepting a part and that record. Each row carries a random `send_key`; part i goes out with the
+idempotency key `send_key-i` (platforms.base.part_key) where the platform takes one (Feishu `uuid`, Discord
+`nonce`), so the repeat is a no-op there. Where it does not (Telegram), `sending` says which part
+was being sent: a restart counts that send as uncertain (`chinwag_uncertain_sends_total`) and sends
+it again, so doubles are bounded by the sends in flight at the crash.
 
-Streaming replies (DESIGN §12) use the same record: `record_parts` as soon as the first send of a
-stream returns (the message that is then edited in place), so a restart finds the platform id
-and edits or completes that message instead of sending a second one.
+A streamed answer's messages are known before the answer commits (gateway.storage.inbox
+`record_reply_ids`); the row committed with the answer starts from them (`platform_ids`, with
+`parts_sent` 0: none shows its final text yet), so a restart edits them instead of sending anew.
 
 Plain SQL functions of a connection, run in the single writer's transaction.
 """
@@ -17,6 +21,7 @@ Plain SQL functions of a connection, run in the single writer's transaction.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 
 from gateway.storage.conn import Conn
@@ -35,15 +40,38 @@ def add(
     reply_to: str | None = None,
     inbox_id: int | None = None,
     message_id: int | None = None,
+    shown_ids: list[str] | None = None,
+    send_key: str | None = None,
     now: float | None = None,
 ) -> int:
-    """Queue one reply (`target`: the chat to send to, as JSON); returns its row id."""
+    """Queue one reply (`target`: the chat to send to, as JSON); returns its row id. `shown_ids`:
+    the messages a streamed answer already shows (edited to the final text, not sent anew)."""
     row = conn.execute(  # RETURNING: the same statement on SQLite and on Postgres (no lastrowid there)
-        "INSERT INTO outbox (inbox_id, platform, chat_key, target, reply_to, text, message_id, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        (inbox_id, platform, chat_key, target, reply_to, text, message_id, now or time.time()),
+        "INSERT INTO outbox (inbox_id, platform, chat_key, target, reply_to, text, message_id, created_at, "
+        "platform_ids, send_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (
+            inbox_id,
+            platform,
+            chat_key,
+            target,
+            reply_to,
+            text,
+            message_id,
+            now or time.time(),
+            json.dumps(shown_ids) if shown_ids else None,
+            send_key or new_send_key(),
+        ),
     ).fetchone()
     return int(row[0])
+
+
+def new_send_key() -> str:
+    return secrets.token_hex(8)
+
+
+def sending(conn: Conn, row_id: int, part: int) -> None:
+    """Part `part` of the reply is about to be sent: until its record, that send is uncertain."""
+    conn.execute("UPDATE outbox SET sending = ? WHERE id = ?", (part, row_id))
 
 
 def record_parts(
@@ -56,8 +84,8 @@ def record_parts(
 ) -> None:
     """`parts_sent` parts of the reply are out (their platform ids); `done`: nothing left to send."""
     conn.execute(
-        "UPDATE outbox SET parts_sent = ?, platform_ids = ?, sent_at = CASE WHEN ? = 1 THEN ? ELSE sent_at END "
-        "WHERE id = ?",
+        "UPDATE outbox SET parts_sent = ?, platform_ids = ?, sending = NULL, "
+        "sent_at = CASE WHEN ? = 1 THEN ? ELSE sent_at END WHERE id = ?",
         (parts_sent, json.dumps(platform_ids), int(done), now or time.time(), row_id),
     )
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from typing import Any, Iterable, Mapping, TypedDict, cast
 
 from gateway.storage.conn import Conn
-from gateway.storage.schema import SCHEMA_VERSION, TITLE_MAX
+from gateway.storage.schema import TITLE_MAX
 
 
 class Session(TypedDict):
@@ -240,22 +239,13 @@ def next_lineage_title(conn: Conn, title: str) -> str:
 def stats(conn: Conn) -> dict[str, Any]:
     count = lambda sql: conn.execute(sql).fetchone()[0]
     out: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": conn.dialect.schema_version,
         "sessions": count("SELECT COUNT(*) FROM sessions"),
         "messages": count("SELECT COUNT(*) FROM messages"),
         "hidden_messages": count("SELECT COUNT(*) FROM messages WHERE active = 0"),
         "keys": count("SELECT COUNT(*) FROM session_keys"),
-        "db_bytes": count("PRAGMA page_size") * count("PRAGMA page_count"),
+        **conn.dialect.sizes(conn),
     }
-    try:
-        rows = conn.execute(
-            "SELECT CASE WHEN name LIKE 'messages_fts%' THEN 'word_index' "
-            "WHEN name LIKE 'messages_ident%' THEN 'substring_index' ELSE 'tables' END AS part, "
-            "SUM(pgsize) FROM dbstat GROUP BY part"
-        ).fetchall()
-        out["bytes_by_part"] = {r[0]: r[1] for r in rows}
-    except sqlite3.Error:  # dbstat not compiled in
-        pass
     return out
 
 

@@ -1,5 +1,6 @@
-"""Deleting sessions, retention, and index upkeep under `SessionDB` (its `delete_session`, `prune`,
-`forget_seen_events`, `optimize`, `vacuum` and `rebuild_fts`). Each write is an op for the DB's
+"""Deleting sessions and retention on either backend (the storage face's `delete_session`, `prune`,
+`forget_seen_events`), and SQLite's index upkeep (`SessionDB`'s `optimize`, `vacuum` and
+`rebuild_fts`). Each write is an op for the DB's
 single writer: a function of (connection, events) that runs inside its transaction. Long work is
 offered as batch ops (PRUNE_BATCH sessions, FORGET_BATCH event ids) that SessionDB loops over, a
 transaction each, so chats keep writing between them: a first upkeep of a big old database once
@@ -25,11 +26,12 @@ FORGET_BATCH = 5000  # seen event ids forgotten per transaction
 def delete_session_rows(conn: Conn, session_id: str, events: Events) -> bool:
     """Delete a session, its messages (and their index entries), participants and key entries;
     its children hang from its parent instead. False if there was no such session."""
-    indexed = conn.execute(  # messages above the mark were never indexed (gateway/storage/indexer.py)
-        "SELECT id, content FROM messages WHERE session_id = ? AND id <= ?", (session_id, indexed_upto(conn))
-    ).fetchall()
-    for row in indexed:
-        remove_from_indexes(conn, row["id"], row["content"])
+    if conn.dialect.indexes_after_commit:  # SQLite's word indexes are tables of their own
+        indexed = conn.execute(  # messages above the mark were never indexed (gateway/storage/indexer.py)
+            "SELECT id, content FROM messages WHERE session_id = ? AND id <= ?", (session_id, indexed_upto(conn))
+        ).fetchall()
+        for row in indexed:
+            remove_from_indexes(conn, row["id"], row["content"])
     delete_attachments_of_session(conn, session_id)  # their files go at the next media sweep
     conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM session_participants WHERE session_id = ?", (session_id,))

@@ -1,4 +1,4 @@
-"""Write ops over the schema, as plain functions: what `queries.py` is for reads.
+"""Write ops over the schema, as plain functions: what `queries.py` is for reads, for both backends.
 
 Each `op_*` checks and prepares its input in the caller's thread (validation, JSON encoding) and
 returns a `WriteOp`, a function of (connection, events) that the single writer runs inside its
@@ -6,19 +6,27 @@ transaction, so a bad input fails its caller before it reaches the shared writer
 tokens are not prepared here: the deferred indexer makes them in its batches on the writer thread
 (gateway/storage/indexer.py says why). Ops compose: `op_move_key` runs several in one transaction, and retention and
 import build on them. Each op reports what it changed as typed events (gateway.storage.events).
+
+The SQL is written once, in the spelling both databases take (`ON CONFLICT DO NOTHING`, an
+aliased upsert target); what they spell differently is the connection's `Dialect`
+(gateway/storage/conn.py): `greatest` (SQLite's two-argument MAX, Postgres's GREATEST), a
+statement that may break a unique index (`unless_duplicate`: Postgres needs a savepoint to go on
+after it), and the message insert (SQLite allocates the id above a floor and indexes later;
+Postgres returns the id and writes the word columns with the row, made by `prepare_message`
+in the caller's thread, before the transaction: 1.6 s for a 4M-character message, against a
+3 s idle-in-transaction limit). `op_append` takes the store's dialect for that first step.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import time
-from typing import Any, Callable, Iterable, Sequence, cast
+from typing import Any, Callable, Iterable, Sequence
 
 from gateway.errors import TitleTaken, UnknownSession
 from gateway.storage import queries
-from gateway.storage.conn import Conn
+from gateway.storage.conn import Conn, Dialect
 from gateway.storage.events import (
     Events,
     IndexPending,
@@ -57,7 +65,14 @@ def _title_taken(conn: Conn, title: str | None, session_id: str) -> TitleTaken:
     return TitleTaken(title, queries.title_holder(conn, title, except_id=session_id) if title else None)
 
 
-# -- the checks of a write, shared by both backends (gateway/storage/postgres/rows.py) -------------
+def add_participant(conn: Conn, session_id: str, user_id: str) -> None:
+    conn.execute(
+        "INSERT INTO session_participants (session_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+        (session_id, user_id),
+    )
+
+
+# -- the checks of a write ---------------------------------------------------------------------
 def check_session(session_id: str, source: Any, fields: dict[str, Any]) -> tuple[dict[str, Any], float, str]:
     """A session's fields checked and cleaned: (fields to store, started_at, source name)."""
     unknown = set(fields) - set(SESSION_FIELDS)
@@ -105,19 +120,14 @@ def op_create_session(session_id: str, source: Any, fields: dict[str, Any]) -> W
     updates = ", ".join(["source = excluded.source", *(f"{c} = excluded.{c}" for c in values)])
     sql = (
         f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-        f"ON CONFLICT(id) DO UPDATE SET {updates}"
+        f"ON CONFLICT (id) DO UPDATE SET {updates}"
     )
 
     def op(conn: Conn, events: Events) -> None:
-        try:
-            conn.execute(sql, params)
-        except sqlite3.IntegrityError:
-            raise _title_taken(conn, values.get("title"), session_id) from None
+        if conn.dialect.unless_duplicate(conn, sql, params) is None:
+            raise _title_taken(conn, values.get("title"), session_id)
         if values.get("user_id"):
-            conn.execute(
-                "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
-                (session_id, values["user_id"]),
-            )
+            add_participant(conn, session_id, values["user_id"])
 
     return op
 
@@ -132,7 +142,7 @@ def _op_update_session(session_id: str, sql: str, params: Iterable[Any]) -> Writ
     return op
 
 
-def op_end(session_id: str, reason: str) -> WriteOp[None]:
+def op_end(session_id: str, reason: str | None) -> WriteOp[None]:
     return _op_update_session(
         session_id, "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ?", (time.time(), reason)
     )
@@ -154,7 +164,8 @@ def op_touch(session_id: str, now: float) -> WriteOp[None]:
     """Count `now` as the session's activity (a /resume), never moving it back."""
 
     def op(conn: Conn, events: Events) -> None:
-        conn.execute("UPDATE sessions SET last_active_at = MAX(last_active_at, ?) WHERE id = ?", (now, session_id))
+        sql = f"UPDATE sessions SET last_active_at = {conn.dialect.greatest}(last_active_at, ?) WHERE id = ?"
+        conn.execute(sql, (now, session_id))
 
     return op
 
@@ -164,11 +175,10 @@ def op_set_title(session_id: str, title: str | None) -> WriteOp[str | None]:
     clean = sanitize_title(title)
 
     def op(conn: Conn, events: Events) -> str | None:
-        try:
-            changed = conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id)).rowcount
-        except sqlite3.IntegrityError:
-            raise _title_taken(conn, clean, session_id) from None
-        if not changed:
+        cur = conn.dialect.unless_duplicate(conn, "UPDATE sessions SET title = ? WHERE id = ?", (clean, session_id))
+        if cur is None:
+            raise _title_taken(conn, clean, session_id)
+        if not cur.rowcount:
             raise UnknownSession(session_id)
         return clean
 
@@ -176,20 +186,8 @@ def op_set_title(session_id: str, title: str | None) -> WriteOp[str | None]:
 
 
 # -- messages -------------------------------------------------------------------------------------
-_TOUCH_FOR_APPEND = (
-    "UPDATE sessions SET last_active_at = MAX(last_active_at, ?), "
-    "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?"
-)
-# The id: one above any id the table holds or ever held (message_ids.floor, raised on delete:
-# gateway/storage/schema.py v9), so an id is never given twice. Two lookups, no write.
-_INSERT_MESSAGE = (
-    f"INSERT INTO messages (id, session_id, role, content, {', '.join(MESSAGE_FIELDS)}) "
-    "VALUES ((SELECT max(COALESCE((SELECT max(id) FROM messages), 0), floor) + 1 FROM message_ids), "
-    f"?, ?, ?, {', '.join('?' * len(MESSAGE_FIELDS))})"
-)
-
-
 def op_append(
+    dialect: Dialect,
     session_id: str,
     role: str,
     content: Any,
@@ -201,21 +199,22 @@ def op_append(
     """The write of one message; the op returns its id. `seen_event` = (platform, event id) is
     marked seen, the message's `attachments` rows are added, and `after(conn, message_id)` runs
     (the inbox and outbox records that belong to this message: gateway.runtime.delivery), all in
-    the same transaction."""
+    the same transaction. `dialect` is the store's, for what it prepares before the transaction."""
     content, row, preview = check_message(role, content, fields)
+    extra = dialect.prepare_message(content, row)
+    touch = (
+        f"UPDATE sessions SET last_active_at = {dialect.greatest}(last_active_at, ?), "
+        "message_count = message_count + 1, preview = COALESCE(preview, ?) WHERE id = ?"
+    )
 
     def op(conn: Conn, events: Events) -> int:
-        updated = conn.execute(_TOUCH_FOR_APPEND, (row["timestamp"], preview, session_id)).rowcount
-        if not updated:
+        if not conn.execute(touch, (row["timestamp"], preview, session_id)).rowcount:
             raise UnknownSession(session_id)
-        cur = conn.execute(_INSERT_MESSAGE, (session_id, role, content, *row.values()))
-        message_id = int(cast(sqlite3.Cursor, cur).lastrowid or 0)  # these ops run on SQLite only
-        events.append(IndexPending(message_id))  # indexed in batches: storage/indexer.py
+        message_id = dialect.insert_message(conn, (session_id, role, content, *row.values()), extra)
+        if dialect.indexes_after_commit:
+            events.append(IndexPending(message_id))  # indexed in batches: gateway/storage/indexer.py
         if role == "user" and row["user_id"]:
-            conn.execute(
-                "INSERT OR IGNORE INTO session_participants (session_id, user_id) VALUES (?, ?)",
-                (session_id, row["user_id"]),
-            )
+            add_participant(conn, session_id, row["user_id"])
         if seen_event is not None:
             mark_seen(conn, *seen_event)
         if attachments:
@@ -238,7 +237,8 @@ def _hide(conn: Conn, events: Events, session_id: str, where: str, params: tuple
     ).rowcount
     if changed:
         conn.execute(
-            "UPDATE sessions SET message_count = MAX(0, message_count - ?) WHERE id = ?", (changed, session_id)
+            f"UPDATE sessions SET message_count = {conn.dialect.greatest}(0, message_count - ?) WHERE id = ?",
+            (changed, session_id),
         )
         events.append(SessionRewritten(session_id))
     return changed
@@ -281,9 +281,9 @@ def op_set_key(
 
     def op(conn: Conn, events: Events) -> dict[str, Any]:
         conn.execute(
-            "INSERT INTO session_keys (session_key, session_id, origin, created_at, updated_at, reason) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_key) DO UPDATE SET "
-            "session_id = excluded.session_id, origin = COALESCE(excluded.origin, origin), "
+            "INSERT INTO session_keys AS k (session_key, session_id, origin, created_at, updated_at, reason) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_key) DO UPDATE SET "
+            "session_id = excluded.session_id, origin = COALESCE(excluded.origin, k.origin), "
             "updated_at = excluded.updated_at, reason = excluded.reason",
             (session_key, session_id, origin_json, now, now, reason),
         )
@@ -341,7 +341,7 @@ def mark_seen(conn: Conn, platform: str, event_id: str) -> bool:
     """Remember an inbound event id (in the caller's transaction); True if it was new."""
     return (
         conn.execute(
-            "INSERT OR IGNORE INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?)",
+            "INSERT INTO processed_events (platform, event_id, seen_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             (str(platform), str(event_id), time.time()),
         ).rowcount
         == 1

@@ -146,6 +146,16 @@ def _messages_without_autoincrement(conn: sqlite3.Connection) -> None:
         raise sqlite3.IntegrityError(f"rebuilding messages broke {len(broken)} foreign key(s): {list(broken[0])}")
 
 
+# The body of the trigger that drops the vector window holding a message /undo took back and sends
+# the indexer back to embed what is left of it, on either database (postgres/schema.py v7):
+# `least` is its smaller-of-two function.
+WINDOW_OF_HIDDEN_MESSAGE = """\
+        UPDATE vector_progress SET upto_id = {least}(upto_id, coalesce((
+            SELECT min(first_id) - 1 FROM message_vectors
+            WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id), upto_id));
+        DELETE FROM message_vectors
+        WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id;"""
+
 MIGRATIONS: list[Migration] = [
     # v0 -> v1: sessions, messages and the two contentless full-text indexes
     """
@@ -294,11 +304,9 @@ MIGRATIONS: list[Migration] = [
     CREATE TRIGGER IF NOT EXISTS message_vectors_message_hidden AFTER UPDATE OF active ON messages
     WHEN NEW.active = 0 AND NEW.compacted = 0
     BEGIN
-        UPDATE vector_progress SET upto_id = min(upto_id, coalesce((
-            SELECT min(first_id) - 1 FROM message_vectors
-            WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id), upto_id));
-        DELETE FROM message_vectors
-        WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id;
+"""
+    + WINDOW_OF_HIDDEN_MESSAGE.format(least="min")
+    + """
     END;
     CREATE TRIGGER IF NOT EXISTS message_vectors_message_gone AFTER DELETE ON messages
     BEGIN
@@ -354,6 +362,14 @@ MIGRATIONS: list[Migration] = [
     """
     INSERT INTO messages_fts (messages_fts, rank) VALUES ('automerge', 8);
     INSERT INTO messages_ident (messages_ident, rank) VALUES ('automerge', 8);
+    """,
+    # v10 -> v11: delivery under faults (DESIGN §11): a reply's idempotency key (Feishu `uuid`,
+    # Discord `nonce`), the part being sent (a restart knows which sends are uncertain) and the
+    # streamed reply's message ids, known before the answer commits (a rerun edits them)
+    """
+    ALTER TABLE outbox ADD COLUMN send_key TEXT;
+    ALTER TABLE outbox ADD COLUMN sending INTEGER;
+    ALTER TABLE inbox ADD COLUMN reply_ids TEXT;
     """,
 ]
 

@@ -8,9 +8,9 @@ Plan for a query:
 Strict hits always come first. Ranking is done over the newest `CANDIDATE_CAP` matches of a pass,
 which bounds the cost of very common words on large stores.
 
-`SQLITE` is this database's `Dialect` (gateway/storage/conn.py): recall's match reads over the
-FTS5 indexes, beside gateway/storage/postgres/search.py's over the word and identifier columns;
-every SQLite connection carries it (gateway/storage/connect.py).
+SQLite's `Dialect` (gateway/storage/dialect.py) offers this module's passes and recall's match
+reads over the FTS5 indexes to the shared code, beside gateway/storage/postgres/search.py's over
+the word and identifier columns.
 """
 
 from __future__ import annotations
@@ -209,36 +209,3 @@ def matches_among(conn: Conn, expr: str, ids: list[int], limit: int) -> list[int
     except sqlite3.OperationalError:  # an expression the index cannot take: no evidence
         return []
     return [mid for (mid,) in found]
-
-
-class SqliteDialect:
-    """SQLite's `Dialect`: FTS5 prefix queries are expanded from the vocabulary first (recall's
-    PrefixTerms), `+model` keeps the planner off the (model, last_id) index (vectors.py), titles
-    compare with NOCASE (the unique index's collation), an id prefix is a range of the primary key."""
-
-    name = "sqlite"
-    expands_prefixes = True
-    model_filter = "+model"
-    same_title = "title = ? COLLATE NOCASE"
-    exact_title = "title = ? COLLATE BINARY"
-    other_id = "id IS NOT ?"
-
-    def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
-        return "id >= ? AND id < ?", (prefix, prefix + "\uffff")
-
-    def word_hits(self, conn: Conn, expression: str, filters: tuple[str, list], limit: int, ranked: bool) -> list[Any]:
-        return word_hits(conn, expression, filters, limit, ranked=ranked)
-
-    def substring_hits(self, conn: Conn, query: Query, filters: tuple[str, list], limit: int) -> list[Any]:
-        return substring_hits(conn, query, filters, limit)
-
-    def recall_matches(
-        self, conn: Conn, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
-    ) -> list[RecallMatch]:
-        return recall_matches(conn, table, expr, roles, before_id, limit)
-
-    def matches_among(self, conn: Conn, expr: str, ids: list[int], limit: int) -> list[int]:
-        return matches_among(conn, expr, ids, limit)
-
-
-SQLITE = SqliteDialect()

@@ -32,7 +32,8 @@ from typing import Any, Collection, Iterable, Iterator
 
 from gateway.errors import ImportRecordError, TitleTaken
 from gateway.storage import rows
-from gateway.storage.conn import Conn
+from gateway.storage.conn import Conn, Dialect
+from gateway.storage.dialect import SQLITE
 from gateway.storage.events import Events, SessionRewritten, WriteOp
 from gateway.storage.home import is_safe_session_id
 from gateway.storage.media import KINDS, MediaStore
@@ -203,14 +204,14 @@ def import_op(
     records: list[dict[str, Any]],
     skip_existing: bool = False,
     media_present: Collection[str] | None = None,
-    ops: Any = rows,
+    dialect: Dialect = SQLITE,
 ) -> WriteOp[int]:
     """Check `records` (ImportRecordError names the first bad one) and return the write op that
     imports them; the op returns how many sessions it imported. A title already taken raises
     TitleTaken with the record's number. With `media_present` (the hashes whose files are in the
     store), an attachment kept in the export but whose file is not there is imported as dropped;
-    without it, attachment rows are imported as they were exported. `ops`: the backend's write ops
-    (its SQL here is plain)."""
+    without it, attachment rows are imported as they were exported. `dialect`: the store's (for
+    what a message insert prepares first; the rest of the SQL here is plain)."""
     now = time.time()
     plan = []
     for n, record in enumerate(records, 1):
@@ -220,14 +221,14 @@ def import_op(
         session = dict(record["session"])
         sid, source = session.pop("id"), session.pop("source")
         try:
-            create = ops.op_create_session(sid, source, {k: v for k, v in session.items() if k in SESSION_FIELDS})
+            create = rows.op_create_session(sid, source, {k: v for k, v in session.items() if k in SESSION_FIELDS})
             extra = [session.get(k) for k in SESSION_EXTRAS]
             appends = []
             for msg in record.get("messages") or []:
                 fields = {k: msg.get(k) for k in MESSAGE_FIELDS if msg.get(k) is not None}
                 flags = (int(msg.get("active", 1)), int(msg.get("compacted", 0)))
                 files = [_attachment_values(att, media_present, now) for att in msg.get("attachments") or []]
-                appends.append((ops.op_append(sid, msg["role"], msg.get("content"), fields), flags, files))
+                appends.append((rows.op_append(dialect, sid, msg["role"], msg.get("content"), fields), flags, files))
         except (TypeError, ValueError) as exc:
             raise ImportRecordError(n, f"session {sid}: {exc}") from None
         plan.append((n, sid, create, extra, appends))

@@ -12,6 +12,14 @@ A streamed reply's intermediate edit is the one call where discord.py's 429 hand
 into `RateLimited` before discord.py sees the response. The reply's pacer then holds the channel
 and folds the text into its next edit; a final edit still goes through discord.py's own waiting.
 
+Discord does not redeliver: a new gateway session (a start, or a RESUME Discord refused) is sent only
+what comes next. So on READY each channel the gateway took a message in from is read back after the
+newest such message (`_catch_up`; the gateway's inbox says which, so a message received but never
+committed before a crash is read too), bounded by age and count, and taken in like a live one (the
+inbox refuses repeats). A RESUME within one run is discord.py's, and Discord replays what it missed.
+A new process cannot RESUME (discord.py has no public way to start from a saved session), so
+catching up is what crosses a restart: measured by tests/runtime/test_discord_catch_up_crash.py.
+
 Chat types: DMs are "dm"; guild text channels "channel"; threads "thread" with chat_id = the
 parent channel and thread_id = the thread, so a thread is one session shared by its members.
 """
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import datetime
 import hashlib
 import logging
 import os
@@ -42,6 +51,7 @@ from platforms.base import (
     PlatformAdapter,
     RateLimited,
     ReplyStream,
+    SeenMessages,
 )
 from platforms.discord.settings import DiscordSettings
 from platforms.discord.slash import EPHEMERAL as _EPHEMERAL
@@ -151,6 +161,9 @@ class _Client(discord.Client):
 
     async def on_ready(self) -> None:
         self.adapter._connected("ready")
+        # READY means a new session (a start, or a RESUME Discord refused): nothing missed is
+        # replayed, so read it from the channels' history. RESUMED replays it, no read needed.
+        await self.adapter._catch_up(self)
         await self.adapter._sync_commands(self)
 
     async def on_resumed(self) -> None:
@@ -189,6 +202,9 @@ class DiscordAdapter(PlatformAdapter):
         self.guild_ready_timeout = cfg.guild_ready_timeout
         self.ignore_bots = cfg.ignore_bots
         self._command_guilds = list(cfg.command_guilds)
+        self.catch_up_hours = cfg.catch_up_hours
+        self.catch_up_limit = cfg.catch_up_limit
+        self._seen: SeenMessages | None = None
         self.client: _Client | None = None
         self._on_message: MessageHandler | None = None
         self._task: asyncio.Task | None = None
@@ -398,15 +414,56 @@ class DiscordAdapter(PlatformAdapter):
             await self._on_message(command_message(interaction, name, args, answer))
 
     # -- inbound -----------------------------------------------------------------------------
-    async def _handle(self, message: discord.Message) -> None:
+    async def _handle(self, message: discord.Message) -> bool:
+        """Hand `message` to the gateway; True if it was one to take in (the gateway may still
+        refuse it as a duplicate). Raises if the gateway could not store it."""
         self.mark_alive()
         try:
             inbound = await self._convert(message)
         except Exception:
             log.exception("discord message %s could not be converted; skipped", getattr(message, "id", "?"))
+            return False
+        if inbound is None or self._on_message is None:
+            return False
+        await self._on_message(inbound)
+        return True
+
+    # -- catch-up: what arrived while no gateway session was open ----------------------------
+    def catch_up_from(self, seen: SeenMessages) -> None:
+        self._seen = seen
+
+    async def _catch_up(self, client: discord.Client) -> None:
+        """Read each channel chinwag took a message in from (its inbox, so what was dispatched but
+        never committed is read too) for the messages after that one, oldest first, no older than
+        `catch_up_hours` and at most `catch_up_limit` a channel, and take them in like live ones:
+        the inbox refuses what it holds already, so reading again is harmless."""
+        if self._seen is None or self.catch_up_limit == 0:
             return
-        if inbound is not None and self._on_message is not None:
-            await self._on_message(inbound)
+        try:
+            latest = await self._seen()
+        except Exception as exc:  # storage unavailable: live messages still flow; the next READY reads
+            log.warning("discord: catch-up skipped: what was last seen cannot be read (%s)", exc)
+            return
+        marks: dict[int, int] = {}
+        for msg in latest:
+            place = msg.source.thread_id or msg.source.chat_id
+            if place.isdigit() and msg.message_id.isdigit():  # a slash command's id is no message id
+                marks[int(place)] = max(marks.get(int(place), 0), int(msg.message_id))
+        oldest = discord.utils.time_snowflake(discord.utils.utcnow() - datetime.timedelta(hours=self.catch_up_hours))
+        caught = 0
+        for channel_id, seen_id in marks.items():
+            try:
+                channel = client.get_channel(channel_id) or await client.fetch_channel(channel_id)
+                if not isinstance(channel, discord.abc.Messageable):
+                    continue
+                history = channel.history(
+                    limit=self.catch_up_limit, after=discord.Object(max(seen_id, oldest)), oldest_first=True
+                )
+                async for message in history:
+                    caught += await self._handle(message)
+            except Exception as exc:  # one channel gone or unreadable (or not stored): the others go on
+                log.warning("discord: catching up channel %s failed (%s)", channel_id, exc)
+        log.info("discord: caught up %d messages missed while disconnected, from %d channels", caught, len(marks))
 
     async def _convert(self, message: discord.Message) -> InboundMessage | None:
         client = self.client
@@ -521,7 +578,11 @@ class DiscordAdapter(PlatformAdapter):
             raise ValueError(f"discord channel id must be a number, got {target!r}")
         return self.client.get_partial_messageable(int(target))
 
-    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+    takes_send_keys = True  # the nonce, with enforce_nonce
+
+    async def send(
+        self, source: SessionSource, text: str, reply_to: str | None = None, key: str | None = None
+    ) -> list[str]:
         channel = self._channel(source)
         ids: list[str] = []
         for i, chunk in enumerate(self.split(text)):
@@ -530,9 +591,12 @@ class DiscordAdapter(PlatformAdapter):
                 reference = discord.MessageReference(
                     message_id=int(reply_to), channel_id=channel.id, fail_if_not_exists=False
                 )
+            # `key` as the nonce (discord.py sends it with enforce_nonce): a repeat within minutes
+            # returns the first message instead of posting a second (None: discord.py's random one)
+            nonce = (key if i == 0 else f"{key}.{i}") if key else None
             try:
                 # discord.py takes reference=None as "not a reply"; its stubs do not say so
-                sent = await channel.send(content=chunk, reference=reference)  # type: ignore[arg-type]
+                sent = await channel.send(content=chunk, reference=reference, nonce=nonce)  # type: ignore[arg-type]
             except discord.HTTPException as exc:
                 raise RuntimeError(f"discord send to {channel.id} failed: {exc.status} {exc.text}") from exc
             self._sent_ids.put(sent.id, True)
@@ -553,8 +617,8 @@ class DiscordAdapter(PlatformAdapter):
         Discord renders markdown as it is written, so the final text needs no formatting edit."""
         channel_id = str(source.thread_id or source.chat_id)
 
-        async def send_part(text: str, reply_to: str | None, final: bool) -> str:
-            ids = await self.send(source, text, reply_to=reply_to)
+        async def send_part(text: str, reply_to: str | None, final: bool, key: str | None) -> str:
+            ids = await self.send(source, text, reply_to=reply_to, key=key)
             return ids[0]
 
         async def edit_part(message_id: str, text: str, final: bool) -> None:

@@ -19,3 +19,9 @@ class DiscordSettings:
     watchdog_seconds: float = setting(120, "reconnect after this long without a sign of life", minimum=1)
     reconnect_base: float = setting(1.0, "first reconnect delay, seconds", minimum=0.01)
     reconnect_cap: float = setting(60.0, "longest reconnect delay, seconds", minimum=0.01)
+    catch_up_hours: float = setting(
+        24.0, "on connecting, read back messages missed while down, up to this old", minimum=0
+    )
+    catch_up_limit: int = setting(
+        100, "on connecting, read back at most this many missed messages per channel", minimum=0
+    )

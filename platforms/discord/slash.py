@@ -65,7 +65,7 @@ class InteractionAnswer:
             what="discord interaction",
         )
 
-    async def _send(self, text: str, reply_to: str | None, final: bool) -> str:
+    async def _send(self, text: str, reply_to: str | None, final: bool, key: str | None) -> str:
         if not self.original_used:
             self.original_used = True
             await self.interaction.edit_original_response(content=text)

@@ -322,28 +322,37 @@ class FeishuAdapter(PlatformAdapter):
         return mine
 
     # -- outbound ------------------------------------------------------------------------------------
-    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+    takes_send_keys = True  # the uuid of a send or reply
+
+    async def send(
+        self, source: SessionSource, text: str, reply_to: str | None = None, key: str | None = None
+    ) -> list[str]:
         in_thread = source.thread_id is not None
         if reply_to is None and in_thread:
             # Feishu has no "post into thread X": a thread is entered by replying to a message in it.
             reply_to = self._latest.get(_chat_key(source))
         ids: list[str] = []
-        for chunk in self.split(text):
-            ids.append(await self._send_one(source.chat_id, chunk, reply_to, in_thread))
+        for i, chunk in enumerate(self.split(text)):
+            ids.append(
+                await self._send_one(source.chat_id, chunk, reply_to, in_thread, f"{key}.{i}" if key and i else key)
+            )
         await self._clear_reaction(reply_to or self._latest.get(_chat_key(source)))
         return ids
 
-    async def _send_one(self, chat_id: str, text: str, reply_to: str | None, in_thread: bool) -> str:
+    async def _send_one(
+        self, chat_id: str, text: str, reply_to: str | None, in_thread: bool, key: str | None = None
+    ) -> str:
+        """`key`: Feishu's `uuid` (a repeat within an hour returns the first message)."""
         if self.rich_text:
             try:
-                mid = await self.api.send_message(chat_id, "post", _post(text), reply_to, in_thread)
+                mid = await self.api.send_message(chat_id, "post", _post(text), reply_to, in_thread, key)
                 self._sent_ids.remember(mid)
                 return mid
             except FeishuApiError as exc:
                 if _outage(exc):
                     raise  # Feishu is unwell, not refusing the markup: plain text would fare no better
                 log.warning("feishu: rich reply refused (%s); sending plain text", exc.code)
-        mid = await self.api.send_message(chat_id, "text", {"text": text}, reply_to, in_thread)
+        mid = await self.api.send_message(chat_id, "text", {"text": text}, reply_to, in_thread, key)
         self._sent_ids.remember(mid)
         return mid
 

@@ -177,12 +177,15 @@ class FeishuApi:
         content: dict[str, Any],
         reply_to: str | None = None,
         reply_in_thread: bool = False,
+        key: str | None = None,
     ) -> str:
-        """Send to a chat, or reply to `reply_to` (in its thread when asked); return message id."""
+        """Send to a chat, or reply to `reply_to` (in its thread when asked); return message id.
+        `key`: the uuid (the outbox's, stable across restarts), else a fresh one."""
         body = json.dumps(content, ensure_ascii=False)
         # One uuid for all attempts: Feishu drops a repeat within an hour, so a retry after a
-        # timeout whose request did arrive does not post the reply twice.
-        dedupe = str(uuid.uuid4())
+        # timeout whose request did arrive does not post the reply twice (nor, with the outbox's
+        # key, a send repeated after a crash).
+        dedupe = key or str(uuid.uuid4())
 
         def do() -> Any:
             if reply_to:

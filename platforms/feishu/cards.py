@@ -41,7 +41,9 @@ class CardHost(Protocol):
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None: ...
 
-    async def _send_one(self, chat_id: str, text: str, reply_to: str | None, in_thread: bool) -> str: ...
+    async def _send_one(
+        self, chat_id: str, text: str, reply_to: str | None, in_thread: bool, key: str | None = None
+    ) -> str: ...
 
     async def _clear_reaction(self, message_id: str | None) -> None: ...
 
@@ -111,15 +113,21 @@ class FeishuCardReply(EditedReply):
             )
             self.adapter.card_mode = to
 
-    async def _send_part(self, text: str, reply_to: str | None, final: bool) -> str:
+    def adopt(self, message_ids: list[str]) -> None:
+        # an earlier run's card: its card entity is not known here, so it is replaced by patch
+        super().adopt(message_ids)
+        self._patched.update(self.message_ids)
+
+    async def _send_part(self, text: str, reply_to: str | None, final: bool, key: str | None) -> str:
         api, chat = self.adapter.api, self.source.chat_id
         if final and not self._cards and not self._patched:
             # Nothing was streamed (a quick answer): an ordinary post, as a reply without streaming.
-            return await self.adapter._send_one(chat, text, reply_to, self.in_thread)
+            return await self.adapter._send_one(chat, text, reply_to, self.in_thread, key)
         if self.adapter.card_mode == "cardkit":
             try:
                 card_id = await api.create_card(card_json(text, streaming=not final))
                 content = {"type": "card", "data": {"card_id": card_id}}
+                # no key: a repeat would return a message showing another card than the one made here
                 mid = await api.send_message(chat, "interactive", content, reply_to, self.in_thread)
                 self._cards[mid] = [card_id, 0]
                 self.adapter._sent_ids.remember(mid)
@@ -130,8 +138,8 @@ class FeishuCardReply(EditedReply):
                 self._downgrade("patch", exc)
         if self.adapter.card_mode == "patch":
             try:
-                mid = await api.send_message(
-                    chat, "interactive", card_json(text, streaming=False), reply_to, self.in_thread
+                mid = await api.send_message(  # a repeat of `key` returns the card, patched as ever
+                    chat, "interactive", card_json(text, streaming=False), reply_to, self.in_thread, key
                 )
                 self._patched.add(mid)
                 self.adapter._sent_ids.remember(mid)
@@ -142,7 +150,7 @@ class FeishuCardReply(EditedReply):
                 self._downgrade("text", exc)
         if not final:
             raise RuntimeError("cards are refused: the reply is sent as text at the end")
-        return await self.adapter._send_one(chat, text, reply_to, self.in_thread)
+        return await self.adapter._send_one(chat, text, reply_to, self.in_thread, key)
 
     async def _edit_part(self, message_id: str, text: str, final: bool) -> None:
         api = self.adapter.api

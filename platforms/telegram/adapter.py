@@ -473,8 +473,10 @@ class TelegramAdapter(PlatformAdapter):
     def message_length(self, text: str) -> int:
         return utf16_length(text)
 
-    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
-        ids: list[str] = []
+    async def send(
+        self, source: SessionSource, text: str, reply_to: str | None = None, key: str | None = None
+    ) -> list[str]:
+        ids: list[str] = []  # (no idempotency key on Telegram: `key` goes unused)
         for i, chunk in enumerate(self.split(text)):
             sent = await self._send_chunk(source, chunk, reply_to if i == 0 else None)
             if sent is None:

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _ADDRESSED_COMMAND = re.compile(r"^(/[A-Za-z0-9_]{1,64})@([A-Za-z0-9_]{3,64})\b")
 _CHAT_TYPES = {"private": "dm", "group": "group", "supergroup": "group"}
+_ENTITY_KINDS = (MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND)
 
 
 def message_key(chat_id: int | str, message_id: int | str) -> str:
@@ -152,13 +153,8 @@ def _mentions(msg: Message, text: str, bot_id: int | None, bot_username: str | N
     """Return (mentioned, text) where a leading ``/cmd@thisbot`` is normalised to ``/cmd`` so the
     gateway's command parser sees the bare command."""
     handle = f"@{bot_username}".lower() if bot_username else None
-    entities = (
-        msg.parse_entities([MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND])
-        if msg.text is not None
-        else msg.parse_caption_entities([MessageEntity.MENTION, MessageEntity.TEXT_MENTION, MessageEntity.BOT_COMMAND])
-    )
     mentioned = False
-    for entity, value in entities.items():
+    for entity, value in _entity_values(text, msg.entities if msg.text is not None else msg.caption_entities):
         if entity.type == MessageEntity.MENTION and handle and value.lower() == handle:
             mentioned = True
         elif entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == bot_id:
@@ -181,3 +177,16 @@ def _mentions(msg: Message, text: str, bot_id: int | None, bot_username: str | N
         text = command.group(1) + text[command.end() :]
         mentioned = True
     return mentioned, text
+
+
+def _entity_values(text: str, entities: tuple[MessageEntity, ...]) -> list[tuple[MessageEntity, str]]:
+    """The mention and command entities with their text. Offsets count UTF-16 units; a lone
+    surrogate (valid escaped JSON, so Telegram delivers it) is one unit too, which python-telegram-
+    bot's `parse_entities` cannot encode (the update was dropped), so the units are read here with
+    surrogates passed through and the values made valid."""
+    units = text.encode("utf-16-le", "surrogatepass")
+    return [
+        (entity, units[2 * entity.offset : 2 * (entity.offset + entity.length)].decode("utf-16-le", "replace"))
+        for entity in entities
+        if entity.type in _ENTITY_KINDS
+    ]

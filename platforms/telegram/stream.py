@@ -55,7 +55,8 @@ def pacer_for(adapter: TelegramSender, source: SessionSource) -> EditPacer:
 
 
 def telegram_reply(adapter: TelegramSender, source: SessionSource, reply_to: str | None) -> EditedReply:
-    async def send_part(text: str, reply_to: str | None, final: bool) -> str:
+    async def send_part(text: str, reply_to: str | None, final: bool, key: str | None) -> str:
+        # (Telegram takes no idempotency key: `key` goes unused; the outbox counts uncertain sends)
         sent = await adapter._send_chunk(source, text, reply_to, markup=final, flood_raises=True)
         if sent is None:
             raise RuntimeError(f"telegram: chat {source.chat_id} cannot be written to")

@@ -49,7 +49,9 @@ async def test_command_addressed_to_bot_name(tmp_path):
     async with Gateway(tmp_path) as gw:
         gw.adapter.bot_username = "chinwag_bot"
         assert (await gw.say("/help@chinwag_bot"))[0].startswith("Commands:")
-        assert await gw.say("/help@Other_Bot") == []  # another bot's command in a group
+        assert await gw.say("/help@Other_Bot", chat_id="-1", chat_type="group") == []  # another bot's, in a group
+        [reply] = await gw.say("/help@Other_Bot")  # in a DM only this bot reads it: it says whose it is
+        assert reply.startswith("/help@Other_Bot is addressed to @Other_Bot")
 
 
 async def test_new_starts_fresh_session_and_keeps_old(tmp_path):

@@ -68,7 +68,9 @@ class ChatAdapter(PlatformAdapter):
         self.stopped = True
         self.set_ready(False, "stopped")
 
-    async def send(self, source: SessionSource, text: str, reply_to: str | None = None) -> list[str]:
+    async def send(
+        self, source: SessionSource, text: str, reply_to: str | None = None, key: str | None = None
+    ) -> list[str]:
         if self.message_length(text) > self.max_message_length:
             raise ValueError(f"chunk of {self.message_length(text)} exceeds the limit {self.max_message_length}")
         if self.send_delay:

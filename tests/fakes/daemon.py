@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sqlite3
 import sys
@@ -126,6 +127,47 @@ def settled(tmp: Path) -> bool:
     finally:
         conn.close()
     return open_entries == 0 and unsent == 0
+
+
+def owed(tmp: Path, platform: str | None = None, *, open_only: bool = False) -> set[str]:
+    """The answers the inbox owes ("echo: <text>", as the model fake answers): one per entry it
+    committed (of `platform`), or only per entry not done yet (`open_only`: the next start's)."""
+    conn = sqlite3.connect(tmp / "home" / "state.db")
+    try:
+        rows = conn.execute(
+            "SELECT message FROM inbox WHERE (? IS NULL OR platform = ?) AND (? = 0 OR done_at IS NULL)",
+            (platform, platform, int(open_only)),
+        ).fetchall()
+    finally:
+        conn.close()
+    return {"echo: " + json.loads(row[0])["text"] for row in rows}
+
+
+def uncertain_sends(tmp: Path) -> int:
+    """Sends the last run left uncertain: a reply part marked "sending" whose platform id was never
+    recorded (what a restart sends again, and counts as `chinwag_uncertain_sends_total`)."""
+    path = tmp / "home" / "state.db"
+    if not path.exists():
+        return 0  # killed before it made its database
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'outbox'").fetchone():
+            return 0  # killed before it made its tables
+        rows = conn.execute("SELECT sending, platform_ids FROM outbox WHERE sent_at IS NULL AND sending IS NOT NULL")
+        return sum(1 for sending, ids in rows if sending >= len(json.loads(ids or "[]")))
+    finally:
+        conn.close()
+
+
+async def metric(http: aiohttp.ClientSession, daemon: Daemon, name: str, platform: str) -> int | None:
+    """A counter of the running daemon's /metrics (None while it does not answer)."""
+    try:
+        async with http.get(daemon.url("/metrics")) as resp:
+            text = await resp.text()
+    except aiohttp.ClientError:
+        return None
+    found = re.search(rf'^chinwag_{name}\{{platform="{platform}"\}} (\d+)', text, re.M)
+    return int(found.group(1)) if found else None
 
 
 def diagnose(tmp: Path, missing: set[str]) -> str:

@@ -7,7 +7,7 @@ The real discord.py client is pointed at it (`discord.http.Route.BASE` and
   RESUMED, HEARTBEAT -> HEARTBEAT_ACK, INVALID_SESSION for an unknown session, close 4004 for a bad
   token and 4014 when privileged intents are not allowed;
 - REST: users/@me, oauth2/applications/@me, gateway(/bot), channels/{id}, create/edit message,
-  typing; JSON bodies with `Content-Type: application/json` exactly (discord.py compares it).
+  typing, a channel's history (before/after, limit); JSON bodies with `Content-Type: application/json` exactly (discord.py compares it).
 
 Application commands: bulk registration (PUT applications/{app}/commands, and per guild) is stored
 in `commands` (scope None = global, else the guild id); `slash()` / `autocomplete()` dispatch an
@@ -21,11 +21,13 @@ It records every call and gateway frame, injects inbound events, and scripts fai
 stalled gateway connections, and a revoked token. Like Discord, it echoes the bot's own sent
 messages back as MESSAGE_CREATE. With `pace_channels=True` it enforces Discord's message rate per
 channel (5 creates/edits/deletes per 5 s, on `clock`): calls beyond it get a 429 (counted in
-`rate_refusals`).
+`rate_refusals`). A create with `enforce_nonce` whose nonce was seen returns the message the first
+one made and posts nothing (as Discord does within minutes; counted in `nonce_repeats`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -118,12 +120,18 @@ class FakeDiscord:
 
         self.calls: list[Call] = []
         self.sent: list[dict[str, Any]] = []  # messages the bot created (POST), in order
+        self.nonces: dict[str, int] = {}  # nonce -> the message it created (enforce_nonce)
+        self.nonce_repeats = 0  # creates answered with the message an earlier one made
+        # set: a create is stored (the message is posted) but answered only once it is set, so a
+        # test can kill the bot between Discord accepting a message and the bot learning its id
+        self.hold_creates: asyncio.Event | None = None
         self.edits: list[dict[str, Any]] = []
         self.deleted: list[str] = []
         self.commands: dict[int | None, list[dict[str, Any]]] = {}  # scope -> registered commands
         self.interactions: dict[str, dict[str, Any]] = {}  # interaction id -> what the bot answered
         self._tokens: dict[str, str] = {}  # interaction token -> interaction id
         self.typing: list[int] = []
+        self.history_reads: list[tuple[int, dict[str, str]]] = []  # (channel id, query) per history page read
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
         self.heartbeats = 0
@@ -163,6 +171,18 @@ class FakeDiscord:
     @property
     def gateway_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/gateway"
+
+    def settings(self, **extra: Any) -> dict[str, Any]:
+        """The `platforms.discord` section pointing a bot at this fake, reconnecting quickly."""
+        return {
+            "token": self.token,
+            "api_base": self.api_base,
+            "gateway_url": self.gateway_url,
+            "guild_ready_timeout": 0.05,
+            "reconnect_base": 0.05,
+            "reconnect_cap": 0.2,
+            **extra,
+        }
 
     # -- world building ----------------------------------------------------------------------
     def snowflake(self) -> int:
@@ -584,6 +604,9 @@ class FakeDiscord:
             return web.Response(status=204)
         if method == "POST" and rest == "/messages":
             return await self._create_message(channel_id, body)
+        if method == "GET" and rest == "/messages":
+            self.history_reads.append((channel_id, dict(request.query)))
+            return self._history(channel_id, request.query)
         m = re.fullmatch(r"/messages/(\d+)", rest)
         if method == "PATCH" and m:
             return self._edit_message(int(m.group(1)), body)
@@ -593,6 +616,26 @@ class FakeDiscord:
             self.deleted.append(m.group(1))
             return web.Response(status=204)
         return _json({"message": "405: Method Not Allowed", "code": 0}, 405)
+
+    def _history(self, channel_id: int, query: Any) -> web.Response:
+        """GET /channels/{id}/messages as Discord answers it: `limit` 1-100 (default 50), at most one
+        anchor (`before` or `after`; `around` is not served); the page is the `limit` messages nearest
+        the anchor (with `after`, the oldest ones past it), always sent newest first."""
+        try:
+            limit = int(query.get("limit", 50))
+            anchors = {k: int(query[k]) for k in ("before", "after") if k in query}
+        except ValueError:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        if not 1 <= limit <= 100 or len(anchors) > 1 or "around" in query:
+            return _json({"message": "Invalid Form Body", "code": 50035}, 400)
+        ids = sorted(i for i, m in self.messages.items() if int(m["channel_id"]) == channel_id)
+        if "after" in anchors:
+            page = [i for i in ids if i > anchors["after"]][:limit]
+        elif "before" in anchors:
+            page = [i for i in ids if i < anchors["before"]][-limit:]
+        else:
+            page = ids[-limit:]
+        return _json([self.messages[i] for i in reversed(page)])
 
     async def _create_message(self, channel_id: int, body: Any) -> web.Response:
         content = (body or {}).get("content") or ""
@@ -611,6 +654,12 @@ class FakeDiscord:
             )
         if not content:
             return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
+        nonce = (body or {}).get("nonce")
+        if nonce is not None and (body or {}).get("enforce_nonce") and str(nonce) in self.nonces:
+            # Discord: a repeat of an enforced nonce (within minutes) returns the first message
+            self.nonce_repeats += 1
+            first = self.messages[self.nonces[str(nonce)]]
+            return _json({k: v for k, v in first.items() if k != "request"})
         reply_to = None
         ref = (body or {}).get("message_reference")
         if ref:
@@ -619,10 +668,16 @@ class FakeDiscord:
                 return _json({"message": "Invalid Form Body", "code": 50035}, 400)
         data = self.message_payload(channel_id, self.bot_user, content, reply_to=reply_to)
         data["request"] = body  # what the client sent (allowed_mentions etc.), for assertions
+        if nonce is not None:
+            data["nonce"] = nonce
+            if (body or {}).get("enforce_nonce"):
+                self.nonces[str(nonce)] = int(data["id"])
         self.messages[int(data["id"])] = data
         self.sent.append(data)
         if self.echo_own_messages:
             await self.dispatch("MESSAGE_CREATE", {k: v for k, v in data.items() if k != "request"})
+        if self.hold_creates is not None:
+            await self.hold_creates.wait()
         return _json({k: v for k, v in data.items() if k != "request"})
 
     def _edit_message(self, message_id: int, body: Any) -> web.Response:

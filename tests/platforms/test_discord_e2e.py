@@ -24,16 +24,7 @@ class Stack(PlatformStack):
 
     def __init__(self, tmp: Path, discord: FakeDiscord, llm: FakeOpenAI, **discord_extra: Any) -> None:
         self.discord = discord
-        section = {
-            "token": discord.token,
-            "api_base": discord.api_base,
-            "gateway_url": discord.gateway_url,
-            "guild_ready_timeout": 0.05,
-            "reconnect_base": 0.05,
-            "reconnect_cap": 0.2,
-            "allowed_users": ["*"],
-            **discord_extra,
-        }
+        section = discord.settings(allowed_users=["*"], **discord_extra)
         super().__init__(tmp, llm, "discord", section, DiscordAdapter)
 
     async def start(self) -> None:

@@ -18,16 +18,7 @@ async def test_a_standby_replica_sends_over_rest_and_holds_the_gateway_only_whil
     discord.add_guild(GUILD, "Team")
     discord.add_dm(DM_CHANNEL, discord.user(ANN_ID, "ann"))
     await discord.start()
-    adapter = DiscordAdapter(
-        {
-            "token": discord.token,
-            "api_base": discord.api_base,
-            "gateway_url": discord.gateway_url,
-            "guild_ready_timeout": 0.05,
-            "reconnect_base": 0.05,
-            "reconnect_cap": 0.2,
-        }
-    )
+    adapter = DiscordAdapter(discord.settings())
     got: list[InboundMessage] = []
 
     async def on_message(msg: InboundMessage) -> None:

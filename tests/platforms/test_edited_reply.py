@@ -16,9 +16,11 @@ class Platform:
 
     def __init__(self, clock: VirtualClock, refuse_edits: int = 0) -> None:
         self.clock, self.calls, self.refuse_edits = clock, [], refuse_edits
+        self.keys: list[str | None] = []  # the idempotency key of each send
 
-    async def send(self, text: str, reply_to: str | None, final: bool) -> str:
+    async def send(self, text: str, reply_to: str | None, final: bool, key: str | None = None) -> str:
         self.calls.append((self.clock.now(), "send", text, final))
+        self.keys.append(key)
         return str(len(self.calls))
 
     async def edit(self, message_id: str, text: str, final: bool) -> None:
@@ -119,3 +121,46 @@ async def test_live_updates_stop_for_good_once_may_show_says_no_and_abandon_send
     await stream.abandon()
     await stream.finish("ignored after abandon")
     assert [(kind, text) for _at, kind, text, _final in platform.calls] == [("send", "A first sentence.")]
+
+
+class Sends:
+    """A SendRecord that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, object]] = []
+
+    async def sending(self, part: int) -> None:
+        self.log.append(("sending", part))
+
+    async def sent(self, message_ids: list[str]) -> None:
+        self.log.append(("sent", list(message_ids)))
+
+
+async def test_each_new_part_goes_with_its_key_and_is_recorded_around_its_send():
+    clock = VirtualClock()
+    platform = Platform(clock)
+    stream = EditedReply(
+        key="chat", pacer=EditPacer(5, 1.0, clock), split=lambda t: t.split("|"),
+        send_part=platform.send, edit_part=platform.edit,
+    )  # fmt: skip
+    stream.send_key, stream.record = "k", Sends()
+    await stream.update("one. |two")
+    await wait_until(lambda: len(platform.calls) == 2)
+    await stream.finish("one.|two|three")
+    assert platform.keys == ["k-0", "k-1", "k-2"]
+    # the live parts' ids are recorded as they come; the final text's last part is the caller's to record
+    assert stream.record.log == [("sending", 0), ("sent", ["1"]), ("sending", 1), ("sent", ["1", "2"]), ("sending", 2)]
+
+
+async def test_an_adopted_message_is_edited_to_the_new_text_and_never_sent_again():
+    clock = VirtualClock()
+    platform = Platform(clock)
+    stream = reply(platform, EditPacer(1, 1.0, clock))
+    stream.adopt(["cut"])  # what a run cut short by a stop or crash left showing
+    assert stream.first_shown.is_set()
+    assert await stream.finish("The whole answer.") == ["cut"]
+    assert [(kind, text) for _at, kind, text, _final in platform.calls] == [("edit", "The whole answer.")]
+    again = reply(platform, EditPacer(1, 1.0, clock))
+    again.adopt(["cut"])
+    assert await again.fail() == ["cut"]  # cut again before it wrote anything: left as it was, not deleted
+    assert len(platform.calls) == 1

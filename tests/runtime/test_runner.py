@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from agent.llm import NOT_CONFIGURED_TEXT
 from tests.fakes.gateway_harness import Gateway
@@ -129,11 +130,14 @@ async def test_stop_finishes_a_running_turn(tmp_path):
         await gw.fake.wait_requests(1)
         stopping = asyncio.create_task(gw.runner.stop(timeout=5))
         await asyncio.sleep(0)
-        assert gw.adapter.stopped and not stopping.done()  # intake closed first, the turn goes on
-        await gw.adapter.inject("too late")  # arrives after intake closed: ignored
+        # intake closed first; the turn goes on, and the adapter stays up for its reply
+        assert not gw.adapter.stopped and not stopping.done()
+        await gw.adapter.inject("too late")  # arrives after intake closed: stored, left to the next start
         release.set()
         await asyncio.wait_for(stopping, 5)
+        assert gw.adapter.stopped  # last
         assert gw.adapter.texts() == ["finished"]
+        assert [json.loads(row["message"])["text"] for row in gw.db.inbox_unfinished()] == ["too late"]
 
 
 async def test_stop_cancels_a_turn_that_outlives_the_timeout(tmp_path):

@@ -173,6 +173,30 @@ async def test_stop_gets_through_immediately(tmp_path):
         assert await gw.say("next") == ["echo: next"]
 
 
+async def test_stop_in_a_shared_thread_tells_the_others_whose_messages_it_dropped(tmp_path):
+    """A thread is one conversation for everyone in it: Ann's /stop cancels Bob's running turn and
+    Carol's waiting message too. Ann is told what was stopped; Bob and Carol are each told once,
+    in reply to their message, rather than left waiting for an answer that will not come."""
+    async with Gateway(tmp_path, **busy("queue", busy_ack=False)) as gw:
+        gw.fake.gate = asyncio.Event()
+
+        async def say(user: str, text: str) -> None:
+            await gw.adapter.inject(text, "-5", user, "thread", thread_id="9", mentioned=True, user_name=user)
+
+        await say("bob", "long job")
+        await gw.fake.wait_requests(1)
+        await say("carol", "queued one")
+        await say("carol", "queued two")
+        await say("ann", "/stop")
+        await gw.adapter.wait_sent(3)
+        gw.fake.gate.set()
+        await gw.runner.drain()
+        told = {s.reply_to: s.text for s in gw.adapter.sent}
+        assert len(gw.adapter.sent) == 3 and "Stopped. Dropped 2 waiting messages." in told.values()
+        others = [text for text in told.values() if not text.startswith("Stopped.")]
+        assert len(others) == 2 and all("ann sent /stop" in text for text in others)
+
+
 async def test_read_only_commands_answer_while_busy(tmp_path):
     async with Gateway(tmp_path) as gw:
         gw.fake.gate = asyncio.Event()

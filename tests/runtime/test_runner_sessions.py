@@ -132,6 +132,50 @@ async def test_compress_command_makes_child_with_lineage(tmp_path):
         assert gw.db.get_lineage(child) == [parent, child]
 
 
+# llama.cpp's answer to a request past its slot's context, as its server sends it (seen from
+# tests/runtime/test_real_model.py); OpenAI's says it in `code` and words.
+LLAMA_OVERFLOW = {
+    "code": 400,
+    "message": "request (1100 tokens) exceeds the available context size (1024 tokens), try increasing it",
+    "type": "exceed_context_size_error",
+    "n_prompt_tokens": 1100,
+    "n_ctx": 1024,
+}
+OPENAI_OVERFLOW = {
+    "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+    "type": "invalid_request_error",
+    "code": "context_length_exceeded",
+}
+
+
+@pytest.mark.parametrize("overflow", [LLAMA_OVERFLOW, OPENAI_OVERFLOW], ids=["llama.cpp", "openai"])
+async def test_a_context_length_error_compresses_and_answers_once_in_the_child(tmp_path, overflow):
+    async with Gateway(tmp_path, gateway={"streaming": "off"}) as gw:
+        await gw.say("I want to visit Lisbon in May")
+        await gw.say("on a small budget")
+        parent = gw.session_id()
+        gw.fake.push(Reply(status=400, error=overflow), "SUMMARY: Lisbon in May, small budget.", "Try the Alfama.")
+        replies = await gw.say("where should I stay?")
+        child = gw.session_id()
+        assert child != parent and gw.db.get_session(child)["parent_session_id"] == parent
+        assert replies[0].startswith("This conversation was getting long, so I summarised it") and len(replies) == 2
+        assert replies[1] == "Try the Alfama."
+        summary_request = gw.fake.requests[-2]
+        assert summary_request["max_tokens"] == min(
+            2000, overflow.get("n_ctx", 8192) // 8
+        )  # sized to the server's window
+        assert "where should I stay?" not in json.dumps(summary_request)  # the failed copy is not summarised
+        assert [m["content"] for m in gw.messages(child) if m["role"] == "user"] == ["where should I stay?"]
+
+
+async def test_a_single_message_past_the_context_gets_the_apology(tmp_path):
+    async with Gateway(tmp_path, gateway={"streaming": "off"}) as gw:
+        gw.fake.push(Reply(status=400, error=LLAMA_OVERFLOW))
+        [reply] = await gw.say("a very long first message")
+        assert reply.startswith("Sorry, I couldn't get an answer from the model") and "context size" in reply
+        assert len(gw.fake.requests) == 1  # nothing to summarise: no second try
+
+
 async def test_compress_without_model_or_history(tmp_path):
     async with Gateway(tmp_path, model=False) as gw:
         assert (await gw.say("/compress"))[0].startswith("No model is configured")

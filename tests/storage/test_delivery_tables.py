@@ -41,6 +41,15 @@ async def test_unfinished_entries_come_back_in_arrival_order_with_their_turn_sta
     assert await db.ainbox_finish([ids[1], ids[1]], "stopped") == 1  # finishing twice counts once
 
 
+async def test_the_newest_entry_of_each_chat_of_a_platform(db):
+    """What Discord's catch-up reads after (PlatformAdapter.catch_up_from): done or not, per chat key."""
+    for event, key in [("d1", "dm:a"), ("d2", "ch:b"), ("d3", "dm:a"), ("t1", "dm:a")]:
+        platform = "telegram" if event.startswith("t") else "discord"
+        await db.ainbox_add(platform, event, key, f'{{"event": "{event}"}}', time.time())
+    rows = db.read(lambda conn: inbox.latest_per_chat(conn, "discord"))
+    assert [(r["chat_key"], r["event_id"]) for r in rows] == [("ch:b", "d2"), ("dm:a", "d3")]
+
+
 async def test_outbox_records_parts_and_lists_what_is_unsent(db):
     a = db.write(lambda conn, ev: outbox.add(conn, platform="telegram", chat_key="k", target="{}", text="one"))
     b = db.write(lambda conn, ev: outbox.add(conn, platform="telegram", chat_key="k", target="{}", text="two"))

@@ -19,7 +19,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.numeric import FloatLoader
 
 from gateway.storage.conn import Conn
-from gateway.storage.postgres.search import POSTGRES, PostgresDialect
+from gateway.storage.postgres.dialect import POSTGRES, PostgresDialect
 
 
 class Row(tuple):

@@ -13,7 +13,7 @@ storage runs on either. What differs is plumbing, each for a reason:
   rows: a `Conn`, gateway/storage/conn.py), so `db.read(fn)` callers' plain SQL and the shared
   reads of gateway/storage/queries.py run as written.
 The public methods themselves are gateway/storage/base.py's `StorageFace`, shared with SQLite;
-this class supplies the mechanisms above, its write ops, deletes and upkeep.
+this class supplies the mechanisms above, its dialect and upkeep.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ import psycopg_pool
 from psycopg import errors
 
 from gateway.redact import redact_dsn
-from gateway.storage import fence
+from gateway.storage import fence, queries
 from gateway.storage.base import CommitListener, StorageFace
 from gateway.storage.conn import Conn
 from gateway.storage.events import Events
 from gateway.storage.fts import ident_text
-from gateway.storage.postgres import notes, rows
-from gateway.storage.postgres import queries as pg_queries
+from gateway.storage.postgres import notes
 from gateway.storage.postgres.connection import Connection, configure, own
+from gateway.storage.postgres.dialect import POSTGRES
 from gateway.storage.postgres.schema import current_version, migrate
 from gateway.storage.postgres.tokens import words_vector
 from gateway.storage.schema import MESSAGE_FIELDS
@@ -50,8 +50,7 @@ REBUILD_BATCH = 1000
 
 class PostgresSessionDB(StorageFace):
     backend = "postgres"
-    ops = rows  # the write ops of this backend (the store composes them into one write)
-    deletes = pg_queries
+    dialect = POSTGRES
     notes_in_database = True  # MEMORY.md / USER.md are rows here (notes.py): replicas share them
     message_select = _SELECT_MESSAGE
 
@@ -200,4 +199,4 @@ class PostgresSessionDB(StorageFace):
             return int(current_version(Connection(raw)))
 
     def stats(self) -> dict:
-        return {"path": self.path, **self.read(lambda c: pg_queries.stats(own(c))), "wal_bytes": self.wal_bytes()}
+        return {"path": self.path, **self.read(queries.stats), "wal_bytes": self.wal_bytes()}

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import SchemaTooNew
+from gateway.storage.schema import WINDOW_OF_HIDDEN_MESSAGE
 
 MIGRATION_LOCK = 0x43484E57  # pg_advisory_xact_lock key: "CHNW"
 BUCKET_IDS = 8192  # message ids per bucket lexeme (v5); a constant of the stored data: never change it
@@ -275,11 +276,9 @@ MIGRATIONS: list[str] = [
         FOR EACH ROW EXECUTE FUNCTION message_vectors_session_gone();
     CREATE FUNCTION message_vectors_message_hidden() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        UPDATE vector_progress SET upto_id = LEAST(upto_id, coalesce((
-            SELECT min(first_id) - 1 FROM message_vectors
-            WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id), upto_id));
-        DELETE FROM message_vectors
-        WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id;
+"""
+    + WINDOW_OF_HIDDEN_MESSAGE.format(least="LEAST")
+    + """
         RETURN NULL;
     END $$;
     CREATE TRIGGER message_vectors_message_hidden AFTER UPDATE OF active ON messages
@@ -292,6 +291,13 @@ MIGRATIONS: list[str] = [
     END $$;
     CREATE TRIGGER message_vectors_message_gone AFTER DELETE ON messages
         FOR EACH ROW EXECUTE FUNCTION message_vectors_message_gone();
+    """,
+    # v7 -> v8: delivery under faults, as SQLite's v11: a reply's idempotency key, the part being
+    # sent, the streamed reply's message ids before the answer commits
+    """
+    ALTER TABLE outbox ADD COLUMN send_key text;
+    ALTER TABLE outbox ADD COLUMN sending integer;
+    ALTER TABLE inbox ADD COLUMN reply_ids text;
     """,
 ]
 

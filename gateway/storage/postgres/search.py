@@ -18,9 +18,9 @@ whole words it stands for first (vocabulary.py): a GIN index collects every matc
 before it returns one, so a window could not skip to its own buckets (90-330 ms per window for
 recall's "fix* docker*" pair at 1M messages).
 
-No driver import here. `POSTGRES` is this database's `Dialect` (gateway/storage/conn.py), carried
-by every connection (connection.py): recall (gateway/recall/read.py) reaches `recall_matches`
-and `matches_among` through it, looked up here on each read.
+No driver import here. Postgres's `Dialect` (gateway/storage/postgres/dialect.py), carried by
+every connection, offers these passes and recall's `recall_matches` and `matches_among`
+(gateway/recall/read.py) to the shared code.
 """
 
 from __future__ import annotations
@@ -269,36 +269,3 @@ def matches_among(conn: Conn, expr: str, ids: list[int], limit: int) -> list[tup
         "SELECT m.id FROM messages m WHERE m.id = ANY(?::bigint[]) AND m.words @@ ?::tsquery ORDER BY m.id DESC LIMIT ?"
     )
     return conn.tuples(sql, [ids, query[0], limit])
-
-
-class PostgresDialect:
-    """Postgres's `Dialect`: a prefix is answered by the GIN index (nothing to expand first), the
-    planner weighs the vector indexes by their statistics (no `+model`), and recall's match reads
-    run over the word and identifier columns."""
-
-    name = "postgres"
-    expands_prefixes = False
-    model_filter = "model"
-    same_title = "ascii_fold(title) = ascii_fold(?)"  # the unique index's expression (schema.py)
-    exact_title = "title = ?"
-    other_id = "id IS DISTINCT FROM ?"
-
-    def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
-        return "starts_with(id, ?)", (prefix,)
-
-    def word_hits(self, conn: Conn, expression: str, filters: tuple[str, list], limit: int, ranked: bool) -> list[Any]:
-        return word_hits(conn, expand_pair(conn, tsquery_pair_of_fts(expression)), filters, limit, ranked=ranked)
-
-    def substring_hits(self, conn: Conn, query: Query, filters: tuple[str, list], limit: int) -> list[Any]:
-        return substring_hits(conn, query, filters, limit)
-
-    def recall_matches(
-        self, conn: Conn, table: str, expr: str, roles: list[str], before_id: int | None, limit: int
-    ) -> list[RecallMatch]:
-        return recall_matches(conn, table, expr, roles, before_id, limit)
-
-    def matches_among(self, conn: Conn, expr: str, ids: list[int], limit: int) -> list[int]:
-        return [mid for (mid,) in matches_among(conn, expr, ids, limit)]
-
-
-POSTGRES = PostgresDialect()

@@ -289,7 +289,7 @@ async def _read(
         except _TIMEOUTS as exc:
             raise openai.APITimeoutError(request=request) from exc
         except _DROPPED as exc:
-            raise openai.APIConnectionError(request=request) from exc
+            raise StreamCut(request=request) from exc
         error: openai.APIError | None = None
         try:
             for event in decoder.feed(chunk):
@@ -422,6 +422,11 @@ class _StreamedReply:
         return Completion(message, self.prompt_tokens, self.completion_tokens, self.finish)
 
 
+class StreamCut(openai.APIConnectionError):
+    """The model service was reached and its streamed answer stopped midway (the connection dropped):
+    a connection error, retried as one, but not "could not reach" when it is reported."""
+
+
 def describe_error(exc: BaseException) -> str:
     """A short, key-free sentence about a failed model call, for the person and the logs."""
     if isinstance(exc, ModelNotConfigured):
@@ -434,6 +439,8 @@ def describe_error(exc: BaseException) -> str:
         return "the model service refused the API key (401)"
     if isinstance(exc, openai.APIStatusError):
         return f"the model service returned an error ({exc.status_code}): {_short(_error_message(exc))}"
+    if isinstance(exc, StreamCut):
+        return "the model service stopped answering midway (its connection dropped)"
     if isinstance(exc, openai.APIConnectionError):
         return "could not reach the model service"
     if isinstance(exc, openai.APIError):  # reported inside a 200 stream (an error event, a broken event)

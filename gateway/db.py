@@ -42,6 +42,7 @@ __all__ = [
     "StorageFace",
     "open_db",
     "StorageUnavailable",
+    "StorageUnreachable",
     "Session",
     "CommitEvent",
     "UnknownSession",
@@ -222,6 +223,10 @@ class StorageUnavailable(RuntimeError):
     """The configured database cannot be opened (unreachable server, bad DSN, driver missing)."""
 
 
+class StorageUnreachable(StorageUnavailable):
+    """The database server cannot be reached for now (down, restarting, the network): worth waiting for."""
+
+
 def open_db(
     backend: str = "sqlite", path: str | os.PathLike | None = None, dsn: str = "", synchronous: str = "full"
 ) -> StorageFace:
@@ -243,5 +248,15 @@ def open_db(
         ) from None
     try:
         return PostgresSessionDB(dsn)  # the same face (DESIGN §14): both are SessionStores
+    except psycopg.OperationalError as exc:
+        # A connection's failure carries no SQLSTATE: the server's own refusal is told by its FATAL
+        # line (no such database, authentication), which waiting would not change — unless it says
+        # "the database system is starting up / shutting down".
+        text = str(exc)
+        if "FATAL:" in text and "the database system is" not in text:
+            raise StorageUnavailable(
+                f"cannot open the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}"
+            ) from None
+        raise StorageUnreachable(f"cannot reach the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}") from None
     except psycopg.Error as exc:
         raise StorageUnavailable(f"cannot open the Postgres database {redact_dsn(dsn)}: {str(exc).strip()}") from None

@@ -45,6 +45,8 @@ from platforms.local_attach import is_attach_line, parse_attach_line, reopen_pat
 
 log = logging.getLogger(__name__)
 
+# The gateway raises when a line could not be stored (the handler returns once it is durable).
+NOT_SAVED_TEXT = "Not saved — the database is unavailable; send it again."
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-.@+=]")
 
 
@@ -154,8 +156,9 @@ class LocalAdapter(PlatformAdapter):
                 continue
             try:
                 await on_message(message)
-            except Exception:  # the gateway reports its own errors; the terminal must keep reading
+            except Exception:  # not stored (the database is down or full); the terminal must keep reading
                 log.exception("local: handling a line failed")
+                self._write(NOT_SAVED_TEXT + "\n")
         self.input_closed.set()
 
     async def _converse(self, on_message: MessageHandler) -> None:
@@ -182,8 +185,9 @@ class LocalAdapter(PlatformAdapter):
             self._waiting, self._stop_sent = True, False
             try:
                 await on_message(message)
-            except Exception:  # the gateway reports its own errors; the terminal must keep reading
+            except Exception:  # not stored (the database is down or full); the terminal must keep reading
                 log.exception("local: handling a line failed")
+                self._write(NOT_SAVED_TEXT + "\n")
                 self._answered.set()
             try:
                 await self._answered.wait()

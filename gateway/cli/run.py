@@ -123,7 +123,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: bool = False) -> int:
-    from gateway.service.app import AppError, build_app
+    from gateway.service.app import AppError, build_app, open_storage
 
     # On Postgres the replicas share no disk: the replica registry in the database stands in for
     # the home lock (gateway.storage.postgres.replicas), so any number may run. Taken first: a
@@ -144,7 +144,9 @@ def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: boo
         )
 
     async def main() -> int:
-        app = build_app(config, local_only=local_only, http=http)
+        # (a replica started while Postgres is unreachable waits here, /readyz saying so)
+        db = await open_storage(config) if config.storage.backend == "postgres" else None
+        app = build_app(config, local_only=local_only, http=http, db=db)
         app.announce = lambda line: print(line, file=sys.stderr, flush=True)
         local = next((a for a in app.adapters if a.platform.value == "local"), None)
         if local is not None and getattr(local, "interactive", False):

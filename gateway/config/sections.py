@@ -136,11 +136,22 @@ class AgentCacheConfig:
 
 
 @dataclass(frozen=True)
+class DeliveryConfig:
+    """A reply the platform keeps refusing (DESIGN §11): retried with backoff, then parked and retried slowly."""
+
+    send_attempts: int = option(
+        5, "sends of one reply (each with the adapter's own retries) before it is parked", minimum=1
+    )
+    parked_retry_seconds: float = option(300, "how often a parked reply is tried again; it is never dropped", minimum=1)
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     busy_mode: str = option("queue", "a message arrives while a turn runs", choices=BUSY_MODES)
     max_pending: int = option(5, "per chat; beyond this the person is told to wait", minimum=1)
     busy_ack: bool = option(True, "a short 'got it' when a message is queued or steered")
     agent_cache: AgentCacheConfig = subsection(AgentCacheConfig)
+    delivery: DeliveryConfig = subsection(DeliveryConfig)
     # as written; Config.single_owner resolves auto
     single_owner: str | bool = option("auto", "one owner may /search and /resume every session: auto | true | false")
     shutdown_timeout_seconds: float = option(10, "running turns get this long to finish at shutdown", minimum=0)
@@ -238,6 +249,9 @@ class HttpConfig:
     host: str = option("127.0.0.1", "keep it on loopback; a reverse proxy with TLS in front for webhooks")
     port: int = option(8765, "0: any free port (logged at start)", minimum=0, maximum=65535)
     console_token: str = option("", "required for /console/ off loopback", secret=True)
+    idle_timeout_seconds: float = option(
+        60, "a connection with no request under way for this long is closed (idle or slow clients)", minimum=1
+    )
 
 
 @dataclass(frozen=True)

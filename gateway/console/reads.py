@@ -399,6 +399,7 @@ def status(
         "queue_depth": _count(metrics, "queue_depth"),
         "agent_cache": _count(metrics, "agent_cache_size"),
         "mirror_backlog": _count(metrics, "mirror_backlog"),
+        "parked_replies": _count(metrics, "outbox_parked"),  # replies the platform keeps refusing (gateway.delivery)
         "storage": {"path": db.path, "db_bytes": _file_size(db.path), "wal_bytes": _file_size(db.path + "-wal") or 0},
         "last_hour": {
             "minutes": [p["minute"] for p in turns] or [p["minute"] for p in series("messages_in_total")],

@@ -5,8 +5,10 @@
   redelivery is refused by the same commit. The entry is started when its turn stores the
   person's message and done when the turn's reply is committed, in the same transaction.
 - `Outbox` commits a reply (with the assistant message that carries it, when there is one) and
-  delivers it part by part, recording after each part the platform's message ids. On start the
-  replies not yet delivered are sent from the first part not recorded.
+  delivers it part by part, recording after each part the platform's message ids. A send that
+  fails is retried while the process runs, in the chat's order (then parked and retried slowly:
+  `gateway.delivery`); on start the replies not yet delivered are sent from the first part not
+  recorded.
 
 The duplicate window: a crash after the platform accepted a part and before its record commits;
 that part is sent again on start. Where the platform takes an idempotency key
@@ -40,6 +42,8 @@ import hashlib
 import json
 import logging
 import secrets
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from gateway.db import StorageFace
@@ -49,11 +53,14 @@ from gateway.source import SessionSource
 from gateway.storage import inbox, outbox
 from gateway.storage.conn import Conn
 from gateway.storage.events import Events
+from gateway.storage.health import StorageHealth, storage_fault
 from platforms.base import Attachment, InboundMessage, PlatformAdapter
 
 log = logging.getLogger(__name__)
 
 RecordOp = Callable[[Conn, int], Any]
+RETRY_FIRST_SECONDS = 1.0  # a failed send is tried again after 1 s, then 2, 4, ... up to 30 s
+RETRY_CAP_SECONDS = 30.0
 
 
 def encode_message(msg: InboundMessage) -> str:
@@ -104,16 +111,22 @@ def decode_message(text: str, inbox_id: int | None = None) -> InboundMessage:
 
 
 class Inbox:
-    def __init__(self, db: StorageFace, leases: ChatLeases | None = None) -> None:
+    def __init__(self, db: StorageFace, leases: ChatLeases | None = None, health: StorageHealth | None = None) -> None:
         self.db = db
         self.leases: ChatLeases = leases or SoloLeases()
+        self.health = health or StorageHealth(db)
 
     async def admit(self, msg: InboundMessage, chat_key: str) -> bool:
         """Commit `msg` to the inbox; False for a redelivery (nothing stored, nothing to answer).
         Sets `msg.inbox_id`. Returns only once the entry is durable: the adapter may then ack."""
         platform = msg.source.platform.value
         event_id = msg.message_id or f"anon-{secrets.token_hex(8)}"
-        entry = await self.db.ainbox_add(platform, event_id, chat_key, encode_message(msg), msg.timestamp)
+        try:
+            entry = await self.db.ainbox_add(platform, event_id, chat_key, encode_message(msg), msg.timestamp)
+        except Exception as exc:  # not stored: the adapter must not acknowledge it (5xx, no offset)
+            if storage_fault(exc):
+                self.health.failed(exc)
+            raise
         if entry is None:
             return False
         msg.inbox_id = entry
@@ -158,6 +171,19 @@ class Inbox:
         return out
 
 
+@dataclass
+class _Unsent:
+    """A committed reply not yet (fully) sent: what a retry needs to send the rest."""
+
+    row_id: int
+    source: SessionSource
+    text: str
+    reply_to: str | None
+    send_key: str | None = None  # the row's idempotency key (Feishu, Discord)
+    shown: list[str] = field(default_factory=list)  # messages already sent for it: edited, not sent again
+    key: str | None = None  # the chat whose lease must be held here (replicas)
+
+
 class OutboxSends:
     """A reply's sends recorded on its outbox row (platforms.base.SendRecord): "sending" before
     each new message where the platform takes no idempotency key (so a restart knows the send is
@@ -198,15 +224,32 @@ def entry_send_key(msg: InboundMessage) -> str | None:
 
 
 class Outbox:
+    """Commits replies and delivers them. A send that fails is not left for the next start: the
+    reply joins its chat's retry queue, and every later reply of that chat queues behind it, so a
+    chat's replies arrive in order. The queue is sent again with backoff (1 s doubling to 30 s);
+    after `send_attempts` failed sends its head is parked: logged, counted (`outbox_parked` in
+    /metrics and the console) and retried every `parked_retry_seconds` until the platform takes it.
+    The record of a part already sent is retried until it commits (storage faults), since giving
+    up on it would send that part again at the next start."""
+
     def __init__(
         self,
         db: StorageFace,
         adapters: dict[str, PlatformAdapter],
         metrics: Metrics | None = None,
         leases: ChatLeases | None = None,
+        *,
+        health: StorageHealth | None = None,
+        send_attempts: int = 5,
+        parked_retry_seconds: float = 300.0,
     ) -> None:
         self.db, self.adapters, self.metrics = db, adapters, metrics
         self.leases: ChatLeases = leases or SoloLeases()
+        self.health = health or StorageHealth(db)
+        self.send_attempts, self.parked_retry_seconds = send_attempts, parked_retry_seconds
+        self._queues: dict[tuple, deque[_Unsent]] = {}  # chat -> replies behind a failed send, in order
+        self._retries: dict[tuple, asyncio.Task] = {}
+        self.parked: set[int] = set()  # outbox row ids given up for now (retried slowly)
         self._sending: set[asyncio.Task] = set()  # deliveries under way (a stop lets them finish)
 
     @staticmethod
@@ -257,6 +300,14 @@ class Outbox:
         await self.db.awrite(lambda conn, events: op(conn))
         return row
 
+    async def record(self, row_id: int, parts_sent: int, platform_ids: list[str], done: bool) -> None:
+        """Record sent parts, retrying through a storage fault until it commits (see the class doc)."""
+        await self.health.committed(lambda: self.db.aoutbox_record(row_id, parts_sent, platform_ids, done))
+
+    def backlogged(self, source: SessionSource) -> bool:
+        """Does this chat have replies waiting for a retry? (A new reply must go behind them.)"""
+        return _chat(source) in self._queues
+
     async def deliver(
         self,
         row_id: int,
@@ -268,57 +319,105 @@ class Outbox:
         shown: Iterable[str] = (),
         key: str | None = None,
     ) -> bool:
-        """Send the reply, recording each message. False when it could not be sent (it stays in the
-        outbox for the next start). `send_key`: the row's idempotency key; `shown`: the messages
+        """Send the reply, recording each message. False when it was not sent now: queued behind
+        its chat's earlier replies, or it failed and is retried in order (see the class doc), or it
+        is not this process's to send. `send_key`: the row's idempotency key; `shown`: the messages
         already sent for it (a streamed answer's, a previous attempt's), edited to the final text.
         `key`: the chat whose lease must still be held here (replicas): if another replica took it
         over, that one sends it. Shielded: a cancel of the caller (a /stop, the end of a stop's
         grace) must not cut a reply between its parts; `settle` waits for it."""
-        task = asyncio.ensure_future(self._deliver(row_id, source, text, reply_to, send_key, list(shown), key))
+        item = _Unsent(row_id, source, text, reply_to, send_key, list(shown), key)
+        chat = _chat(source)
+        queue = self._queues.get(chat)
+        if queue is not None:
+            queue.append(item)
+            return False
+        task = asyncio.ensure_future(self._send(item))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
-        return await asyncio.shield(task)
+        outcome = await asyncio.shield(task)
+        if outcome != "failed":
+            return outcome == "sent"
+        if chat not in self._queues:  # (another reply of the chat may have failed meanwhile)
+            self._queues[chat] = deque()
+            self._retries[chat] = asyncio.create_task(self._retry(chat), name=f"outbox retry {chat}")
+        self._queues[chat].appendleft(item)
+        return False
 
     async def settle(self, timeout: float) -> None:
         """Let the deliveries under way finish (a stop, before the adapters go)."""
         if self._sending:
             await asyncio.wait(list(self._sending), timeout=timeout)
 
-    async def _deliver(
-        self,
-        row_id: int,
-        source: SessionSource,
-        text: str,
-        reply_to: str | None,
-        send_key: str | None,
-        earlier: list[str],
-        key: str | None,
-    ) -> bool:
+    async def _send(self, item: _Unsent) -> str:
+        """One try at `item`: "sent", "failed" (retry later) or "elsewhere"."""
+        source = item.source
         adapter = self.adapters.get(source.platform.value)
         if adapter is None:
-            log.warning("outbox row %s is for %s, which is not running; kept", row_id, source.platform.value)
-            return False
-        if key is not None and self.leases.shared and not await self.leases.confirm(key):
-            log.info("outbox row %s not sent here: chat %s is held by another replica now", row_id, key)
-            return False
+            log.warning("outbox row %s is for %s, which is not running; kept", item.row_id, source.platform.value)
+            return "elsewhere"
+        if item.key is not None and self.leases.shared and not await self.leases.confirm(item.key):
+            log.info("outbox row %s not sent here: chat %s is held by another replica now", item.row_id, item.key)
+            return "elsewhere"
         # Through the adapter's own reply writer: it keeps the chat's send rate (the pacer a
         # streamed answer also uses), so a notice after a streamed answer is not refused as a flood;
         # and it records each new message around its send (the duplicate window is between them).
-        reply = adapter.begin_reply(source, reply_to)
-        reply.send_key, reply.record = send_key, OutboxSends(self.db, row_id, adapter)
+        reply = adapter.begin_reply(source, item.reply_to)
+        reply.send_key, reply.record = item.send_key, OutboxSends(self.db, item.row_id, adapter)
+        earlier = list(item.shown)
         reply.adopt(earlier)
         try:
-            ids = await reply.finish(text)
+            ids = await reply.finish(item.text)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("sending a reply on %s failed; it stays in the outbox", source.platform.value)
-            return False
+            log.exception("sending a reply on %s failed; it is retried", source.platform.value)
+            item.shown = list(reply.message_ids)  # what did go out is edited on the retry, not sent again
+            return "failed"
         if self.metrics is not None:
             for _ in range(len(ids) - len(earlier)):
                 self.metrics.inc("messages_out_total", {"platform": source.platform.value})
-        await self.db.aoutbox_record(row_id, len(ids), ids, done=True)
-        return True
+        await self.record(item.row_id, len(ids), ids, done=True)
+        return "sent"
+
+    async def _retry(self, chat: tuple) -> None:
+        """Send a chat's queued replies in order, the head again and again until it goes (see the class doc)."""
+        queue = self._queues[chat]
+        failures, delay = 1, RETRY_FIRST_SECONDS  # the send that queued the head failed once
+        try:
+            while queue:
+                item = queue[0]
+                if failures >= self.send_attempts and item.row_id not in self.parked:
+                    self.parked.add(item.row_id)
+                    log.warning(
+                        "reply %s on %s parked after %d failed sends; retried every %gs",
+                        item.row_id,
+                        item.source.platform.value,
+                        failures,
+                        self.parked_retry_seconds,
+                    )
+                if failures:
+                    await asyncio.sleep(self.parked_retry_seconds if item.row_id in self.parked else delay)
+                    delay = min(RETRY_CAP_SECONDS, delay * 2)
+                if await self._send(item) == "failed":
+                    failures += 1
+                    continue
+                queue.popleft()
+                if item.row_id in self.parked:
+                    self.parked.discard(item.row_id)
+                    log.info("parked reply %s delivered", item.row_id)
+                failures, delay = 0, RETRY_FIRST_SECONDS
+        finally:
+            self._queues.pop(chat, None)
+            self._retries.pop(chat, None)
+            for item in queue:  # stopped (cancelled) with replies left: they stay in the outbox for the next start
+                self.parked.discard(item.row_id)
+
+    async def stop(self) -> None:
+        """Stop retrying; what is still queued stays in the outbox (the next start sends it)."""
+        for task in list(self._retries.values()):
+            task.cancel()
+        await asyncio.gather(*self._retries.values(), return_exceptions=True)
 
     async def deliver_unsent(self) -> int:
         """On start: send every reply a previous process committed and did not deliver, oldest first."""
@@ -329,6 +428,12 @@ class Outbox:
         if sent:
             log.info("delivered %d repl%s left unsent by the previous run", sent, "y" if sent == 1 else "ies")
         return sent
+
+    async def deliver_unsent_for(self, entry_id: int) -> None:
+        """Send the replies to one inbox entry that were committed and not sent (a fault came between)."""
+        for row in await asyncio.to_thread(self.db.outbox_unsent):
+            if row["inbox_id"] == entry_id:
+                await self._deliver_row(row)
 
     async def deliver_unsent_of(self, chat_key: str) -> int:
         """On taking a chat over (replicas): send the replies its previous holder committed and did not
@@ -350,6 +455,11 @@ class Outbox:
         return await self.deliver(
             row["id"], source, row["text"], row["reply_to"], send_key=row.get("send_key"), shown=shown, key=chat_key
         )
+
+
+def _chat(source: SessionSource) -> tuple:
+    """The chat a reply goes to (its order is kept per chat)."""
+    return (source.platform.value, source.chat_id, source.thread_id)
 
 
 def _finish_unreadable(entry_id: int, conn: Conn, events: Events) -> int:

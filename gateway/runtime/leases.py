@@ -349,7 +349,11 @@ class SharedLeases:
         while True:
             try:
                 started = time.monotonic()
-                self.replica_id = await self.registry.open()
+                replica = await self.registry.open()
+                # The same id comes back, and its beat would renew the leases it held before the
+                # loss, which it no longer knows it holds: nobody could claim those chats again.
+                await self.db.awrite(self._sql.op_release_all(replica))
+                self.replica_id = replica
                 self._alive_until = started + self.idle_seconds
                 log.info("registered again as replica %s", self.replica_id)
                 return

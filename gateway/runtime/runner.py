@@ -49,6 +49,7 @@ from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform, SessionSource
 from gateway.storage import fence
+from gateway.storage.health import storage_fault
 from gateway.text import valid_text
 from platforms.base import AdapterHealth, InboundMessage, PlatformAdapter
 from tools.mcp import McpTools
@@ -100,6 +101,7 @@ class GatewayRunner:
         self.access = access
         self.inbox = inbox
         self.outbox = outbox
+        self.health = outbox.health  # whether storage commits: jobs wait for it, /readyz shows it
         self.leases = outbox.leases  # who runs which chat: SoloLeases on SQLite, SharedLeases on Postgres
         self.intake = intake_for(self, self.leases)
         self.interrupted_mode = config.gateway.interrupted_turns  # rerun | notify (checked by gateway.config)
@@ -121,6 +123,7 @@ class GatewayRunner:
             metrics.set_gauge_fn("agent_cache_size", self.cache_size)
             metrics.set_gauge_fn("inbox_backlog", db.inbox_backlog)
             metrics.set_gauge_fn("outbox_backlog", db.outbox_backlog)
+            metrics.set_gauge_fn("outbox_parked", lambda: len(outbox.parked))
             # A 0 sample from the start: a dashboard's rate() sees the first event as an increase.
             for platform in self.adapters:
                 counters = ("messages_in_total", "messages_out_total", "duplicates_total", "reruns_total")
@@ -193,6 +196,7 @@ class GatewayRunner:
             except TimeoutError:
                 log.error("shutdown: some chats did not stop")
         await self.outbox.settle(timeout)
+        await self.outbox.stop()  # retries end here: what is still queued stays for the next start
         for adapter in self.adapters.values():
             try:
                 await adapter.stop()
@@ -358,12 +362,36 @@ class GatewayRunner:
             log.info("chat %s is held by another replica now: this turn is dropped there", lane.key)
             self.inc("turns_fenced_total")
             self.intake.lease_lost(lane.key)
-        except Exception:
+        except Exception as exc:
+            if storage_fault(exc):
+                await self._after_storage_fault(lane, job, exc)
+                return
             log.exception("handling a message for %s failed", lane.key)
             await self.reply(job.msg, ERROR_TEXT, outcome="failed")
         finally:
             if job.kind == "turn":  # (commands are timed in _run_command, those answered at once too)
                 self.observe("turn_seconds", time.monotonic() - started)
+
+    async def _after_storage_fault(self, lane: ChatLane, job: Job, exc: BaseException) -> None:
+        """The job failed because storage could not commit (a full disk, Postgres gone): an apology
+        could not be stored either, and nothing is wrong with the message. Wait until storage
+        commits again (gateway.storage.health), then run the job again from what its entry says
+        was stored: done (its reply committed) is finished with; started (the person's message
+        stored) is a turn cut short. The lane waits meanwhile, so the chat's order is kept."""
+        log.warning("message for %s waits for storage (%s)", lane.key, " ".join(str(exc).split())[:200])
+        self.health.failed(exc)
+        await self.health.recovered()
+        entry_id = job.msg.inbox_id
+        if entry_id is not None:
+            row = await self.db.aread(self.db.inbox_entry, entry_id)
+            if row is None:
+                return
+            if row["done_at"] is not None:  # its reply is committed; the fault may have come before its send
+                await self.outbox.deliver_unsent_for(entry_id)
+                return
+            if row["started_at"] is not None and job.kind == "turn":
+                self.intake.interrupted[entry_id] = row
+        await self.execute(lane, job)
 
     async def _execute(self, lane: ChatLane, job: Job) -> None:
         async with self.store.lock(lane.key):
@@ -486,7 +514,7 @@ class GatewayRunner:
         row = await self.outbox.commit(msg, text, [msg], outcome)
         if msg.reply_target is not None:  # an interaction (a Discord slash command) is answered in place
             await self.outbound.send(msg, text)
-            await self.db.aoutbox_record(row["id"], 1, [], True)
+            await self.outbox.record(row["id"], 1, [], True)
             return
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None
         key = self.store.key_for(msg.source)  # (its lease is confirmed before the send, on replicas)

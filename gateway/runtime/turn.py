@@ -144,7 +144,7 @@ class _Typing:
 
 class TurnRecorder:
     """The persistence of one turn: the agent's callback, appending every message it produces as it
-    goes. The person's message starts its inbox entry in the same transaction (a message steered
+    goes, waiting through a storage fault. The person's message starts its inbox entry in the same transaction (a message steered
     into the running turn joins it: its entry is answered by the same reply); the answer commits
     its outbox row and the done marks with it. Every append is fenced by the job's scope
     (gateway.storage.fence), and the warm copy follows the DB, in order."""
@@ -204,8 +204,12 @@ class TurnRecorder:
             shown = self.stream.message_ids if self.stream is not None else []
             after, row = self.outbox.reply_op(self.msg, text, list(self.answered), shown=shown)
             self.committed.update(row=row, text=text)
-        stored = await self.db.aappend_message(
-            self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
+        # Through a storage fault the turn pauses here (its streamed reply stays on screen) and goes on
+        # once storage commits: rerunning it would show a second answer (gateway.storage.health).
+        stored = await self.outbox.health.committed(
+            lambda: self.db.aappend_message(
+                self.session_id, message["role"], message.get("content"), attachments=attachments, after=after, **fields
+            )
         )
         if message["role"] == "user" and self.user_message_id is None:
             self.user_message_id = stored
@@ -346,11 +350,11 @@ class TurnRunner:
                 return
         if result.error is not None and self.model_settings.is_configured:
             self._model_failed()
-        usage = result.usage
-        if usage.prompt_tokens or usage.completion_tokens:
-            await self.db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
         failed = result.error is not None
         await self._reply(msg, stream, record, result.text or "(no reply)", failed, lane.key)
+        usage = result.usage
+        if usage.prompt_tokens or usage.completion_tokens:  # after the reply: a count never holds it up
+            await self.db.aadd_tokens(session_id, usage.prompt_tokens, usage.completion_tokens)
         if not failed and self._near_window(session_agent.agent.system_prompt, history + result.messages):
             await self._compress_after(msg, session_id)
 
@@ -390,6 +394,8 @@ class TurnRunner:
         """The streamed reply to `msg`, or None where the reply is sent once at the end. Its
         messages are recorded on the inbox entry as they are sent, and a rerun's stream takes over
         those of the run that was cut (`shown`)."""
+        if self.outbox.backlogged(msg.source):  # earlier replies wait for a retry: this one goes behind them
+            return None
         stream = self.outbound.begin_reply(msg)
         if stream is None:
             return None
@@ -449,7 +455,7 @@ class TurnRunner:
             stream.record = OutboxSends(self.db, row_id, self.outbound.adapters[msg.source.platform.value])
             ids = await self._finish(stream, msg, text, failed)
             if ids is not None:
-                await self.db.aoutbox_record(row_id, len(ids), ids, True)
+                await self.outbox.record(row_id, len(ids), ids, True)
                 return
             # the stream could not show the final text: the outbox sends it (editing what was shown)
         reply_to = msg.message_id if msg.source.chat_type != "dm" and msg.message_id else None

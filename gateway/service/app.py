@@ -33,7 +33,7 @@ import httpx2
 
 from agent.transcribe import Transcriber, TranscriptionSettings
 from gateway.config.load import Config
-from gateway.db import SchemaTooNew, StorageFace, StorageUnavailable, open_db
+from gateway.db import SchemaTooNew, StorageFace, StorageUnavailable, StorageUnreachable, open_db
 from gateway.embeddings import EmbeddingSettings, EmbeddingUnavailable, make_embedder
 from gateway.recall import semantic
 from gateway.recall.index import BackgroundIndexer
@@ -57,6 +57,7 @@ from gateway.sessions.access import AccessControl
 from gateway.sessions.mirrors import Mirrors
 from gateway.sessions.reset import ResetPolicies
 from gateway.sessions.store import SessionStore
+from gateway.storage.health import StorageHealth
 from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
@@ -272,6 +273,7 @@ def build_runner(
     cache: AgentCache | None = None,
     ops_url: Callable[[], str | None] = lambda: None,
     mcp: McpTools | None = None,
+    health: StorageHealth | None = None,
 ) -> GatewayRunner:
     """The runtime over an open DB and store: access rules, the agent factory and cache, the
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
@@ -279,7 +281,8 @@ def build_runner(
     `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all).
     `cache`: the agent cache whose running turns the store must not reset under (build_agent_cache);
     `ops_url`: the ops HTTP server's address once it listens (/status shows it); `mcp`: the MCP
-    servers' tools, offered to the agents the factory builds (journaled through `db`)."""
+    servers' tools, offered to the agents the factory builds (journaled through `db`); `health`:
+    whether storage commits (gateway.storage.health), shared with /readyz."""
     model = model_settings(config.model)
     streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
     outbound = Outbound(adapters, metrics, streaming=streaming)
@@ -302,7 +305,17 @@ def build_runner(
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
     # Replicas stream too (outbound, above): drafts only while the lease is known held, the final
     # text after the fenced commit (gateway.runtime.leases).
-    outbox = Outbox(db, outbound.adapters, metrics, leases)
+    health = health or StorageHealth(db)
+    delivery = config.gateway.delivery
+    outbox = Outbox(
+        db,
+        outbound.adapters,
+        metrics,
+        leases,
+        health=health,
+        send_attempts=delivery.send_attempts,
+        parked_retry_seconds=delivery.parked_retry_seconds,
+    )
     turns = TurnRunner(
         cache=cache,
         factory=factory,
@@ -318,7 +331,7 @@ def build_runner(
         tool_status=tool_status_enabled(config),
         metrics=metrics,
     )
-    inbox = Inbox(db, leases)
+    inbox = Inbox(db, leases, health)
     return GatewayRunner(
         config,
         db,
@@ -399,6 +412,7 @@ def build_app(
     mirrors: bool = True,
     db_path: Path | None = None,
     http_client: httpx2.AsyncClient | None = None,
+    db: StorageFace | None = None,
 ) -> App:
     """Wire the gateway for `config`: the one composition root (`chinwag run`, tests, bench/).
 
@@ -406,7 +420,7 @@ def build_app(
     (tests and bench bring their own), `agent_factory` the model side. `policies` override the
     config's reset policies; `mirrors=False` leaves out the JSONL/sessions.json files (bench measures
     their share); `db_path` opens another database than the home's; `http_client` carries the
-    model calls (the openai SDK's own transport seam)."""
+    model calls (the openai SDK's own transport seam); `db`: the database already open (`open_storage`)."""
     try:
         home = Home(config.home).ensure()
     except OSError as exc:
@@ -420,7 +434,11 @@ def build_app(
     path = db_path or home.db_path
     on_postgres = config.storage.backend == "postgres"
     with contextlib.ExitStack() as opened:  # what is open so far is closed if a later step fails
-        db = _open_db(config, path)
+        if db is None:
+            try:
+                db = _open_db(config, path)
+            except StorageUnreachable as exc:
+                raise AppError(str(exc)) from None
         opened.callback(db.close)
         # on Postgres no disk is shared by the replicas: no transcript files or sessions.json (DESIGN §14)
         files = Mirrors(home, db) if mirrors and not on_postgres else None
@@ -432,8 +450,9 @@ def build_app(
         # A session with a turn running is "busy": the store does not reset it under the turn.
         store = build_store(config, db, policies, clock, is_busy=cache.is_running)
         metrics = Metrics()
+        health = StorageHealth(db)
         use_http = config.http.enabled if http is None else http
-        ops = _build_ops(config, adapters, metrics, db, mcp) if use_http else None
+        ops = _build_ops(config, adapters, metrics, db, mcp, health) if use_http else None
         runner = build_runner(
             config,
             db,
@@ -448,6 +467,7 @@ def build_app(
             cache=cache,
             ops_url=functools.partial(_listening_url, ops),
             mcp=mcp,
+            health=health,
         )
         opened.pop_all()
     # Replicas share one backlog: the leading one polls, since the others' commits wake nothing here.
@@ -472,11 +492,48 @@ def _gauges(
         metrics.set_gauge_fn("embedding_failures", lambda: float(indexer.failures))
 
 
+STORAGE_WAIT_FIRST_SECONDS = 1.0  # a replica started while Postgres is unreachable retries after 1 s,
+STORAGE_WAIT_CAP_SECONDS = 30.0  # doubling up to 30 s
+
+
+async def open_storage(config: Config) -> StorageFace:
+    """The home's database, opened before the rest is built. While the Postgres server cannot be
+    reached (down, restarting) a replica waits and tries again with backoff instead of exiting:
+    each try is logged with the DSN (password hidden), and the ops server answers meanwhile, /readyz
+    503 saying why. Anything else that stops it opening is an AppError at once."""
+    delay, reason = STORAGE_WAIT_FIRST_SECONDS, ""
+    waiting: OpsServer | None = None
+    try:
+        while True:
+            try:
+                return await asyncio.to_thread(_open_db, config, Home(config.home).db_path)
+            except StorageUnreachable as exc:
+                reason = str(exc)
+            log.warning("%s; waiting for it, next try in %.0fs", reason, delay)
+            if waiting is None and config.http.enabled:
+                waiting = OpsServer(
+                    config.http.host,
+                    config.http.port,
+                    storage_report=lambda: {"ready": False, "detail": f"waiting for the database: {reason}"},
+                )
+                try:
+                    await waiting.start()
+                except OSError as exc:
+                    log.warning("%s; waiting without the ops HTTP server", exc)
+            await asyncio.sleep(delay)
+            delay = min(STORAGE_WAIT_CAP_SECONDS, delay * 2)
+    finally:
+        if waiting is not None:
+            await waiting.stop()
+
+
 def _open_db(config: Config, path: Path) -> StorageFace:
     try:
         return open_db(
             config.storage.backend, path, config.storage.postgres_dsn, synchronous=config.storage.synchronous
         )
+    except StorageUnreachable:
+        raise  # (open_storage waits for it)
     except StorageUnavailable as exc:
         raise AppError(str(exc)) from None
     except (SchemaTooNew, sqlite3.DatabaseError, OSError) as exc:
@@ -486,7 +543,12 @@ def _open_db(config: Config, path: Path) -> StorageFace:
 
 
 def _build_ops(
-    config: Config, adapters: list[PlatformAdapter], metrics: Metrics, db: StorageFace, mcp: McpTools
+    config: Config,
+    adapters: list[PlatformAdapter],
+    metrics: Metrics,
+    db: StorageFace,
+    mcp: McpTools,
+    health: StorageHealth,
 ) -> OpsServer:
     """The ops HTTP server: probes, metrics, the console and the adapters' webhooks."""
     webhooks: dict[str, Any] = {}
@@ -502,9 +564,11 @@ def _build_ops(
         readiness=functools.partial(adapter_health, adapters),
         webhooks=webhooks,
         db=db,
+        storage_report=health.report,
         media=MediaStore(config.home / "media", config.media.max_bytes),
         console_token=config.http.console_token or None,
         tool_servers=mcp.states if mcp.settings.servers else None,
+        idle_timeout=config.http.idle_timeout_seconds,
     )
 
 

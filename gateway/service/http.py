@@ -5,11 +5,15 @@
   the JSON body lists each adapter and says why the database is not ready. The database check is a
   read of the schema version with a 2 s bound (on Postgres through the pool, so a replica whose
   server is gone or unreachable leaves the load balancer's rotation instead of taking webhooks it
-  cannot store). Each MCP server's state is listed too (`mcp`), not required for ready: a
-  down tool server degrades answers, not the gateway.
+  cannot store), and 503 too while commits fail (a full disk reads fine: gateway.storage.health).
+  Each MCP server's state is listed too (`mcp`), not required for ready: a down tool server
+  degrades answers, not the gateway.
 - `GET /metrics`  — Prometheus text format (gateway.service.metrics).
 - `POST /webhooks/<platform>` — the handlers adapters expose via `webhook_handlers()`.
 - `/console/`, `/api/v1/` — the web console and its JSON API (gateway.console), when given a DB.
+
+A connection with no request under way for `http.idle_timeout_seconds` is closed (idle keep-alive
+and slow clients alike); a body over 4 MB gets 413.
 
 Binds to loopback by default (http.host); webhooks reach it through the operator's reverse proxy.
 """
@@ -36,6 +40,7 @@ Readiness = Callable[[], Mapping[str, AdapterHealth]]
 
 
 DB_CHECK_SECONDS = 2.0
+IDLE_TIMEOUT_SECONDS = 60.0  # http.idle_timeout_seconds
 
 
 def readiness_report(
@@ -92,9 +97,11 @@ class OpsServer:
         readiness: Readiness | None = None,
         webhooks: Mapping[str, WebhookHandler] | None = None,
         db: StorageFace | None = None,
+        storage_report: Callable[[], dict[str, Any] | None] | None = None,
         console_token: str | None = None,
         media: MediaStore | None = None,
         tool_servers: Callable[[], Mapping[str, Any]] | None = None,
+        idle_timeout: float = IDLE_TIMEOUT_SECONDS,
     ) -> None:
         self.host = host
         self.requested_port = port
@@ -103,6 +110,9 @@ class OpsServer:
         self.readiness: Readiness = readiness or (dict)
         self.webhooks = dict(webhooks or {})
         self.db = db  # the console is served when there is a DB to show
+        # why storage is not ready beyond a read (commits failing, or not open yet): /readyz 503
+        self.storage_report = storage_report
+        self.idle_timeout = idle_timeout
         self.console_token = console_token
         self.media = media  # the attachments' files the console serves
         self.tool_servers = tool_servers  # name -> state of each MCP server (tools.mcp.ServerState)
@@ -133,7 +143,11 @@ class OpsServer:
 
     async def start(self) -> None:
         # a console search is a GET: a 10 KB query, percent-encoded, is far past aiohttp's 8 KB line
-        self._runner = web.AppRunner(self.build(), access_log=None, max_line_size=65536)
+        # keepalive_timeout runs from the connection's start too (aiohttp >= 3.10): a connection that
+        # never sends a request is closed as well, so idle sockets cannot use up the file limit.
+        self._runner = web.AppRunner(
+            self.build(), access_log=None, max_line_size=65536, keepalive_timeout=self.idle_timeout
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.requested_port)
         try:
@@ -188,6 +202,9 @@ class OpsServer:
             log.exception("readiness check failed")
             return web.json_response({"ready": False, "detail": f"readiness check failed: {exc}"}, status=503)
         database = await check_database(self.db) if self.db is not None else None
+        failing = self.storage_report() if self.storage_report is not None else None
+        if failing is not None:  # it reads and cannot commit (a full disk), or it is not open yet
+            database = {**(database or {}), **failing}
         ready, body = readiness_report(health, database=database)
         if self.tool_servers is not None:
             body["mcp"] = {name: _tool_server(state) for name, state in self.tool_servers().items()}

@@ -49,6 +49,10 @@ KNOWN: dict[str, tuple[str, str]] = {
     ),
     "inbox_backlog": ("gauge", "Inbound messages committed and not yet answered (inbox entries not done)."),
     "outbox_backlog": ("gauge", "Replies committed and not yet delivered to their platform."),
+    "outbox_parked": (
+        "gauge",
+        "Replies the platform refused gateway.delivery.send_attempts times, retried every parked_retry_seconds.",
+    ),
     "reruns_total": ("counter", "Turns cut short by a crash and run again after start, by platform."),
     "interrupted_turns_total": ("counter", "Turns cut short by a crash and reported (interrupted_turns: notify)."),
     "tool_calls_total": ("counter", "Agent tool calls to MCP servers, by server, tool and outcome."),

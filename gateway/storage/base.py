@@ -364,6 +364,15 @@ class StorageFace:
     def inbox_backlog(self) -> int:
         return int(self._point(inbox.backlog))
 
+    def probe_commit(self) -> None:
+        """One real commit (a row rewritten in place): raises while the database cannot commit, as on
+        a full disk, where reads still succeed (gateway.storage.health)."""
+        self.write(lambda conn, events: conn.execute("UPDATE schema_version SET version = version"))
+
+    def inbox_entry(self, entry_id: int) -> dict | None:
+        """One inbox entry as stored, or None."""
+        return self._point(lambda conn: inbox.entry(conn, int(entry_id)))
+
     def outbox_backlog(self) -> int:
         return int(self._point(outbox.backlog))
 

@@ -68,6 +68,11 @@ def finish(conn: Conn, entry_ids: Iterable[int], outcome: str = "answered", now:
     ).rowcount
 
 
+def entry(conn: Conn, entry_id: int) -> dict | None:
+    row = conn.execute("SELECT * FROM inbox WHERE id = ?", (entry_id,)).fetchone()
+    return dict(row) if row else None
+
+
 def unfinished(conn: Conn) -> list[dict]:
     """Every entry not done, oldest first: the work a start-up takes up again."""
     rows = conn.execute("SELECT * FROM inbox WHERE done_at IS NULL ORDER BY id")

@@ -393,6 +393,9 @@ class TelegramAdapter(PlatformAdapter):
             return web.Response(status=503, text="not started")  # Telegram retries later
         try:
             data = await request.json()
+        except web.HTTPRequestEntityTooLarge:
+            log.warning("telegram: webhook body over the server's limit; refused (413)")
+            raise
         except Exception:
             log.warning("telegram: webhook body is not JSON; skipped")
             return web.Response(status=400, text="bad json")

@@ -322,6 +322,7 @@ async def test_a_dropped_stream_is_a_connection_error_worth_a_retry():
         pieces, exc, _ = await stream_once(fake, Reply(text="Half an answer", stream_cut=True))
     assert isinstance(exc, openai.APIConnectionError) and is_transient(exc)
     assert "Half an answer".startswith("".join(pieces))
+    assert describe_error(exc) == "the model service stopped answering midway (its connection dropped)"
 
 
 async def test_a_stream_event_that_is_not_json_is_a_clear_error():

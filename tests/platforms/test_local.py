@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import sqlite3
 
 from gateway.source import Platform, build_session_key
 from platforms.base import InboundMessage
-from platforms.local import LocalAdapter, local_user_name
+from platforms.local import NOT_SAVED_TEXT, LocalAdapter, local_user_name
 from tests.fakes.loopback import wait_until
 
 
@@ -126,3 +127,24 @@ async def test_a_stopped_answer_whose_last_chunk_ends_in_a_space_is_not_reprinte
     await stream.update(shown)
     await stream.fail("Stopped.")
     assert out.getvalue() == shown.rstrip() + "\n\nStopped.\n"
+
+
+async def test_a_line_that_could_not_be_stored_is_told_so_and_the_next_one_is_read() -> None:
+    read_fd, write_fd = os.pipe()
+    reader = os.fdopen(read_fd, "r", encoding="utf-8")
+    out = io.StringIO()
+    adapter = LocalAdapter({"user": "alice"}, input=reader, output=out)
+    received: list[str] = []
+
+    async def on_message(msg: InboundMessage) -> None:  # the runner raises when the inbox commit fails
+        if msg.text == "lost":
+            raise sqlite3.OperationalError("database or disk is full")
+        received.append(msg.text)
+
+    await adapter.start(on_message)
+    os.write(write_fd, b"lost\nkept\n")
+    os.close(write_fd)
+    await asyncio.wait_for(adapter.input_closed.wait(), 5)
+    assert received == ["kept"]
+    assert out.getvalue() == NOT_SAVED_TEXT + "\n"
+    await adapter.stop()

@@ -595,6 +595,8 @@ async def test_webhook_rejects_bad_or_missing_secret(fake, hook_server):
             good = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-Token"}
             async with http.post(url, data=b"{not json", headers=good) as resp:
                 assert resp.status == 400
+            async with http.post(url, data=b" " * (2 * 1024 * 1024), headers=good) as resp:
+                assert resp.status == 413  # over the server's limit, even with the right secret
             async with http.post(url, json={"update_id": 2, "message": {"bad": 1}}, headers=good) as resp:
                 assert resp.status == 200  # malformed but well-formed JSON: acknowledged, skipped
             update["message"]["text"] = "genuine"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import sqlite3
 import time
 
 import aiohttp
@@ -13,6 +15,7 @@ from aiohttp import web
 from gateway.db import SessionDB
 from gateway.service.http import OpsServer
 from gateway.service.metrics import Metrics
+from gateway.storage.health import StorageHealth
 from gateway.storage.schema import SCHEMA_VERSION
 from platforms.base import AdapterHealth
 from tests.fakes.expect import assert_all_in
@@ -180,5 +183,36 @@ def test_the_start_line_advertises_the_console_only_where_it_answers(tmp_path) -
         off = OpsServer("0.0.0.0", 8765, db=db)._console_line()
         assert "console at" not in off and "http.console_token" in off
         assert "console at" in OpsServer("0.0.0.0", 8765, db=db, console_token="t0ken")._console_line()
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("sent", [b"", b"POST /webhooks/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"])
+async def test_an_idle_or_slow_connection_is_closed(served, sent) -> None:
+    """Idle sockets (and slowloris ones) must not pile up until the file limit refuses new webhooks."""
+    server = await served(idle_timeout=0.5)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(sent)
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 30) == b""  # the server closed it
+    finally:
+        writer.close()
+
+
+async def test_readyz_is_503_while_commits_fail_and_200_once_one_succeeds(served, tmp_path) -> None:
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        health = StorageHealth(db)
+        server = await served(
+            readiness=lambda: {"telegram": AdapterHealth(True, "")}, db=db, storage_report=health.report
+        )
+        health.failed(sqlite3.OperationalError("database or disk is full"))  # reads still work
+        status, text, _ = await get(server.url + "/readyz")
+        assert status == 503
+        assert "cannot commit" in json.loads(text)["detail"] and "disk is full" in text
+        await asyncio.wait_for(health.recovered(), 30)  # the probe's commit went through
+        status, _, _ = await get(server.url + "/readyz")
+        assert status == 200
     finally:
         db.close()

@@ -70,6 +70,7 @@ class PrivatePostgres:
         self.log = self.root / "server.log"
         self.port = 0
         self._databases = 0
+        self._options: list[str] = []
 
     def _cmd(self, *args: str) -> list[str]:
         return ["runuser", "-u", self.user, "--", *args] if self.user else list(args)
@@ -105,31 +106,49 @@ class PrivatePostgres:
         if not self.durable:
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
         options += [f"-c {name}={value}" for name, value in self.settings.items()]
+        self._options = options
         for attempt in range(5):
             self.port = _free_port()
-            started = subprocess.run(
-                self._cmd(
-                    str(self.bindir / "pg_ctl"),
-                    "-D",
-                    str(self.data),
-                    "-l",
-                    str(self.log),
-                    "-w",
-                    "-t",
-                    "30",
-                    "-o",
-                    " ".join([*options, f"-c port={self.port}"]),
-                    "start",
-                ),
-                capture_output=True,
-                text=True,
-            )
+            started = self._pg_ctl_start()
             if started.returncode == 0:
                 return self
             time.sleep(0.1)  # the port was taken meanwhile: try another
         log = self.log.read_text(errors="replace") if self.log.exists() else ""
         self.stop()
         raise RuntimeError(f"PostgreSQL did not start: {started.stderr.strip()}\n{log[-2000:]}")
+
+    def _pg_ctl_start(self) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self._cmd(
+                str(self.bindir / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-w",
+                "-t",
+                "30",
+                "-o",
+                " ".join([*self._options, f"-c port={self.port}"]),
+                "start",
+            ),
+            capture_output=True,
+            text=True,
+        )
+
+    def halt(self) -> None:
+        """Stop the server as an outage would (fast shutdown), keeping its data: `resume()` brings it back."""
+        subprocess.run(
+            self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"),
+            capture_output=True,
+            check=True,
+        )
+
+    def resume(self) -> None:
+        """Start the halted server again on the same port (the DSNs given out stay valid)."""
+        started = self._pg_ctl_start()
+        if started.returncode != 0:
+            raise RuntimeError(f"PostgreSQL did not start again: {started.stderr.strip()}")
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user={SUPERUSER} dbname={dbname}"

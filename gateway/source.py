@@ -45,6 +45,8 @@ class SessionSource:
     chat_name: str | None = None
     user_id_alt: str | None = None  # a stable cross-app id (Feishu union_id); preferred when known
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # the platform's hint of the person's language (Telegram language_code, Discord locale), as sent
+    language: str | None = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         try:
@@ -72,8 +74,9 @@ class SessionSource:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["platform"] = self.platform.value
-        if not data["extra"]:
-            data.pop("extra")
+        for optional in ("extra", "language"):
+            if not data[optional]:
+                data.pop(optional)
         return data
 
     @classmethod

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from gateway.language import CHOICES as LANGUAGES
 from platforms.discord.settings import DiscordSettings
 from platforms.feishu.settings import FeishuSettings
 from platforms.telegram.settings import TelegramSettings
@@ -159,6 +160,7 @@ class GatewayConfig:
     streaming: str = option("auto", "auto: answers appear while written | off: sent once", choices=STREAMING_MODES)
     interrupted_turns: str = option("rerun", "a turn cut short by a crash (DESIGN §11)", choices=INTERRUPTED_TURNS)
     tool_status: str = option("on", "a short status line while a tool runs", choices=("on", "off"))
+    language: str = option("auto", "chinwag's own texts: en | zh | auto (the person's platform hint, else en)", choices=LANGUAGES)
 
 
 @dataclass(frozen=True)
@@ -274,3 +276,4 @@ class PlatformAccess:
     require_mention: bool = option(True, "in a group, answer only when mentioned")
     busy_mode: str | None = option(None, "overrides gateway.busy_mode", choices=BUSY_MODES)
     streaming: str | None = option(None, "overrides gateway.streaming", choices=STREAMING_MODES)
+    language: str | None = option(None, "overrides gateway.language (a person's hint and /language still win)", choices=LANGUAGES)

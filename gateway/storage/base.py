@@ -18,7 +18,19 @@ import asyncio
 from typing import Any, Callable, Collection, Iterable, Sequence, TypeVar
 
 from gateway.errors import UnknownSession
-from gateway.storage import fence, inbox, media, outbox, queries, retention, rows, search, tool_calls, transfer
+from gateway.storage import (
+    fence,
+    inbox,
+    media,
+    outbox,
+    people,
+    queries,
+    retention,
+    rows,
+    search,
+    tool_calls,
+    transfer,
+)
 from gateway.storage.conn import Conn, Dialect
 from gateway.storage.events import CommitEvent, Events
 from gateway.storage.media import AttachmentRow
@@ -299,6 +311,14 @@ class StorageFace:
 
     async def amark_event_seen(self, platform: str, event_id: str) -> bool:
         return await self.awrite(rows.op_mark_seen(platform, event_id))
+
+    # -- a person's own settings (gateway/storage/people.py) -------------------------------------
+    def person_language(self, platform: str, person_id: str) -> str | None:
+        """The language the person chose with /language (None: automatic)."""
+        return self._point(lambda conn: people.language(conn, platform, person_id))
+
+    async def aset_person_language(self, platform: str, person_id: str, chosen: str | None) -> None:
+        await self.awrite(lambda conn, events: people.set_language(conn, platform, person_id, chosen))
 
     # -- delivery: the inbox and the outbox (gateway/storage/inbox.py, outbox.py) ---------------
     async def ainbox_add(

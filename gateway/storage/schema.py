@@ -389,6 +389,17 @@ MIGRATIONS: list[Migration] = [
         PRIMARY KEY (inbox_id, position)
     );
     """,
+    # v12 -> v13: a person's own settings (DESIGN §17: the /language choice), keyed by the
+    # person's identity on the platform (Feishu: union_id across apps). SQL in gateway.storage.people.
+    """
+    CREATE TABLE person_settings (
+        platform TEXT NOT NULL,
+        person_id TEXT NOT NULL,
+        language TEXT,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (platform, person_id)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

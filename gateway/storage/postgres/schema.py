@@ -317,6 +317,16 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (inbox_id, position)
     );
     """,
+    # v9 -> v10: a person's own settings, as SQLite's v13 (DESIGN §17: the /language choice)
+    """
+    CREATE TABLE person_settings (
+        platform TEXT NOT NULL,
+        person_id TEXT NOT NULL,
+        language TEXT,
+        updated_at double precision NOT NULL,
+        PRIMARY KEY (platform, person_id)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,127 @@
+"""The language chinwag writes its own texts in (DESIGN §17): gettext catalogs, chosen per person.
+
+Every text the daemon writes itself is a msgid in English, looked up in a compiled gettext catalog
+(`gateway/locale/<lang>/LC_MESSAGES/chinwag.mo`, extracted and compiled with Babel; see the README).
+The `.mo` files are committed beside their `.po`: `pip install -e .` from a clean clone must speak
+Chinese with no build step, and tests/i18n checks each `.mo` says exactly what its `.po` says.
+
+Which language: the person's own `/language` choice, else the platform's hint (carried on
+`SessionSource.language`), else `platforms.<name>.language`, else `gateway.language` (`auto`: the
+hint, else English); `resolve` is that order. The runner enters `speaking(language)` around the
+work it does for one message (an ambient scope, as the storage fence is), so a handler deep in a
+command writes `_("Stopped.")` without a language parameter threaded through every call; code
+holding a language names it: `gettext(language, msgid, ...)`.
+
+Placeholders are named (`{count}`), filled after the lookup, so a translation may move them. This
+module sits on the ground floor: platforms (menus, cards) import it as they import gateway.source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import gettext as _gettext
+from enum import Enum
+from functools import cache
+from pathlib import Path
+from typing import Any, Iterator
+
+DOMAIN = "chinwag"
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+AUTO = "auto"
+
+
+class Language(str, Enum):
+    EN = "en"
+    ZH = "zh"  # Simplified Chinese
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def label(self) -> str:
+        """The language's name in itself (what /language lists)."""
+        return {"en": "English", "zh": "简体中文"}[self.value]
+
+
+DEFAULT = Language.EN
+CHOICES = (*(language.value for language in Language), AUTO)  # what config and /language accept
+
+
+def parse_language(tag: str | None) -> Language | None:
+    """A platform's language tag -> one of ours: `zh-hans`, `zh-CN`, `zh_SG`, `zh` -> ZH; `en-US` ->
+    EN; a language we have no catalog for (or none) -> None, so the next rule in the order decides.
+    Traditional Chinese tags (`zh-hant`, `zh-TW`, `zh-HK`) read as ZH too: a Simplified reply is
+    closer to them than an English one until a zh_Hant catalog exists."""
+    if not tag:
+        return None
+    primary = tag.strip().replace("_", "-").split("-", 1)[0].lower()
+    try:
+        return Language(primary)
+    except ValueError:
+        return None
+
+
+def resolve(chosen: str | None, hint: str | None, platform_default: str | None, gateway_default: str) -> Language:
+    """The language of a reply, in the order of the module doc. `chosen`/`platform_default`/
+    `gateway_default` are config-style values (`en`, `zh`, `auto`, or None when not set)."""
+    if chosen and chosen != AUTO:
+        return Language(chosen)
+    hinted = parse_language(hint)
+    if hinted is not None:
+        return hinted
+    for setting in (platform_default, gateway_default):
+        if setting and setting != AUTO:
+            return Language(setting)
+    return DEFAULT
+
+
+@cache
+def catalog(language: Language) -> _gettext.NullTranslations:
+    """The compiled catalog of `language` (English is the msgids themselves)."""
+    if language is Language.EN:
+        return _gettext.NullTranslations()
+    return _gettext.translation(DOMAIN, LOCALE_DIR, languages=[language.value])
+
+
+_current: contextvars.ContextVar[Language] = contextvars.ContextVar("chinwag_language", default=DEFAULT)
+
+
+@contextlib.contextmanager
+def speaking(language: Language | None) -> Iterator[None]:
+    """Texts written inside (and in tasks started inside) are in `language` (None: the default)."""
+    token = _current.set(language or DEFAULT)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def current() -> Language:
+    return _current.get()
+
+
+def gettext(language: Language, msgid: str, **named: Any) -> str:
+    """`msgid` in `language`, its `{placeholders}` filled from `named`."""
+    text = catalog(language).gettext(msgid)
+    return text.format(**named) if named else text
+
+
+def ngettext(language: Language, singular: str, plural: str, n: int, **named: Any) -> str:
+    """The form for `n` (English: one/other; Chinese: one form), `{n}` and `named` filled."""
+    return catalog(language).ngettext(singular, plural, n).format(n=n, **named)
+
+
+def _(msgid: str, **named: Any) -> str:
+    """`gettext` in the current language (the `speaking` scope)."""
+    return gettext(_current.get(), msgid, **named)
+
+
+def n_(singular: str, plural: str, n: int, **named: Any) -> str:
+    """`ngettext` in the current language."""
+    return ngettext(_current.get(), singular, plural, n, **named)
+
+
+def N_(msgid: str) -> str:
+    """Marks a msgid for extraction where it is defined; it is translated where it is used."""
+    return msgid

@@ -1,0 +1,25 @@
+"""A person's own settings, by their identity on a platform (DESIGN §17): today the language they
+chose with `/language`. One row per person who chose something; the SQL is the same on SQLite and
+PostgreSQL (an upsert both understand), so the face runs it for both backends."""
+
+from __future__ import annotations
+
+import time
+
+from gateway.storage.conn import Conn
+
+
+def language(conn: Conn, platform: str, person_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT language FROM person_settings WHERE platform = ? AND person_id = ?", (platform, person_id)
+    ).fetchone()
+    return row[0] if row else None
+
+
+def set_language(conn: Conn, platform: str, person_id: str, chosen: str | None) -> None:
+    """`chosen` None: back to automatic (the row stays, its language cleared)."""
+    conn.execute(
+        "INSERT INTO person_settings (platform, person_id, language, updated_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (platform, person_id) DO UPDATE SET language = excluded.language, updated_at = excluded.updated_at",
+        (platform, person_id, chosen, time.time()),
+    )

@@ -77,9 +77,9 @@ def resolve(chosen: str | None, hint: str | None, platform_default: str | None, 
 
 
 @cache
-def catalog(language: Language) -> _gettext.NullTranslations:
-    """The compiled catalog of `language` (English is the msgids themselves)."""
-    if language is Language.EN:
+def catalog(language: Language | None) -> _gettext.NullTranslations:
+    """The compiled catalog of `language` (English, or None, is the msgids themselves)."""
+    if language is None or language is Language.EN:
         return _gettext.NullTranslations()
     return _gettext.translation(DOMAIN, LOCALE_DIR, languages=[language.value])
 
@@ -101,13 +101,13 @@ def current() -> Language:
     return _current.get()
 
 
-def gettext(language: Language, msgid: str, **named: Any) -> str:
+def gettext(language: Language | None, msgid: str, **named: Any) -> str:
     """`msgid` in `language`, its `{placeholders}` filled from `named`."""
     text = catalog(language).gettext(msgid)
     return text.format(**named) if named else text
 
 
-def ngettext(language: Language, singular: str, plural: str, n: int, **named: Any) -> str:
+def ngettext(language: Language | None, singular: str, plural: str, n: int, **named: Any) -> str:
     """The form for `n` (English: one/other; Chinese: one form), `{n}` and `named` filled."""
     return catalog(language).ngettext(singular, plural, n).format(n=n, **named)
 

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
+from gateway.language import Language
 from gateway.source import Platform, SessionSource
 from platforms.helpers import SYSTEM_CLOCK, Clock, EditPacer, split_message
 
@@ -61,6 +62,7 @@ class InboundMessage:
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     attachments: list[Attachment] = field(default_factory=list)  # the text is then the caption
     inbox_id: int | None = None  # set by the gateway once the message is committed to its inbox
+    reply_language: Language | None = None  # what the gateway answers in (resolved when it takes the message)
 
     # Where answers go when not into the chat (a Discord slash command answers its interaction):
     # a factory of ReplyStreams, one per reply sent, set by the adapter that made the message.

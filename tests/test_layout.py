@@ -20,7 +20,7 @@ PACKAGES = ("gateway", "platforms", "agent", "tools")
 # Floors from the ground up. A unit may import itself, and any unit on a LOWER floor, except where
 # NARROWER says otherwise. Units on the same floor do not import each other.
 FLOORS: list[tuple[str, ...]] = [
-    ("gateway.source", "gateway.errors", "gateway.envvars", "gateway.text", "gateway.redact"),
+    ("gateway.source", "gateway.errors", "gateway.envvars", "gateway.text", "gateway.redact", "gateway.language"),
     ("gateway.storage", "platforms"),
     ("gateway.db",),
     ("gateway.sessions", "gateway.embeddings"),
@@ -39,7 +39,7 @@ NARROWER: dict[str, set[str]] = {
     # the storage floor imports nothing above it
     "gateway.storage": {"gateway.source", "gateway.errors", "gateway.envvars", "gateway.text", "gateway.redact"},
     # platforms/ knows only gateway.source and the adapter contract (and redacts as everyone does)
-    "platforms": {"gateway.source", "gateway.errors", "gateway.text", "gateway.redact"},
+    "platforms": {"gateway.source", "gateway.errors", "gateway.text", "gateway.redact", "gateway.language"},
     # agent/ and tools/ reach sessions only through the storage face
     "agent": {"gateway.source", "gateway.errors", "gateway.text", "gateway.db"},
     "tools": {

@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from gateway.language import N_, _, n_, speaking
 from platforms.base import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -34,16 +35,19 @@ BUSY_MODES = ("queue", "interrupt", "steer")
 ACK_INTERVAL = 30.0
 
 ACK_TEXT = {
-    "queue": "Still working on your previous message; I'll answer this one right after.",
-    "interrupt": "Stopping the current reply to answer your new message.",
-    "steer": "Got it; I'll take that into account in the reply I'm working on.",
+    "queue": N_("Still working on your previous message; I'll answer this one right after."),
+    "interrupt": N_("Stopping the current reply to answer your new message."),
+    "steer": N_("Got it; I'll take that into account in the reply I'm working on."),
 }
 
 
 def pending_cap_text(cap: int) -> str:
-    return (
-        f"You already have {cap} messages waiting. This one was not queued: wait for the replies, "
-        "or send /stop to cancel the current work."
+    return n_(
+        "You already have {n} message waiting. This one was not queued: wait for the reply, "
+        "or send /stop to cancel the current work.",
+        "You already have {n} messages waiting. This one was not queued: wait for the replies, "
+        "or send /stop to cancel the current work.",
+        cap,
     )
 
 
@@ -156,7 +160,8 @@ class ChatLane:
                         log.exception("accepting a message for %s failed", self.key)
                         job = None
                     if job is not None:
-                        await self._route(job)
+                        with speaking(job.msg.reply_language):  # its notices are in its person's language
+                            await self._route(job)
                 if self.current is not None and self.current.done():
                     self._finish_current()
                 if self.closed:
@@ -228,4 +233,4 @@ class ChatLane:
         if self.last_ack is not None and now - self.last_ack < self.ack_interval:
             return
         self.last_ack = now
-        await self.host.notify(self, msg, ACK_TEXT[mode])
+        await self.host.notify(self, msg, _(ACK_TEXT[mode]))

@@ -38,6 +38,7 @@ from gateway.commands.sessions import resume_choices
 from gateway.config.load import Config
 from gateway.db import StorageFace
 from gateway.errors import LeaseLost
+from gateway.language import N_, Language, _, gettext, n_, resolve, speaking
 from gateway.runtime.approvals import Approvals
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.intake import intake_for
@@ -57,9 +58,9 @@ from tools.mcp import McpTools
 log = logging.getLogger(__name__)
 
 REFUSAL_INTERVAL = 600.0  # seconds between two "not allowed" replies to the same person
-EMPTY_TEXT = "I can only read text, photos, voice notes and files: please send your message as one of those."
-ERROR_TEXT = "Sorry, something went wrong while handling that message. Please try again."
-INTERRUPTED_TEXT = (
+EMPTY_TEXT = N_("I can only read text, photos, voice notes and files: please send your message as one of those.")
+ERROR_TEXT = N_("Sorry, something went wrong while handling that message. Please try again.")
+INTERRUPTED_TEXT = N_(
     "Your message “{text}” was cut short by a restart before I could answer it. Send /retry to have it answered."
 )
 
@@ -231,7 +232,8 @@ class GatewayRunner:
         if not decision.allowed:
             log.info("ignored message on %s chat %s: %s", platform, source.chat_id, decision.reason)
             if decision.addressed and source.chat_type == "dm":
-                await self._refuse(msg)
+                with speaking(await self.language_of(msg)):
+                    await self._refuse(msg)
             return
         if command is not None and command.bot and not self._addressed_to_us(source.platform, command.bot):
             # In a group it is another bot's command. A DM holds only this bot (privacy mode is a
@@ -241,7 +243,7 @@ class GatewayRunner:
             return
         if not msg.text.strip() and not msg.attachments:  # a sticker, a location, ...: nothing to answer
             if source.chat_type == "dm":
-                await self.send(msg, EMPTY_TEXT)
+                await self.send(msg, gettext(await self.language_of(msg), EMPTY_TEXT))
             return
         try:
             key = self.store.key_for(source)
@@ -306,22 +308,37 @@ class GatewayRunner:
             self._refused.popitem(last=False)
         await self.send(
             msg,
-            (
-                f"Sorry, this assistant is private. Your user id is {msg.source.person_id}; the owner can "
-                f"allow it under platforms.{msg.source.platform.value}.allowed_users."
+            _(
+                "Sorry, this assistant is private. Your user id is {user_id}; the owner can "
+                "allow it under platforms.{platform}.allowed_users.",
+                user_id=msg.source.person_id,
+                platform=msg.source.platform.value,
             ),
         )
+
+    async def language_of(self, msg: InboundMessage) -> Language:
+        """The language to answer `msg`'s person in (gateway.language.resolve: their /language
+        choice, the platform's hint, platforms.<name>.language, gateway.language). One point read
+        per message, so a choice made on another replica counts at once."""
+        source = msg.source
+        platform = source.platform.value
+        chosen = None
+        if source.person_id:
+            chosen = await self.db.aread(self.db.person_language, platform, source.person_id)
+        configured = self.config.platforms.get(platform) or {}
+        return resolve(chosen, source.language, configured.get("language"), self.config.gateway.language)
 
     # -- LaneHost: called by the lanes -----------------------------------------------------------
     async def accept(self, lane: ChatLane, msg: InboundMessage) -> Job | None:
         if not await self.intake.accepted(msg):
             return None
+        msg.reply_language = await self.language_of(msg)
         command = parse_command(msg.text)
         taken_up = self.intake.taken_up(msg)
         if command is None:
             return Job(msg, "turn", taken_up)
         if command.name == "stop":
-            with self._fenced(lane.key):
+            with self._fenced(lane.key), speaking(msg.reply_language):
                 await self.reply(msg, await self._stop_lane(lane, msg.source))
             return None
         spec = COMMANDS.get(command.name)
@@ -330,7 +347,7 @@ class GatewayRunner:
                 await self._run_command(lane, msg, command)
             return None
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
-            with self._fenced(lane.key):  # the task takes the fence with it
+            with self._fenced(lane.key), speaking(msg.reply_language):  # the task takes the fence with it
                 self.spawn(self._run_command(lane, msg, command))
             return None
         return Job(msg, "command", taken_up)
@@ -348,7 +365,7 @@ class GatewayRunner:
         try:
             # Every write of the job (a command's session move, a turn's messages, a reset on
             # lookup) commits only while this replica still holds the chat (gateway.storage.fence).
-            with self._fenced(lane.key):
+            with self._fenced(lane.key), speaking(job.msg.reply_language):
                 await self._execute(lane, job)
         except asyncio.CancelledError:
             if not self._stopping:  # /stop or an interrupting message: this one is finished with
@@ -367,7 +384,7 @@ class GatewayRunner:
                 await self._after_storage_fault(lane, job, exc)
                 return
             log.exception("handling a message for %s failed", lane.key)
-            await self.reply(job.msg, ERROR_TEXT, outcome="failed")
+            await self.reply(job.msg, gettext(job.msg.reply_language, ERROR_TEXT), outcome="failed")
         finally:
             if job.kind == "turn":  # (commands are timed in _run_command, those answered at once too)
                 self.observe("turn_seconds", time.monotonic() - started)
@@ -412,7 +429,7 @@ class GatewayRunner:
         row = self.intake.interrupted.pop(msg.inbox_id or 0)
         if self.interrupted_mode == "notify":
             self.inc("interrupted_turns_total", {"action": "notify"})
-            await self.reply(msg, INTERRUPTED_TEXT.format(text=_excerpt(msg.text)), outcome="interrupted")
+            await self.reply(msg, _(INTERRUPTED_TEXT, text=_excerpt(msg.text)), outcome="interrupted")
             return
         self.inc("reruns_total", {"platform": msg.source.platform.value})
         stored = row.get("user_message_id")
@@ -483,7 +500,7 @@ class GatewayRunner:
 
     async def stop_chat(self, key: str) -> str:
         lane = self.lanes.get(key)
-        return await self._stop_lane(lane) if lane is not None else "Nothing to stop."
+        return await self._stop_lane(lane) if lane is not None else _("Nothing to stop.")
 
     def chat_state(self, key: str) -> tuple[str, int]:
         lane = self.lanes.get(key)
@@ -544,11 +561,12 @@ class GatewayRunner:
                     told.add(msg.source.person_id)
                     await self.send(msg, stopped_by_text(by.user_name or by.person_id or "someone"))
         if not running and not dropped:
-            return "Nothing to stop."
-        parts = ["Stopped."] if running else []
-        if dropped:
-            parts.append(f"Dropped {dropped} waiting message{'s' if dropped != 1 else ''}.")
-        return " ".join(parts)
+            return _("Nothing to stop.")
+        if not dropped:
+            return _("Stopped.")
+        if running:
+            return n_("Stopped. Dropped {n} waiting message.", "Stopped. Dropped {n} waiting messages.", dropped)
+        return n_("Dropped {n} waiting message.", "Dropped {n} waiting messages.", dropped)
 
     # -- internals -------------------------------------------------------------------------------
     async def _run_command(self, lane: ChatLane, msg: InboundMessage, command: ParsedCommand) -> None:
@@ -560,7 +578,7 @@ class GatewayRunner:
             raise
         except Exception:
             log.exception("command /%s failed", command.name)
-            reply = ERROR_TEXT
+            reply = _(ERROR_TEXT)
         finally:
             # Apart from turns: commands take milliseconds and would hide how long turns take.
             self.observe("command_seconds", time.monotonic() - started)

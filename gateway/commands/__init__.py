@@ -20,10 +20,11 @@ from gateway.commands import basic
 from gateway.commands import sessions as moves
 from gateway.commands.context import ALIASES, ChatServices, Command, CommandContext, ParsedCommand, parse_command
 from gateway.db import UnknownSession
+from gateway.language import AUTO, CHOICES, N_, Language, _, current, gettext, parse_language
 from gateway.source import Platform
 
 # The local adapter's own command (platforms.local_attach); named here for /help and the hint.
-TERMINAL_ATTACH = "/attach PATH [caption] — send a file from this machine"
+TERMINAL_ATTACH = N_("/attach PATH [caption] — send a file from this machine")
 
 __all__ = [
     "COMMANDS",
@@ -39,36 +40,72 @@ __all__ = [
 
 
 async def cmd_help(ctx: CommandContext) -> str:
-    lines = ["Commands:"]
+    lines = [_("Commands:")]
     for command in COMMANDS.values():
-        lines.append(f"{command.usage} — {command.help}")
+        lines.append(_("{usage} — {help}", usage=command.usage, help=_(command.help)))
     if ctx.source.platform == Platform.LOCAL:
-        lines.append(TERMINAL_ATTACH)
-    lines.append("Anything else goes to the assistant.")
+        lines.append(_(TERMINAL_ATTACH))
+    lines.append(_("Anything else goes to the assistant."))
     return "\n".join(lines)
+
+
+async def cmd_language(ctx: CommandContext) -> str:
+    """/language: show the language in use and the choices; /language zh|en|auto: choose, kept with
+    the person's identity on this platform (Feishu: their union_id, across apps)."""
+    chosen = ctx.args.strip().lower()
+    if not chosen:
+        return _(
+            "I'm writing to you in {language}. Choose with /language zh (简体中文), /language en (English), "
+            "or /language auto (follow your app's language).",
+            language=current().label,
+        )
+    if chosen not in CHOICES:
+        return _("Usage: /language [zh|en|auto]")
+    source = ctx.source
+    if not source.person_id:
+        return _("I can't tell who you are in this chat, so I can't remember a language for you.")
+    db = ctx.services.db
+    await db.aset_person_language(source.platform.value, source.person_id, None if chosen == AUTO else chosen)
+    if chosen == AUTO:
+        # (the configured default only applies when the app gives no hint; the next message shows it)
+        return gettext(
+            parse_language(source.language) or current(), "Done: I'll follow your app's language from now on."
+        )
+    return gettext(Language(chosen), "Done: I'll write to you in {name} from now on.", name=Language(chosen).label)
 
 
 COMMANDS: dict[str, Command] = {
     c.name: c
     for c in (
-        Command("new", "/new [title]", "start a new conversation (alias /reset)", moves.cmd_new),
-        Command("resume", "/resume [n|title|id]", "list your conversations, or go back to one", moves.cmd_resume),
-        Command("search", "/search <words>", "find past conversations", moves.cmd_search, immediate=True),
-        Command("title", "/title [name]", "show or set this conversation's title", basic.cmd_title),
-        Command("stop", "/stop", "stop the current reply and drop waiting messages", basic.cmd_stop),
-        Command("retry", "/retry", "answer your last message again", basic.cmd_retry),
-        Command("undo", "/undo [n]", "hide the last n exchanges (kept in history)", basic.cmd_undo),
-        Command("compress", "/compress", "summarise this conversation into a fresh one", basic.cmd_compress),
-        Command("status", "/status", "session id, title, messages, tokens", basic.cmd_status, immediate=True),
+        Command("new", "/new [title]", N_("start a new conversation (alias /reset)"), moves.cmd_new),
+        Command("resume", "/resume [n|title|id]", N_("list your conversations, or go back to one"), moves.cmd_resume),
+        Command("search", "/search <words>", N_("find past conversations"), moves.cmd_search, immediate=True),
+        Command("title", "/title [name]", N_("show or set this conversation's title"), basic.cmd_title),
+        Command("stop", "/stop", N_("stop the current reply and drop waiting messages"), basic.cmd_stop),
+        Command("retry", "/retry", N_("answer your last message again"), basic.cmd_retry),
+        Command("undo", "/undo [n]", N_("hide the last n exchanges (kept in history)"), basic.cmd_undo),
+        Command("compress", "/compress", N_("summarise this conversation into a fresh one"), basic.cmd_compress),
+        Command("status", "/status", N_("session id, title, messages, tokens"), basic.cmd_status, immediate=True),
         Command(
-            "whoami", "/whoami", "who you are here, the session key and reset policy", basic.cmd_whoami, immediate=True
+            "whoami",
+            "/whoami",
+            N_("who you are here, the session key and reset policy"),
+            basic.cmd_whoami,
+            immediate=True,
         ),
-        Command("tools", "/tools", "the tools the assistant may use here", basic.cmd_tools, immediate=True),
+        Command("tools", "/tools", N_("the tools the assistant may use here"), basic.cmd_tools, immediate=True),
         Command(
-            "approve", "/approve [id]", "let the assistant run the tool it asked about", basic.cmd_approve, at_once=True
+            "approve",
+            "/approve [id]",
+            N_("let the assistant run the tool it asked about"),
+            basic.cmd_approve,
+            at_once=True,
         ),
-        Command("deny", "/deny [id]", "refuse the tool call the assistant asked about", basic.cmd_deny, at_once=True),
-        Command("help", "/help", "this list", cmd_help, immediate=True),
+        Command(
+            "deny", "/deny [id]", N_("refuse the tool call the assistant asked about"), basic.cmd_deny, at_once=True
+        ),
+        Command("language", "/language [zh|en|auto]", N_("show or choose the language I write in"), cmd_language),
+        Command("help", "/help", N_("this list"), cmd_help, immediate=True),
     )
 }
 
@@ -78,18 +115,23 @@ def commands() -> dict[str, Command]:
     return COMMANDS
 
 
-def command_menu() -> dict[str, str]:
-    """name -> help, for adapters that show a bot menu."""
-    return {name: c.help for name, c in COMMANDS.items()}
+def command_menu(language: Language | None = None) -> dict[str, str]:
+    """name -> help, for adapters that show a bot menu (English msgids, or in `language`)."""
+    return {name: gettext(language, c.help) for name, c in COMMANDS.items()}
 
 
 async def unknown(ctx: CommandContext) -> str:
     if ctx.command.name == "attach":  # the terminal's command, typed on a chat platform
-        return "/attach is for the terminal. Here, send the file itself (with a caption if you like)."
+        return _("/attach is for the terminal. Here, send the file itself (with a caption if you like).")
     # A typo gets the close command named, as config validation names the close key.
     close = difflib.get_close_matches(ctx.command.name, [*COMMANDS, *ALIASES], n=1, cutoff=0.7)
-    hint = f" Did you mean /{close[0]}?" if close else ""
-    return f"Unknown command /{ctx.command.name}.{hint} Send /help for the list of commands."
+    if close:
+        return _(
+            "Unknown command /{name}. Did you mean /{close}? Send /help for the list of commands.",
+            name=ctx.command.name,
+            close=close[0],
+        )
+    return _("Unknown command /{name}. Send /help for the list of commands.", name=ctx.command.name)
 
 
 async def run_command(ctx: CommandContext) -> str | None:
@@ -99,4 +141,4 @@ async def run_command(ctx: CommandContext) -> str | None:
     try:
         return await command.handler(ctx)
     except UnknownSession:
-        return "That conversation no longer exists."
+        return _("That conversation no longer exists.")

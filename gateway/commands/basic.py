@@ -12,8 +12,10 @@ from datetime import datetime
 
 from gateway.commands.context import CommandContext, ascii_number, cut_notice, label, numeric_title_refusal, when
 from gateway.db import TitleTaken, sanitize_title
+from gateway.language import _, current, n_
 from gateway.sessions.access import title_refusal
 from gateway.source import describe_session_key
+from gateway.storage.schema import TITLE_MAX
 
 MAX_UNDO = 50
 
@@ -42,9 +44,9 @@ async def cmd_title(ctx: CommandContext) -> str:
         session = await db.aread(db.get_session, entry.session_id)
         title = session.get("title") if session else None
         return (
-            f"This conversation is titled “{title}”."
+            _("This conversation is titled “{title}”.", title=title)
             if title
-            else (
+            else _(
                 "This conversation has no title yet. Set one with /title <name>; titled conversations are "
                 "easy to /resume."
             )
@@ -59,10 +61,18 @@ async def cmd_title(ctx: CommandContext) -> str:
             title_refusal, db, exc, ctx.source, is_admin=ctx.is_admin, single_owner=ctx.services.single_owner
         )
     except ValueError as exc:
-        return f"That title can't be used: {exc}"
+        return _("That title can't be used: {reason}", reason=exc)
     if not clean:
-        return "Title cleared."
-    return f"Titled this conversation “{clean}”{cut_notice(ctx.args, clean)}. Later, /resume {clean} brings it back."
+        return _("Title cleared.")
+    if cut_notice(ctx.args, clean):
+        return _(
+            "Titled this conversation “{title}” (cut to {length} characters: titles are at most {max}). "
+            "Later, /resume {title} brings it back.",
+            title=clean,
+            length=len(clean),
+            max=TITLE_MAX,
+        )
+    return _("Titled this conversation “{title}”. Later, /resume {title} brings it back.", title=clean)
 
 
 async def cmd_undo(ctx: CommandContext) -> str:
@@ -70,7 +80,7 @@ async def cmd_undo(ctx: CommandContext) -> str:
     if ctx.args:
         number = ascii_number(ctx.args)
         if number is None or not 1 <= number <= MAX_UNDO:
-            return f"Usage: /undo [n] — n is a number of exchanges from 1 to {MAX_UNDO}."
+            return _("Usage: /undo [n] — n is a number of exchanges from 1 to {max}.", max=MAX_UNDO)
         n = number
     entry = await ctx.session()
     db = ctx.services.db
@@ -79,14 +89,24 @@ async def cmd_undo(ctx: CommandContext) -> str:
     hidden = await asyncio.to_thread(db.rewind, entry.session_id, n)
     await ctx.services.forget(entry.session_id)
     if not hidden:
-        return "Nothing to undo in this conversation."
+        return _("Nothing to undo in this conversation.")
     if exchanges < n:  # fewer than asked: one parenthesis says both
-        what = "the only exchange there was" if exchanges == 1 else f"the {exchanges} exchanges there were"
-        counted = f"({hidden} messages; you asked for {n})"
-    else:
-        what = "the last exchange" if exchanges == 1 else f"the last {exchanges} exchanges"
-        counted = f"({hidden} messages)"
-    return f"Undid {what} {counted}. They are hidden from this conversation but stay in the history."
+        return n_(
+            "Undid the only exchange there was ({messages} messages; you asked for {asked}). "
+            "It is hidden from this conversation but stays in the history.",
+            "Undid the {n} exchanges there were ({messages} messages; you asked for {asked}). "
+            "They are hidden from this conversation but stay in the history.",
+            exchanges,
+            messages=hidden,
+            asked=n,
+        )
+    return n_(
+        "Undid the last exchange ({messages} messages). It is hidden from this conversation but stays in the history.",
+        "Undid the last {n} exchanges ({messages} messages). "
+        "They are hidden from this conversation but stay in the history.",
+        exchanges,
+        messages=hidden,
+    )
 
 
 async def cmd_retry(ctx: CommandContext) -> str | None:
@@ -95,7 +115,7 @@ async def cmd_retry(ctx: CommandContext) -> str | None:
     rows = await asyncio.to_thread(services.db.get_messages, entry.session_id)
     last_user = next((r for r in reversed(rows) if r["role"] == "user"), None)
     if last_user is None:
-        return "Nothing to retry: this conversation has no message of yours yet."
+        return _("Nothing to retry: this conversation has no message of yours yet.")
     # Hide the last exchange (question and reply) from the conversation; it stays searchable.
     await asyncio.to_thread(services.db.supersede_after, entry.session_id, last_user["id"] - 1)
     await services.forget(entry.session_id)
@@ -113,9 +133,12 @@ async def cmd_compress(ctx: CommandContext) -> str:
         visible = await asyncio.to_thread(services.db.get_messages, entry.session_id)
         asked = sum(1 for m in visible if m["role"] == "user")
         if 0 < asked < MIN_COMPRESS_EXCHANGES:
-            return (
-                f"This conversation is too short to compress ({asked} exchange): a summary would be no "
-                "shorter. /new starts a fresh one."
+            return n_(
+                "This conversation is too short to compress ({n} exchange): a summary would be no "
+                "shorter. /new starts a fresh one.",
+                "This conversation is too short to compress ({n} exchanges): a summary would be no "
+                "shorter. /new starts a fresh one.",
+                asked,
             )
     return await services.compress(ctx.msg, entry.session_id, auto=False)
 
@@ -125,28 +148,33 @@ async def cmd_status(ctx: CommandContext) -> str:
     services = ctx.services
     lines = []
     if entry is None:
-        lines.append("No conversation yet in this chat: send a message to start one.")
+        lines.append(_("No conversation yet in this chat: send a message to start one."))
     else:
         s = await services.db.aread(services.db.get_session, entry.session_id)
         if s is None:
-            lines.append("No conversation yet in this chat: send a message to start one.")
+            lines.append(_("No conversation yet in this chat: send a message to start one."))
         else:
             lines += [
-                f"Session: {s['id']}",
-                f"Title: {s.get('title') or '(none — set one with /title)'}",
-                f"Messages: {s.get('message_count', 0)}",
-                f"Tokens: {s.get('input_tokens', 0)} in, {s.get('output_tokens', 0)} out",
-                f"Started: {when(s.get('started_at'))}; last active: {when(s.get('last_active_at'))}",
+                _("Session: {id}", id=s["id"]),
+                _("Title: {title}", title=s["title"]) if s.get("title") else _("Title: (none — set one with /title)"),
+                _("Messages: {count}", count=s.get("message_count", 0)),
+                _("Tokens: {input} in, {output} out", input=s.get("input_tokens", 0), output=s.get("output_tokens", 0)),
+                _(
+                    "Started: {started}; last active: {active}",
+                    started=when(s.get("started_at")),
+                    active=when(s.get("last_active_at")),
+                ),
             ]
             if s.get("parent_session_id"):
-                lines.append(f"Continues: {s['parent_session_id']}")
+                lines.append(_("Continues: {id}", id=s["parent_session_id"]))
     busy_mode, waiting = services.chat_state(ctx.key)
-    lines.append(f"Model: {services.model_settings.describe()}")
-    lines.append(f"When busy: {busy_mode} (waiting here: {waiting})")
+    lines.append(_("Model: {model}", model=services.model_settings.describe()))
+    lines.append(_("When busy: {mode} (waiting here: {waiting})", mode=busy_mode, waiting=waiting))
+    lines.append(_("Language: {language} (/language to change)", language=current().label))
     if services.ops_url:
-        lines.append(f"Ops: {services.ops_url} (/healthz, /readyz, /metrics, console at /console/)")
+        lines.append(_("Ops: {url} (/healthz, /readyz, /metrics, console at /console/)", url=services.ops_url))
     elif services.ops_down:
-        lines.append(f"Ops: not running ({services.ops_down})")
+        lines.append(_("Ops: not running ({reason})", reason=services.ops_down))
     return "\n".join(lines)
 
 
@@ -165,15 +193,15 @@ async def cmd_whoami(ctx: CommandContext) -> str:
     entry = ctx.existing()
     session = await services.db.aread(services.db.get_session, entry.session_id) if entry else None
     if session is not None:
-        lines.append(f"Current session: {label(session)}")
+        lines.append(_("Current session: {session}", session=label(session)))
         due = policy.next_reset_why(float(session["last_active_at"]))
         if due is not None:
             at = datetime.fromtimestamp(due[0], policy.tz).strftime("%Y-%m-%d %H:%M %Z")
             lines.append(
-                f"Next reset: {at}, if the conversation is idle until then"
+                _("Next reset: {at}, if the conversation is idle until then", at=at)
                 if due[1] == "idle"
-                else f"Next reset: {at} (the daily reset)"
+                else _("Next reset: {at} (the daily reset)", at=at)
             )
     else:
-        lines.append("Current session: none yet.")
+        lines.append(_("Current session: none yet."))
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from agent.llm import ModelSettings
 from gateway.db import StorageFace
+from gateway.language import _
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
 from gateway.storage.schema import TITLE_MAX
@@ -159,9 +160,10 @@ def ascii_number(text: str) -> int | None:
 def numeric_title_refusal(title: str | None) -> str | None:
     """A title of digits only is refused: `/resume 1` means the first conversation of the list."""
     if title and title.isdigit():
-        return (
-            f"A title can't be only a number: /resume {title} means number {title} of your list. "
-            "Add a word, e.g. /title " + f"{title} notes."
+        return _(
+            "A title can't be only a number: /resume {title} means number {title} of your list. "
+            "Add a word, e.g. /title {title} notes.",
+            title=title,
         )
     return None
 

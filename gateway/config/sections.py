@@ -160,7 +160,9 @@ class GatewayConfig:
     streaming: str = option("auto", "auto: answers appear while written | off: sent once", choices=STREAMING_MODES)
     interrupted_turns: str = option("rerun", "a turn cut short by a crash (DESIGN §11)", choices=INTERRUPTED_TURNS)
     tool_status: str = option("on", "a short status line while a tool runs", choices=("on", "off"))
-    language: str = option("auto", "chinwag's own texts: en | zh | auto (the person's platform hint, else en)", choices=LANGUAGES)
+    language: str = option(
+        "auto", "chinwag's own texts: en | zh | auto (the person's platform hint, else en)", choices=LANGUAGES
+    )
 
 
 @dataclass(frozen=True)
@@ -276,4 +278,6 @@ class PlatformAccess:
     require_mention: bool = option(True, "in a group, answer only when mentioned")
     busy_mode: str | None = option(None, "overrides gateway.busy_mode", choices=BUSY_MODES)
     streaming: str | None = option(None, "overrides gateway.streaming", choices=STREAMING_MODES)
-    language: str | None = option(None, "overrides gateway.language (a person's hint and /language still win)", choices=LANGUAGES)
+    language: str | None = option(
+        None, "overrides gateway.language (a person's hint and /language still win)", choices=LANGUAGES
+    )

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from gateway.db import StorageFace, UnknownSession, new_session_id
+from gateway.language import _
 from gateway.sessions.reset import ResetPolicies
 from gateway.source import SessionSource, build_session_key
 
@@ -73,12 +74,24 @@ class ResetNotice:
 
     def text(self) -> str:
         """What the runner tells the person when the conversation rolled over."""
-        why = {
-            "idle": "the previous one had been idle for a while",
-            "daily": "it is a new day",
-        }.get(self.reason, f"the previous one was reset ({self.reason})")
         ref = self.previous_title or self.previous_session_id
-        return f"Started a new conversation: {why}. To continue the previous one, send /resume {ref}"
+        if self.reason == "idle":
+            return _(
+                "Started a new conversation: the previous one had been idle for a while. "
+                "To continue the previous one, send /resume {ref}",
+                ref=ref,
+            )
+        if self.reason == "daily":
+            return _(
+                "Started a new conversation: it is a new day. To continue the previous one, send /resume {ref}",
+                ref=ref,
+            )
+        return _(
+            "Started a new conversation: the previous one was reset ({reason}). "
+            "To continue the previous one, send /resume {ref}",
+            reason=self.reason,
+            ref=ref,
+        )
 
 
 @dataclass(frozen=True)

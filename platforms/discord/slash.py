@@ -98,6 +98,7 @@ def interaction_source(interaction: discord.Interaction) -> SessionSource:
         user_name=user.display_name,
         thread_id=str(thread_id) if thread_id else None,
         chat_name=name,
+        language=str(interaction.locale),  # the person's client language: DESIGN §17
     )
 
 

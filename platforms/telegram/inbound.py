@@ -91,6 +91,7 @@ def update_to_inbound(
         user_name=user_name,
         thread_id=thread_id,
         chat_name=chat.title or chat.full_name,
+        language=user.language_code if user is not None else None,  # the app's language: DESIGN §17
     )
     mentioned, text = _mentions(msg, text, bot_id, bot_username)
     reply = msg.reply_to_message

@@ -101,23 +101,23 @@ def current() -> Language:
     return _current.get()
 
 
-def gettext(language: Language | None, msgid: str, **named: Any) -> str:
+def gettext(language: Language | None, msgid: str, /, **named: Any) -> str:
     """`msgid` in `language`, its `{placeholders}` filled from `named`."""
     text = catalog(language).gettext(msgid)
     return text.format(**named) if named else text
 
 
-def ngettext(language: Language | None, singular: str, plural: str, n: int, **named: Any) -> str:
+def ngettext(language: Language | None, singular: str, plural: str, n: int, /, **named: Any) -> str:
     """The form for `n` (English: one/other; Chinese: one form), `{n}` and `named` filled."""
     return catalog(language).ngettext(singular, plural, n).format(n=n, **named)
 
 
-def _(msgid: str, **named: Any) -> str:
+def _(msgid: str, /, **named: Any) -> str:
     """`gettext` in the current language (the `speaking` scope)."""
     return gettext(_current.get(), msgid, **named)
 
 
-def n_(singular: str, plural: str, n: int, **named: Any) -> str:
+def n_(singular: str, plural: str, n: int, /, **named: Any) -> str:
     """`ngettext` in the current language."""
     return ngettext(_current.get(), singular, plural, n, **named)
 

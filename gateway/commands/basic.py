@@ -93,7 +93,7 @@ async def cmd_undo(ctx: CommandContext) -> str:
     if exchanges < n:  # fewer than asked: one parenthesis says both
         return n_(
             "Undid the only exchange there was ({messages} messages; you asked for {asked}). "
-            "It is hidden from this conversation but stays in the history.",
+            "They are hidden from this conversation but stay in the history.",
             "Undid the {n} exchanges there were ({messages} messages; you asked for {asked}). "
             "They are hidden from this conversation but stay in the history.",
             exchanges,
@@ -101,7 +101,7 @@ async def cmd_undo(ctx: CommandContext) -> str:
             asked=n,
         )
     return n_(
-        "Undid the last exchange ({messages} messages). It is hidden from this conversation but stays in the history.",
+        "Undid the last exchange ({messages} messages). They are hidden from this conversation but stay in the history.",
         "Undid the last {n} exchanges ({messages} messages). "
         "They are hidden from this conversation but stay in the history.",
         exchanges,

@@ -50,12 +50,13 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from agent.sse import Event, SSEDecoder
+from gateway.language import N_
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_CONTEXT_WINDOW = 128_000
-NOT_CONFIGURED_TEXT = (
+NOT_CONFIGURED_TEXT = N_(
     "No model is configured: set OPENAI_BASE_URL (and OPENAI_API_KEY) or model.base_url in config.yaml."
 )
 # Local OpenAI-compatible servers (llama.cpp, vLLM, Ollama) need no key, but the SDK insists on one.

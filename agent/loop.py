@@ -37,6 +37,7 @@ from agent.llm import (
     retry_after,
 )
 from agent.tools import ToolContext, ToolRegistry
+from gateway.language import N_, _
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class TurnResult:
     overflow: int | None = None
 
 
-EMPTY_REPLY_TEXT = "(The model returned an empty reply. Try asking again or rephrasing.)"
+EMPTY_REPLY_TEXT = N_("(The model returned an empty reply. Try asking again or rephrasing.)")
 TOOL_IMAGES = "(The images the tool calls above returned.)"
 
 
@@ -140,7 +141,7 @@ class Agent:
 
         await emit({"role": "user", "content": user_text})
         if self.client is None or not self.settings.is_configured:
-            result.text, result.error = NOT_CONFIGURED_TEXT, "model not configured"
+            result.text, result.error = _(NOT_CONFIGURED_TEXT), "model not configured"
             return result
 
         earlier = repair_history(history)
@@ -179,7 +180,7 @@ class Agent:
             calls = completion.tool_calls
             if not calls:
                 await emit(assistant)
-                result.text = completion.text or EMPTY_REPLY_TEXT
+                result.text = completion.text or _(EMPTY_REPLY_TEXT)
                 return result
 
             step = [assistant]

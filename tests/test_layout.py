@@ -41,7 +41,7 @@ NARROWER: dict[str, set[str]] = {
     # platforms/ knows only gateway.source and the adapter contract (and redacts as everyone does)
     "platforms": {"gateway.source", "gateway.errors", "gateway.text", "gateway.redact", "gateway.language"},
     # agent/ and tools/ reach sessions only through the storage face
-    "agent": {"gateway.source", "gateway.errors", "gateway.text", "gateway.db"},
+    "agent": {"gateway.source", "gateway.errors", "gateway.text", "gateway.db", "gateway.language"},
     "tools": {
         "gateway.source",
         "gateway.errors",

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from agent.llm import ModelSettings
 from gateway.db import StorageFace
-from gateway.language import _
+from gateway.language import _, n_
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
 from gateway.storage.schema import TITLE_MAX
@@ -181,8 +181,8 @@ def messages_label(session: Mapping[str, Any]) -> str:
     no messages left in its conversation (they moved into the summary, still searchable), so its
     count would read "0 messages": say what happened instead."""
     if session.get("end_reason") == "compressed":
-        return "summarised into a continuation"
-    return f"{session.get('message_count') or 0} messages"
+        return _("summarised into a continuation")
+    return n_("{n} message", "{n} messages", session.get("message_count") or 0)
 
 
 def when(ts: float | None) -> str:

@@ -14,6 +14,7 @@ from gateway.commands.context import CommandContext, ascii_number, messages_labe
 from gateway.commands.context import label as _label
 from gateway.commands.context import when as _when
 from gateway.db import VISIBLE, StorageFace, TitleTaken, sanitize_title
+from gateway.language import _, n_
 from gateway.recall.rank import find_sessions, recent_sessions
 from gateway.sessions.access import may_see_session, title_refusal
 from gateway.source import SessionSource
@@ -155,16 +156,23 @@ async def cmd_resume(ctx: CommandContext) -> str:
         rows = await _listing(ctx)
         services.remember_listing(ctx.key, [r["id"] for r in rows])
         if not rows:
-            return (
+            return _(
                 "You have no titled conversations to resume yet. Give one a title with /title <name>, "
                 "or find any conversation with /search <words>."
             )
-        lines = ["Your recent conversations:"]
+        lines = [_("Your recent conversations:")]
         for i, r in enumerate(rows, 1):
             lines.append(
-                f"{i}. {r['title']} — {messages_label(r)}, last active {_when(r.get('last_active_at'))} ({r['id']})"
+                _(
+                    "{number}. {title} — {size}, last active {when} ({id})",
+                    number=i,
+                    title=r["title"],
+                    size=messages_label(r),
+                    when=_when(r.get("last_active_at")),
+                    id=r["id"],
+                )
             )
-        lines.append("Send /resume <number>, /resume <title> or /resume <id>.")
+        lines.append(_("Send /resume <number>, /resume <title> or /resume <id>."))
         return "\n".join(lines)
 
     session = None
@@ -174,7 +182,7 @@ async def cmd_resume(ctx: CommandContext) -> str:
         if listing is None:
             listing = [r["id"] for r in await _listing(ctx)]
         if not 1 <= index <= len(listing):
-            return f"There is no number {index} in your list. Send /resume to see it."
+            return _("There is no number {number} in your list. Send /resume to see it.", number=index)
         session = await db.aread(db.get_session, listing[index - 1])
     if session is None:
         session = await db.aread(db.find_session, ref)
@@ -184,14 +192,22 @@ async def cmd_resume(ctx: CommandContext) -> str:
         matches = await _title_matches(ctx, ref)
         if len(matches) > 1:  # several: a numbered list, and `/resume 2` means what was shown
             services.remember_listing(ctx.key, [r["id"] for r in matches])
-            lines = [f"Several conversations match “{ref}”:"]
+            lines = [_("Several conversations match “{ref}”:", ref=ref)]
             for i, r in enumerate(matches, 1):
-                lines.append(f"{i}. {r['title']} — last active {_when(r.get('last_active_at'))} ({r['id']})")
-            lines.append("Send /resume <number> to pick one.")
+                lines.append(
+                    _(
+                        "{number}. {title} — last active {when} ({id})",
+                        number=i,
+                        title=r["title"],
+                        when=_when(r.get("last_active_at")),
+                        id=r["id"],
+                    )
+                )
+            lines.append(_("Send /resume <number> to pick one."))
             return "\n".join(lines)
         session = matches[0] if matches else None
     if session is None:
-        return f"No conversation of yours matches “{ref}”. Send /resume for a list or /search <words>."
+        return _("No conversation of yours matches “{ref}”. Send /resume for a list or /search <words>.", ref=ref)
 
     target_id = await asyncio.to_thread(_latest_in_chain, db, session["id"])
     if target_id != session["id"]:
@@ -201,19 +217,22 @@ async def cmd_resume(ctx: CommandContext) -> str:
         session = target
     current = ctx.existing()
     if current is not None and current.session_id == session["id"]:
-        return f"You are already in {_label(session)}."
+        return _("You are already in {session}.", session=_label(session))
     # One transaction: reopen it, move the key, end the one left, and count resuming as activity
     # (else an idle-reset policy would end the resumed session again on the very next message).
     await services.store.switch(ctx.source, session["id"], reason="resume")
     if current is not None:
         await services.forget(current.session_id)
     await services.forget(session["id"])
-    text = (
-        f"Resumed {_label(session)}: {session.get('message_count', 0)} messages, last active "
-        f"{_when(session.get('last_active_at'))}."
+    text = n_(
+        "Resumed {session}: {n} message, last active {when}.",
+        "Resumed {session}: {n} messages, last active {when}.",
+        session.get("message_count", 0),
+        session=_label(session),
+        when=_when(session.get("last_active_at")),
     )
     if session.get("preview"):
-        text += f"\nIt began with: {_one_line(session['preview'])}"
+        text += "\n" + _("It began with: {preview}", preview=_one_line(session["preview"]))
     return text
 
 
@@ -225,18 +244,23 @@ async def cmd_search(ctx: CommandContext) -> str:
     lineage = await db.aread(db.get_lineage, current.session_id) if current else []
     person = ctx.source.person_id
     if not ctx.see_all and person is None:
-        return "I can't tell who you are here, so I can't search your conversations."
+        return _("I can't tell who you are here, so I can't search your conversations.")
     if not query:
         rows = await asyncio.to_thread(
             recent_sessions, db, limit=5, exclude_session_ids=lineage, person_id=person, see_all=ctx.see_all
         )
         if not rows:
-            return "No earlier conversations yet. Usage: /search <words>"
-        lines = ["Your recent conversations:"]
+            return _("No earlier conversations yet. Usage: /search <words>")
+        lines = [_("Your recent conversations:")]
         for r in rows:
             lines.append(
-                f"• {r.get('title') or '(untitled)'} — {_when(r.get('last_active_at'))} — "
-                f"/resume {r['session_id']}\n  {_one_line(r.get('preview'))}"
+                _(
+                    "• {title} — {when} — /resume {id}\n  {preview}",
+                    title=r.get("title") or _("(untitled)"),
+                    when=_when(r.get("last_active_at")),
+                    id=r["session_id"],
+                    preview=_one_line(r.get("preview")),
+                )
             )
         return "\n".join(lines)
     started = services.clock()
@@ -246,17 +270,23 @@ async def cmd_search(ctx: CommandContext) -> str:
     services.observe("search_seconds", max(0.0, services.clock() - started))
     if not hits:
         if len(lineage) > 1:  # what this conversation was compressed from is not searched either
-            return (
-                f"No other conversation of yours mentions “{_one_line(query, 60)}”. "
-                "(/search looks beyond this conversation, including what it was summarised from.)"
+            return _(
+                "No other conversation of yours mentions “{query}”. "
+                "(/search looks beyond this conversation, including what it was summarised from.)",
+                query=_one_line(query, 60),
             )
-        return f"No conversation of yours mentions “{_one_line(query, 60)}”."
+        return _("No conversation of yours mentions “{query}”.", query=_one_line(query, 60))
     answers = await asyncio.to_thread(_answers, db, [h.matched_message_ids[:1] for h in hits])
-    lines = [f"Conversations matching “{_one_line(query, 60)}”:"]
+    lines = [_("Conversations matching “{query}”:", query=_one_line(query, 60))]
     for hit, answer in zip(hits, answers):
         lines.append(
-            f"• {hit.title or '(untitled)'} — {_when(hit.last_active_at or hit.started_at)} — "
-            f"/resume {hit.session_id}\n  {_one_line(hit.snippet)}"
+            _(
+                "• {title} — {when} — /resume {id}\n  {preview}",
+                title=hit.title or _("(untitled)"),
+                when=_when(hit.last_active_at or hit.started_at),
+                id=hit.session_id,
+                preview=_one_line(hit.snippet),
+            )
         )
         if answer:
             lines.append(f"  ↳ {_one_line(answer)}")

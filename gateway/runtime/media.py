@@ -20,6 +20,7 @@ from typing import Any
 
 from agent.tools import Attachment as ToolFile
 from agent.transcribe import Transcriber, TranscriptionFailed
+from gateway.language import _
 from gateway.storage.media import AttachmentRow, MediaStore, MediaTooLarge, StoredFile
 from platforms.base import Attachment
 
@@ -94,12 +95,12 @@ class MediaIntake:
                 raise LookupError("the platform gave no way to download it")
             stored = await self.store.save_stream(att.open(), att.size)
         except MediaTooLarge as exc:
-            received.notices.append(f"{name} was not kept: {exc}.")
+            received.notices.append(_("{name} was not kept: {reason}.", name=name, reason=exc))
             received.rows.append(_row(att, None, att.size))
             return f"[{described}: not kept, too big]"
         except Exception as exc:  # a failed download must not lose the message
             log.warning("attachment %s could not be downloaded: %s", name, exc)
-            received.notices.append(f"{name} could not be downloaded, so I only know its name.")
+            received.notices.append(_("{name} could not be downloaded, so I only know its name.", name=name))
             received.rows.append(_row(att, None, att.size))
             return f"[{described}: could not be downloaded]"
         received.rows.append(_row(att, stored.sha256, stored.size))
@@ -145,7 +146,11 @@ class MediaIntake:
                 self.store.read(stored.sha256), att.file_name or f"{att.kind}.ogg", att.mime_type
             )
         except TranscriptionFailed as exc:
-            received.notices.append(f"I could not transcribe {att.file_name or 'the voice message'}: {exc}.")
+            received.notices.append(
+                _("I could not transcribe {name}: {reason}.", name=att.file_name, reason=exc)
+                if att.file_name
+                else _("I could not transcribe the voice message: {reason}.", reason=exc)
+            )
             return " (transcription failed)"
         return f" transcript: {text}" if text else " (no speech recognised)"
 

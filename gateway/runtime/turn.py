@@ -43,6 +43,7 @@ from agent.tools import ToolContext
 from gateway.config.load import Config
 from gateway.db import StorageFace
 from gateway.errors import LeaseLost
+from gateway.language import _
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import SessionAgent
 from gateway.runtime.conversations import ConversationCache
@@ -200,7 +201,7 @@ class TurnRecorder:
             attachments = await self.media.keep(message["attachments"])
         elif message["role"] == "assistant" and not message.get("tool_calls"):
             # The answer: its reply is committed with it, and its inbox entries are done.
-            text = valid_text(message.get("content") or EMPTY_REPLY_TEXT)
+            text = valid_text(message.get("content") or _(EMPTY_REPLY_TEXT))
             shown = self.stream.message_ids if self.stream is not None else []
             after, row = self.outbox.reply_op(self.msg, text, list(self.answered), shown=shown)
             self.committed.update(row=row, text=text)
@@ -504,7 +505,7 @@ class TurnRunner:
         client = self.factory.client
         settings = self.model_settings
         if client is None or not settings.is_configured:
-            return "" if auto else NOT_CONFIGURED_TEXT
+            return "" if auto else _(NOT_CONFIGURED_TEXT)
         if 0 < window < settings.context_window:
             settings = dataclasses.replace(settings, context_window=window)
 
@@ -522,19 +523,28 @@ class TurnRunner:
         except (asyncio.CancelledError, LeaseLost):  # (LeaseLost: another replica holds the chat)
             raise
         except ValueError as exc:
-            return "" if auto else f"Nothing to compress: {exc}."
+            return "" if auto else _("Nothing to compress: {reason}.", reason=exc)
         except Exception as exc:
             log.warning("compressing %s failed: %s", session_id, describe_error(exc))
             self._model_failed()
-            return "" if auto else f"Sorry, compressing failed: {describe_error(exc)}. Nothing was changed."
+            return (
+                ""
+                if auto
+                else _("Sorry, compressing failed: {reason}. Nothing was changed.", reason=describe_error(exc))
+            )
         await self.forget(session_id)
         session = await self.db.aread(self.db.get_session, child)
         title = session.get("title") if session else None
         name = f"“{title}” ({child})" if title else child
-        lead = "This conversation was getting long, so I" if auto else "I"
-        return (
-            f"{lead} summarised it into a new session {name} and we continue there. "
-            "The earlier messages stay searchable."
+        if auto:
+            return _(
+                "This conversation was getting long, so I summarised it into a new session {name} and we "
+                "continue there. The earlier messages stay searchable.",
+                name=name,
+            )
+        return _(
+            "I summarised it into a new session {name} and we continue there. The earlier messages stay searchable.",
+            name=name,
         )
 
 

@@ -514,3 +514,16 @@ def test_a_v8_database_is_rebuilt_without_autoincrement_keeping_ids_and_links(tm
             db.write(
                 lambda c, e: c.execute("INSERT INTO attachments (message_id, kind, created_at) VALUES (99, 'image', 1)")
             )
+
+
+async def test_a_persons_language_is_kept_per_platform_identity(db):
+    """/language's choice (DESIGN §17), through the face both backends share: set, changed, cleared."""
+    assert db.person_language("feishu", "on_union") is None
+    await db.aset_person_language("feishu", "on_union", "zh")
+    await db.aset_person_language("telegram", "on_union", "en")  # another platform, another person
+    assert db.person_language("feishu", "on_union") == "zh"
+    await db.aset_person_language("feishu", "on_union", "en")
+    assert db.person_language("feishu", "on_union") == "en"
+    await db.aset_person_language("feishu", "on_union", None)  # /language auto
+    assert db.person_language("feishu", "on_union") is None
+    assert db.person_language("telegram", "on_union") == "en"

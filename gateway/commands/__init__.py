@@ -115,9 +115,10 @@ def commands() -> dict[str, Command]:
     return COMMANDS
 
 
-def command_menu(language: Language | None = None) -> dict[str, str]:
-    """name -> help, for adapters that show a bot menu (English msgids, or in `language`)."""
-    return {name: gettext(language, c.help) for name, c in COMMANDS.items()}
+def command_menu() -> dict[str, str]:
+    """name -> help, for adapters that show a bot menu. The help is a catalog msgid (English): an
+    adapter shows it in each language its platform can (gateway.language.gettext)."""
+    return {name: c.help for name, c in COMMANDS.items()}
 
 
 async def unknown(ctx: CommandContext) -> str:

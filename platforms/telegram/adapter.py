@@ -36,6 +36,8 @@ from telegram.error import (
 )
 from telegram.ext import Application, ApplicationBuilder
 
+from gateway.language import DEFAULT as DEFAULT_LANGUAGE
+from gateway.language import Language, gettext
 from gateway.redact import redact_loggers
 from gateway.source import Platform, SessionSource
 from platforms.base import (
@@ -613,14 +615,20 @@ class TelegramAdapter(PlatformAdapter):
             log.warning("telegram: setMyCommands failed: %s", brief(exc))
 
     async def _push_commands(self) -> None:
-        menu = []
-        for name, help_text in self._commands.items():
-            name = name.lstrip("/").lower()
-            if not _COMMAND_OK.match(name):
-                log.warning("telegram: command %r cannot be in the bot menu (a-z, 0-9, _)", name)
-                continue
-            menu.append(BotCommand(name, (help_text or name).strip()[:256] or name))
-        await self._call(lambda: self.bot.set_my_commands(menu))
+        """The menu in English for everyone, then once per other catalog language: Telegram shows a
+        person the list registered for their app's two-letter `language_code` (DESIGN §17)."""
+        for language in Language:
+            menu = []
+            for name, help_text in self._commands.items():
+                name = name.lstrip("/").lower()
+                if not _COMMAND_OK.match(name):
+                    if language is DEFAULT_LANGUAGE:
+                        log.warning("telegram: command %r cannot be in the bot menu (a-z, 0-9, _)", name)
+                    continue
+                shown = gettext(language, help_text) if help_text else name
+                menu.append(BotCommand(name, shown.strip()[:256] or name))
+            code = None if language is DEFAULT_LANGUAGE else language.value
+            await self._call(lambda: self.bot.set_my_commands(menu, language_code=code))
 
     async def _call(self, make: Callable[[], Awaitable[T]]) -> T:
         return await call_with_retries(

@@ -205,7 +205,8 @@ class FakeTelegram:
         self.chats: dict[int, dict[str, Any]] = {}
         self.failures: dict[str, list[Failure]] = {}
         self.blocked_chats: set[int] = set()
-        self.commands: list[dict[str, str]] = []
+        self.commands: list[dict[str, str]] = []  # the menu set without a language_code
+        self.menus: dict[str | None, list[dict[str, str]]] = {}  # language_code -> the menu set for it
         self.webhook: dict[str, Any] | None = None
         self.webhook_deliveries: list[int] = []  # HTTP statuses of webhook POSTs
         self.files: dict[str, bytes] = {}  # file_id -> bytes, served by getFile + the file URL
@@ -588,7 +589,9 @@ class FakeTelegram:
                 raise ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
             if not 1 <= len(desc) <= 256:
                 raise ApiError(400, "Bad Request: BOT_COMMAND_DESCRIPTION_INVALID")
-        self.commands = commands
+        self.menus[p.get("language_code") or None] = commands
+        if not p.get("language_code"):
+            self.commands = commands
         return True
 
     async def _api_deletewebhook(self, p: dict) -> bool:

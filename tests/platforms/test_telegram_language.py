@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gateway.language import Language, speaking
 from gateway.sessions.store import ResetNotice
+from tests.fakes.loopback import wait_until
 from tests.fakes.telegram_server import FakeTelegram
 from tests.platforms.test_telegram_e2e import stack  # noqa: F401 (the fixture)
 
@@ -48,3 +49,13 @@ def test_a_reset_notice_in_chinese():
     with speaking(Language.ZH):
         assert notice.text() == "上一个对话闲置了一段时间，已为你开启新对话。想继续之前的对话，请发送 /resume 周报"
     assert notice.text().startswith("Started a new conversation: the previous one had been idle")
+
+
+async def test_the_command_menu_is_set_in_english_and_for_chinese_apps(stack):  # noqa: F811
+    tg = stack.telegram
+    await wait_until(lambda: None in tg.menus and "zh" in tg.menus)
+    english = {c["command"]: c["description"] for c in tg.menus[None]}
+    chinese = {c["command"]: c["description"] for c in tg.menus["zh"]}
+    assert english["undo"] == "hide the last n exchanges (kept in history)"
+    assert chinese["undo"] == "撤销最近 n 轮对话（历史记录中仍保留）"
+    assert english.keys() == chinese.keys()

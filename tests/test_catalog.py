@@ -17,10 +17,12 @@ import gettext
 import re
 from pathlib import Path
 
+import pytest
+
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
-from gateway.language import DOMAIN, LOCALE_DIR
+from gateway.language import DOMAIN, LOCALE_DIR, Language
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYWORDS = {"_": None, "n_": (1, 2), "N_": None, "gettext": (2,), "ngettext": (2, 3)}
@@ -78,20 +80,25 @@ def test_the_template_lists_exactly_the_marked_texts():
     assert sorted(map(str, template - marked)) == [], "the template lists texts the code no longer has"
 
 
-def test_the_chinese_catalog_translates_every_text_and_none_is_fuzzy():
-    zh = catalog_ids(LOCALE_DIR / "zh" / "LC_MESSAGES" / f"{DOMAIN}.po")
-    missing = sorted(str(m) for m in extracted() if m not in zh)
+TRANSLATED = [language.value for language in Language if language is not Language.EN]
+
+
+@pytest.mark.parametrize("code", TRANSLATED)
+def test_each_catalog_translates_every_text_and_none_is_fuzzy(code):
+    po = catalog_ids(LOCALE_DIR / code / "LC_MESSAGES" / f"{DOMAIN}.po")
+    missing = sorted(str(m) for m in extracted() if m not in po)
     assert missing == []
-    fuzzy = sorted(str(k) for k, m in zh.items() if m.fuzzy)  # type: ignore[attr-defined]
+    fuzzy = sorted(str(k) for k, m in po.items() if m.fuzzy)  # type: ignore[attr-defined]
     assert fuzzy == []
-    empty = sorted(str(k) for k, m in zh.items() if not all(m.string if isinstance(m.string, tuple) else [m.string]))  # type: ignore[attr-defined]
+    empty = sorted(str(k) for k, m in po.items() if not all(m.string if isinstance(m.string, tuple) else [m.string]))  # type: ignore[attr-defined]
     assert empty == []
 
 
-def test_the_committed_mo_says_what_the_po_says():
-    zh = catalog_ids(LOCALE_DIR / "zh" / "LC_MESSAGES" / f"{DOMAIN}.po")
-    compiled = gettext.translation(DOMAIN, LOCALE_DIR, languages=["zh"])
-    for msgid, message in zh.items():
+@pytest.mark.parametrize("code", TRANSLATED)
+def test_the_committed_mo_says_what_the_po_says(code):
+    po = catalog_ids(LOCALE_DIR / code / "LC_MESSAGES" / f"{DOMAIN}.po")
+    compiled = gettext.translation(DOMAIN, LOCALE_DIR, languages=[code])
+    for msgid, message in po.items():
         string = message.string  # type: ignore[attr-defined]
         if isinstance(msgid, tuple):
             assert compiled.ngettext(msgid[0], msgid[1], 2) == string[0], "run pybabel compile"

@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 

@@ -55,7 +55,13 @@ from platforms.base import (
 )
 from platforms.discord.settings import DiscordSettings
 from platforms.discord.slash import EPHEMERAL as _EPHEMERAL
-from platforms.discord.slash import InteractionAnswer, build_tree, command_message, interaction_source
+from platforms.discord.slash import (
+    CatalogTranslator,
+    InteractionAnswer,
+    build_tree,
+    command_message,
+    interaction_source,
+)
 from platforms.edited_reply import EditedReply
 from platforms.helpers import Backoff, Watchdog, cancel_and_wait
 from platforms.settings import settings_from
@@ -306,6 +312,7 @@ class DiscordAdapter(PlatformAdapter):
             _guard_parsers(client)
             if self._menu:
                 client.tree = build_tree(self, client, self._menu)
+                await client.tree.set_translator(CatalogTranslator())
             self.client = client
             self._phase = "connect"
             try:

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Optional, Protocol
 import discord
 from discord import app_commands
 
+from gateway.language import N_, Language, gettext
 from gateway.source import Platform, SessionSource
 from platforms.base import CommandSuggester, InboundMessage, ReplyStream
 from platforms.edited_reply import EditedReply
@@ -115,12 +116,34 @@ def build_tree(adapter: SlashHost, client: discord.Client, menu: dict[str, str])
             continue
         description = (help_text or name).strip()[:100] or name
         command: app_commands.Command[Any, ..., None] = app_commands.Command(
-            name=name, description=description, callback=_callback(name, invoke)
+            name=name,
+            description=app_commands.locale_str(description, msgid=help_text),
+            callback=_callback(name, invoke),
         )
         if name == "resume":
             command.autocomplete("which")(_resume_choices(adapter))
         tree.add_command(command)
     return tree
+
+
+# The client languages each catalog is registered for (Discord's own locale codes). zh-TW is left
+# out: a Traditional Chinese client is better served by the English text than by Simplified.
+CLIENT_LOCALES = {discord.Locale.chinese: Language.ZH}
+
+
+class CatalogTranslator(app_commands.Translator):
+    """Slash-command and option descriptions from the catalog (DESIGN §17): discord.py asks once
+    per locale when it syncs, and registers the answers as `description_localizations`, which
+    each person's client shows in its own language."""
+
+    async def translate(
+        self, string: app_commands.locale_str, locale: discord.Locale, context: app_commands.TranslationContextTypes
+    ) -> str | None:
+        language = CLIENT_LOCALES.get(locale)
+        if language is None:
+            return None
+        msgid = string.extras.get("msgid") or string.message
+        return gettext(language, msgid)[:100]
 
 
 def _NAME_OK(name: str) -> bool:
@@ -131,28 +154,28 @@ def _callback(name: str, invoke: Invoke) -> Callable[..., Coroutine[Any, Any, No
     """The callback whose signature gives the command its options (discord.py reads it)."""
     if name == "new":
 
-        @app_commands.describe(title="a title for the new conversation")
+        @app_commands.describe(title=app_commands.locale_str(N_("a title for the new conversation")))
         async def new(interaction: discord.Interaction, title: Optional[str] = None) -> None:
             await invoke(interaction, name, title or "")
 
         return new
     if name == "resume":
 
-        @app_commands.describe(which="a number from the list, a title or a session id")
+        @app_commands.describe(which=app_commands.locale_str(N_("a number from the list, a title or a session id")))
         async def resume(interaction: discord.Interaction, which: Optional[str] = None) -> None:
             await invoke(interaction, name, which or "")
 
         return resume
     if name == "search":
 
-        @app_commands.describe(query="words to look for in past conversations")
+        @app_commands.describe(query=app_commands.locale_str(N_("words to look for in past conversations")))
         async def search(interaction: discord.Interaction, query: str) -> None:
             await invoke(interaction, name, query)
 
         return search
     if name == "undo":
 
-        @app_commands.describe(count="how many exchanges to hide (default 1)")
+        @app_commands.describe(count=app_commands.locale_str(N_("how many exchanges to hide (default 1)")))
         async def undo(
             interaction: discord.Interaction, count: Optional[app_commands.Range[int, 1, 50]] = None
         ) -> None:
@@ -161,7 +184,7 @@ def _callback(name: str, invoke: Invoke) -> Callable[..., Coroutine[Any, Any, No
         return undo
     if name == "title":
 
-        @app_commands.describe(name="the new title (leave out to see the current one)")
+        @app_commands.describe(name=app_commands.locale_str(N_("the new title (leave out to see the current one)")))
         async def title(interaction: discord.Interaction, name: Optional[str] = None) -> None:
             await invoke(interaction, "title", name or "")
 

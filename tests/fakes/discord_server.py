@@ -733,6 +733,7 @@ class FakeDiscord:
         *,
         focused: str | None = None,
         kind: int = 2,
+        locale: str = "en-US",
     ) -> str:
         """A person runs `/name` (kind 2) or types into an option (`autocomplete`, kind 4) in a
         channel; returns the interaction id. Option types come from the registered command."""
@@ -786,7 +787,7 @@ class FakeDiscord:
             "data": payload,
             "channel_id": str(channel_id),
             "channel": channel,
-            "locale": "en-US",
+            "locale": locale,  # the person's client language
             "app_permissions": "2248473465835073",
             "entitlements": [],
             "attachment_size_limit": 8388608,

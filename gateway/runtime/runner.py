@@ -239,7 +239,8 @@ class GatewayRunner:
             # In a group it is another bot's command. A DM holds only this bot (privacy mode is a
             # group matter), so silence there would look like a hang: say whose command it was.
             if source.chat_type == "dm":
-                await self.send(msg, other_bot_text(command.name, command.bot))
+                with speaking(await self.language_of(msg)):
+                    await self.send(msg, other_bot_text(command.name, command.bot))
             return
         if not msg.text.strip() and not msg.attachments:  # a sticker, a location, ...: nothing to answer
             if source.chat_type == "dm":
@@ -603,11 +604,16 @@ class GatewayRunner:
 
 
 def stopped_by_text(name: str) -> str:
-    return f"Not answered: {name} sent /stop in this conversation. Send your message again if you still want an answer."
+    return _(
+        "Not answered: {name} sent /stop in this conversation. Send your message again if you still want an answer.",
+        name=name,
+    )
 
 
 def other_bot_text(name: str, bot: str) -> str:
-    return f"/{name}@{bot} is addressed to @{bot}, not to me. Send /{name} without the @ for mine."
+    return _(
+        "/{name}@{bot} is addressed to @{bot}, not to me. Send /{name} without the @ for mine.", name=name, bot=bot
+    )
 
 
 def adapter_health(adapters: Iterable[PlatformAdapter]) -> dict[str, AdapterHealth]:

@@ -34,6 +34,8 @@ SENTENCE = re.compile(r"[A-Za-z]{2,}[ ,:;.!?][ A-Za-z]")
 NOT_FOR_THE_PERSON = {
     # what the model reads about an attachment: stored in the transcript, searched; English like logs
     "gateway/runtime/media.py": ("size unknown", "[: ", " transcript: ", " (no ", " (transcription failed)"),
+    # a tool's failure, read by the model
+    "gateway/runtime/mcp_calls.py": ("unknown tool ",),
     # the terminal is the operator's own console: its /attach refusals stay English, as CLI output does
     "platforms/local.py": ("Nothing was sent.",),
     "platforms/local_attach.py": ("Usage: ", "Could not read the path", "Nothing was sent: "),

@@ -34,7 +34,7 @@ async def cmd_deny(ctx: CommandContext) -> str:
 
 
 async def cmd_tools(ctx: CommandContext) -> str:
-    return "Tools the assistant may use here:\n" + "\n".join(ctx.services.tool_lines(ctx.msg))
+    return _("Tools the assistant may use here:") + "\n" + "\n".join(ctx.services.tool_lines(ctx.msg))
 
 
 async def cmd_title(ctx: CommandContext) -> str:

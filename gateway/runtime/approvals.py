@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from agent.tools import ToolContext
+from gateway.language import _
 from gateway.source import SessionSource
 from gateway.text import valid_text
 from platforms.base import PlatformAdapter
@@ -105,14 +106,14 @@ class Approvals:
         if wanted:
             found = [r for r in here if str(r.id) == wanted]
             if not found:
-                return f"There is no request {wanted} waiting here."
+                return _("There is no request {id} waiting here.", id=wanted)
             request = found[0]
         else:
             mine = [r for r in here if r.person == person]
             if not mine:
-                return "Nothing is waiting for your approval here."
+                return _("Nothing is waiting for your approval here.")
             request = min(mine, key=lambda r: r.id)
         if request.person != person and not is_admin:
-            return "Only the person who asked, or an admin, may answer that request."
+            return _("Only the person who asked, or an admin, may answer that request.")
         request.decided.set_result(APPROVED if approve else DENIED)
-        return f"{'Approved' if approve else 'Denied'}: {request.what}"
+        return _("Approved: {what}", what=request.what) if approve else _("Denied: {what}", what=request.what)

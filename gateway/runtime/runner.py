@@ -446,7 +446,7 @@ class GatewayRunner:
 
     def answer_approval(self, msg: InboundMessage, approve: bool, args: str) -> str:
         if self.approvals is None:
-            return "Nothing is waiting for your approval here."
+            return _("Nothing is waiting for your approval here.")
         return self.approvals.answer(msg.source, self.access.is_admin(msg.source), approve, args)
 
     def tool_lines(self, msg: InboundMessage) -> list[str]:

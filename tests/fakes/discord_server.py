@@ -752,7 +752,7 @@ class FakeDiscord:
         payload: dict[str, Any] = {"id": command["id"], "name": name, "type": 1, "options": opts}
         if guild_id:
             payload["guild_id"] = str(guild_id)
-        return await self._interact(channel_id, user, kind, payload)
+        return await self._interact(channel_id, user, kind, payload, locale=locale)
 
     async def press(self, message: dict[str, Any], user: dict, custom_id: str) -> str:
         """A person presses the button `custom_id` on a message the bot sent (a component
@@ -763,7 +763,13 @@ class FakeDiscord:
         )
 
     async def _interact(
-        self, channel_id: int, user: dict, kind: int, payload: dict[str, Any], extra: dict[str, Any] | None = None
+        self,
+        channel_id: int,
+        user: dict,
+        kind: int,
+        payload: dict[str, Any],
+        extra: dict[str, Any] | None = None,
+        locale: str = "en-US",
     ) -> str:
         """Dispatch an interaction of `kind` with `payload` as its data, by `user` in the channel."""
         channel = self.channels[channel_id]

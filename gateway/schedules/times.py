@@ -41,8 +41,8 @@ MISSED_POLICIES: tuple[Missed, ...] = ("run_once", "skip")
 # daemon was down), not merely queued behind another.
 LATE_AFTER = timedelta(minutes=1)
 MAX_EVERY_MINUTES = 366 * 24 * 60  # a yearly reminder is the longest interval anyone asks for
-# Fall-back transitions move the wall clock back at most 2 h (1 h almost everywhere); 3 h covers them.
-_FALL_BACK_SPAN = timedelta(hours=3)
+# A DST change moves the wall clock by at most 2 h (1 h almost everywhere); 3 h covers any of them.
+_DST_SPAN = timedelta(hours=3)
 # Gaps between the first runs of a cron expression tell its shortest interval: any gap inside an
 # hour shows within its first 60 runs, and those across hour and day edges soon after.
 _GAP_SAMPLES = 100
@@ -192,20 +192,18 @@ def next_run_after(timing: Timing, now: datetime) -> datetime | None:
 
 
 def _cron_next(expression: str, tz: ZoneInfo, now: datetime) -> datetime:
-    """Walk the expression's naive wall times from the wall clock at `now` and map each to its
-    instants; the earliest instant after `now` wins. Just before a fall-back the repeated hour's
-    second pass lies after `now` at wall times before it, so the walk starts that much earlier."""
-    local = now.astimezone(tz)
-    offset = local.utcoffset() or timedelta(0)
-    later = (now + _FALL_BACK_SPAN).astimezone(tz).utcoffset() or timedelta(0)
-    wall = local.replace(tzinfo=None, fold=0) - max(timedelta(0), offset - later)
+    """Walk the expression's naive wall times and map each to its instants; the earliest instant
+    after `now` wins. Wall times before the clock at `now` can name later instants (a repeated
+    hour's second pass just before a fall-back; a skipped time, read with the old offset, just
+    after a spring-forward), so the walk starts a DST span earlier and ends a span past the best."""
+    wall = now.astimezone(tz).replace(tzinfo=None, fold=0) - _DST_SPAN
     runs = croniter(expression, wall)
     every_hour = runs.expanded[1] == ["*"] or set(runs.expanded[1]) == set(range(24))
     best: datetime | None = None
     best_wall = wall
     while True:
         candidate = runs.get_next(datetime)
-        if best is not None and candidate > best_wall + _FALL_BACK_SPAN:
+        if best is not None and candidate > best_wall + _DST_SPAN:
             return best
         for instant in _instants(candidate, tz, every_hour):
             if instant > now and (best is None or instant < best):

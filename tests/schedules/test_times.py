@@ -65,7 +65,11 @@ def test_every_counts_from_creation_in_real_minutes() -> None:
 
 @pytest.mark.parametrize("zone", [BERLIN, NEW_YORK])
 def test_every_is_real_minutes_across_both_dst_changes(zone: ZoneInfo) -> None:
-    for day in (datetime(2026, 3, 28, tzinfo=UTC), datetime(2026, 10, 24, tzinfo=UTC), datetime(2026, 10, 31, tzinfo=UTC)):
+    for day in (
+        datetime(2026, 3, 28, tzinfo=UTC),
+        datetime(2026, 10, 24, tzinfo=UTC),
+        datetime(2026, 10, 31, tzinfo=UTC),
+    ):
         found = runs(Timing("every", zone.key, day, every_minutes=60), day, day + timedelta(days=3))
         assert len(found) == 72
         assert {b - a for a, b in zip(found, found[1:])} == {timedelta(hours=1)}
@@ -79,7 +83,9 @@ def test_cron_reads_the_wall_clock_of_its_zone() -> None:
     assert next_run_after(cron(weekdays_18, "America/New_York"), NOW) == datetime(2026, 12, 2, 23, 0, tzinfo=UTC)
     # Friday 18:00 Shanghai passed -> Monday
     friday_evening = datetime(2026, 12, 4, 11, 0, tzinfo=UTC)
-    assert next_run_after(cron(weekdays_18, "Asia/Shanghai"), friday_evening) == datetime(2026, 12, 7, 10, 0, tzinfo=UTC)
+    assert next_run_after(cron(weekdays_18, "Asia/Shanghai"), friday_evening) == datetime(
+        2026, 12, 7, 10, 0, tzinfo=UTC
+    )
 
 
 def test_a_cron_run_is_strictly_after_now_even_on_the_minute() -> None:
@@ -93,25 +99,48 @@ def test_a_cron_run_is_strictly_after_now_even_on_the_minute() -> None:
 
 def test_berlin_spring_forward_a_0230_job_runs_once_at_the_shifted_time() -> None:
     # 2026-03-29 02:00 CET -> 03:00 CEST: 02:30 does not exist that day
-    found = runs(cron("30 2 * * *", "Europe/Berlin"), datetime(2026, 3, 27, 12, tzinfo=UTC), datetime(2026, 3, 31, 12, tzinfo=UTC))
+    found = runs(
+        cron("30 2 * * *", "Europe/Berlin"),
+        datetime(2026, 3, 27, 12, tzinfo=UTC),
+        datetime(2026, 3, 31, 12, tzinfo=UTC),
+    )
     assert local(found, BERLIN) == ["03-28 02:30 CET", "03-29 03:30 CEST", "03-30 02:30 CEST", "03-31 02:30 CEST"]
+
+
+def test_the_shifted_run_is_found_from_just_after_the_jump() -> None:
+    # 03:10 CEST: the wall clock is past 02:30, but 02:30 read with the old offset is 03:30 CEST
+    just_after = datetime(2026, 3, 29, 1, 10, tzinfo=UTC)
+    found = next_run_after(cron("30 2 * * *", "Europe/Berlin"), just_after)
+    assert found == datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
 
 
 def test_berlin_fall_back_a_0230_job_runs_once() -> None:
     # 2026-10-25 03:00 CEST -> 02:00 CET: 02:30 happens twice; the job runs at the first
-    found = runs(cron("30 2 * * *", "Europe/Berlin"), datetime(2026, 10, 23, 12, tzinfo=UTC), datetime(2026, 10, 27, 12, tzinfo=UTC))
+    found = runs(
+        cron("30 2 * * *", "Europe/Berlin"),
+        datetime(2026, 10, 23, 12, tzinfo=UTC),
+        datetime(2026, 10, 27, 12, tzinfo=UTC),
+    )
     assert local(found, BERLIN) == ["10-24 02:30 CEST", "10-25 02:30 CEST", "10-26 02:30 CET", "10-27 02:30 CET"]
 
 
 def test_new_york_spring_forward_a_0230_job_runs_once_at_the_shifted_time() -> None:
     # 2026-03-08 02:00 EST -> 03:00 EDT
-    found = runs(cron("30 2 * * *", "America/New_York"), datetime(2026, 3, 7, 12, tzinfo=UTC), datetime(2026, 3, 10, 12, tzinfo=UTC))
+    found = runs(
+        cron("30 2 * * *", "America/New_York"),
+        datetime(2026, 3, 7, 12, tzinfo=UTC),
+        datetime(2026, 3, 10, 12, tzinfo=UTC),
+    )
     assert local(found, NEW_YORK) == ["03-08 03:30 EDT", "03-09 02:30 EDT", "03-10 02:30 EDT"]
 
 
 def test_new_york_fall_back_a_0130_job_runs_once() -> None:
     # 2026-11-01 02:00 EDT -> 01:00 EST: 01:30 happens twice
-    found = runs(cron("30 1 * * *", "America/New_York"), datetime(2026, 10, 31, 12, tzinfo=UTC), datetime(2026, 11, 3, 12, tzinfo=UTC))
+    found = runs(
+        cron("30 1 * * *", "America/New_York"),
+        datetime(2026, 10, 31, 12, tzinfo=UTC),
+        datetime(2026, 11, 3, 12, tzinfo=UTC),
+    )
     assert local(found, NEW_YORK) == ["11-01 01:30 EDT", "11-02 01:30 EST", "11-03 01:30 EST"]
 
 
@@ -217,7 +246,10 @@ def test_a_valid_request_of_each_kind() -> None:
         ({"every_minutes": True}, "whole number"),
         ({"every_minutes": "30"}, "whole number"),
         ({"every_minutes": 10**7}, "at most"),
-        ({"at": "2026-12-03T09:00:00+08:00", "cron": "0 9 * * *"}, "exactly one of at, cron or every_minutes (got at and cron)"),
+        (
+            {"at": "2026-12-03T09:00:00+08:00", "cron": "0 9 * * *"},
+            "exactly one of at, cron or every_minutes (got at and cron)",
+        ),
         ({"cron": "0 9 * * *", "every_minutes": 60}, "got cron and every_minutes"),
         ({}, "got none"),
     ],
@@ -231,7 +263,9 @@ def test_the_minimum_interval_is_a_setting() -> None:
     with pytest.raises(ScheduleError, match="at least 60"):
         parse_timing(at=None, cron=None, every_minutes=30, timezone_name="UTC", now=NOW, min_interval_minutes=60)
     with pytest.raises(ScheduleError, match="fires every 30 min; the minimum is 60"):
-        parse_timing(at=None, cron="0,30 * * * *", timezone_name="UTC", every_minutes=None, now=NOW, min_interval_minutes=60)
+        parse_timing(
+            at=None, cron="0,30 * * * *", timezone_name="UTC", every_minutes=None, now=NOW, min_interval_minutes=60
+        )
 
 
 def test_now_must_be_aware() -> None:

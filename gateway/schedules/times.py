@@ -78,6 +78,8 @@ class RunPlan:
 
 def zone(name: str) -> ZoneInfo:
     """The IANA zone `name`; ScheduleError naming close names when there is none."""
+    if not isinstance(name, str):  # the model's arguments are JSON: anything may come
+        raise ScheduleError(f"timezone must be an IANA name such as Asia/Shanghai, got {name!r}")
     if name not in _zone_names():
         close = difflib.get_close_matches(name, _zone_names(), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else " (an IANA name such as Asia/Shanghai)"
@@ -193,21 +195,31 @@ def next_run_after(timing: Timing, now: datetime) -> datetime | None:
 
 def _cron_next(expression: str, tz: ZoneInfo, now: datetime) -> datetime:
     """Walk the expression's naive wall times and map each to its instants; the earliest instant
-    after `now` wins. Wall times before the clock at `now` can name later instants (a repeated
-    hour's second pass just before a fall-back; a skipped time, read with the old offset, just
-    after a spring-forward), so the walk starts a DST span earlier and ends a span past the best."""
-    wall = now.astimezone(tz).replace(tzinfo=None, fold=0) - _DST_SPAN
+    after `now` wins. Near a DST change, wall times before the clock at `now` can name later
+    instants (a repeated hour's second pass just before a fall-back; a skipped time, read with the
+    old offset, just after a spring-forward) and a later wall time an earlier instant, so there the
+    walk starts a DST span earlier and goes on a span past the best; elsewhere the first is the one
+    (walking the spans always cost a */5 job 72 croniter steps instead of 1)."""
+    wall = now.astimezone(tz).replace(tzinfo=None, fold=0)
+    if _dst_change_near(tz, now):
+        wall -= _DST_SPAN
     runs = croniter(expression, wall)
     every_hour = runs.expanded[1] == ["*"] or set(runs.expanded[1]) == set(range(24))
     best: datetime | None = None
     best_wall = wall
     while True:
         candidate = runs.get_next(datetime)
-        if best is not None and candidate > best_wall + _DST_SPAN:
+        if best is not None and (candidate > best_wall + _DST_SPAN or not _dst_change_near(tz, best)):
             return best
         for instant in _instants(candidate, tz, every_hour):
             if instant > now and (best is None or instant < best):
                 best, best_wall = instant, candidate
+
+
+def _dst_change_near(tz: ZoneInfo, instant: datetime) -> bool:
+    """Whether `tz` changes its offset within a DST span of `instant`."""
+    offsets = {(instant + shift).astimezone(tz).utcoffset() for shift in (-_DST_SPAN, timedelta(0), _DST_SPAN)}
+    return len(offsets) > 1
 
 
 def _instants(wall: datetime, tz: ZoneInfo, every_hour: bool) -> list[datetime]:

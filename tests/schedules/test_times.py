@@ -238,6 +238,7 @@ def test_a_valid_request_of_each_kind() -> None:
         ({"cron": "58 8 * * *", "timezone_name": "Europe/Berln"}, "did you mean Europe/Berlin"),
         ({"every_minutes": 5, "timezone_name": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
         ({"every_minutes": 5, "timezone_name": "../etc/passwd"}, "unknown time zone"),
+        ({"every_minutes": 5, "timezone_name": 8}, "timezone must be an IANA name"),
         ({"at": "2026-12-03T09:00:00"}, "no UTC offset"),
         ({"at": "2026-12-03"}, "no UTC offset"),
         ({"at": "tomorrow 9am"}, "not ISO-8601"),

@@ -97,14 +97,43 @@ def test_a_cron_run_is_strictly_after_now_even_on_the_minute() -> None:
 # ---- DST --------------------------------------------------------------------------------------
 
 
-def test_berlin_spring_forward_a_0230_job_runs_once_at_the_shifted_time() -> None:
-    # 2026-03-29 02:00 CET -> 03:00 CEST: 02:30 does not exist that day
-    found = runs(
-        cron("30 2 * * *", "Europe/Berlin"),
-        datetime(2026, 3, 27, 12, tzinfo=UTC),
-        datetime(2026, 3, 31, 12, tzinfo=UTC),
-    )
-    assert local(found, BERLIN) == ["03-28 02:30 CET", "03-29 03:30 CEST", "03-30 02:30 CEST", "03-31 02:30 CEST"]
+@pytest.mark.parametrize(
+    ("what", "zone", "expression", "days", "expected"),
+    [
+        (
+            "2026-03-29 02:00 CET -> 03:00 CEST: 02:30 does not exist; it runs once, an hour on",
+            BERLIN,
+            "30 2 * * *",
+            (datetime(2026, 3, 27, 12, tzinfo=UTC), datetime(2026, 3, 31, 12, tzinfo=UTC)),
+            ["03-28 02:30 CET", "03-29 03:30 CEST", "03-30 02:30 CEST", "03-31 02:30 CEST"],
+        ),
+        (
+            "2026-10-25 03:00 CEST -> 02:00 CET: 02:30 happens twice; it runs at the first",
+            BERLIN,
+            "30 2 * * *",
+            (datetime(2026, 10, 23, 12, tzinfo=UTC), datetime(2026, 10, 27, 12, tzinfo=UTC)),
+            ["10-24 02:30 CEST", "10-25 02:30 CEST", "10-26 02:30 CET", "10-27 02:30 CET"],
+        ),
+        (
+            "2026-03-08 02:00 EST -> 03:00 EDT",
+            NEW_YORK,
+            "30 2 * * *",
+            (datetime(2026, 3, 7, 12, tzinfo=UTC), datetime(2026, 3, 10, 12, tzinfo=UTC)),
+            ["03-08 03:30 EDT", "03-09 02:30 EDT", "03-10 02:30 EDT"],
+        ),
+        (
+            "2026-11-01 02:00 EDT -> 01:00 EST: 01:30 happens twice",
+            NEW_YORK,
+            "30 1 * * *",
+            (datetime(2026, 10, 31, 12, tzinfo=UTC), datetime(2026, 11, 3, 12, tzinfo=UTC)),
+            ["11-01 01:30 EDT", "11-02 01:30 EST", "11-03 01:30 EST"],
+        ),
+    ],
+)
+def test_a_daily_job_runs_once_on_a_dst_day(
+    what: str, zone: ZoneInfo, expression: str, days: tuple[datetime, datetime], expected: list[str]
+) -> None:
+    assert local(runs(cron(expression, zone.key), *days), zone) == expected, what
 
 
 def test_the_shifted_run_is_found_from_just_after_the_jump() -> None:
@@ -112,36 +141,6 @@ def test_the_shifted_run_is_found_from_just_after_the_jump() -> None:
     just_after = datetime(2026, 3, 29, 1, 10, tzinfo=UTC)
     found = next_run_after(cron("30 2 * * *", "Europe/Berlin"), just_after)
     assert found == datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
-
-
-def test_berlin_fall_back_a_0230_job_runs_once() -> None:
-    # 2026-10-25 03:00 CEST -> 02:00 CET: 02:30 happens twice; the job runs at the first
-    found = runs(
-        cron("30 2 * * *", "Europe/Berlin"),
-        datetime(2026, 10, 23, 12, tzinfo=UTC),
-        datetime(2026, 10, 27, 12, tzinfo=UTC),
-    )
-    assert local(found, BERLIN) == ["10-24 02:30 CEST", "10-25 02:30 CEST", "10-26 02:30 CET", "10-27 02:30 CET"]
-
-
-def test_new_york_spring_forward_a_0230_job_runs_once_at_the_shifted_time() -> None:
-    # 2026-03-08 02:00 EST -> 03:00 EDT
-    found = runs(
-        cron("30 2 * * *", "America/New_York"),
-        datetime(2026, 3, 7, 12, tzinfo=UTC),
-        datetime(2026, 3, 10, 12, tzinfo=UTC),
-    )
-    assert local(found, NEW_YORK) == ["03-08 03:30 EDT", "03-09 02:30 EDT", "03-10 02:30 EDT"]
-
-
-def test_new_york_fall_back_a_0130_job_runs_once() -> None:
-    # 2026-11-01 02:00 EDT -> 01:00 EST: 01:30 happens twice
-    found = runs(
-        cron("30 1 * * *", "America/New_York"),
-        datetime(2026, 10, 31, 12, tzinfo=UTC),
-        datetime(2026, 11, 3, 12, tzinfo=UTC),
-    )
-    assert local(found, NEW_YORK) == ["11-01 01:30 EDT", "11-02 01:30 EST", "11-03 01:30 EST"]
 
 
 def local_day(zone: ZoneInfo, day: datetime) -> tuple[datetime, datetime]:

@@ -16,7 +16,7 @@ import asyncio
 from typing import Any
 
 from agent.tools import Tool, ToolContext
-from gateway.schedules.clock import Clock, SystemClock, utc_now
+from gateway.schedules.clock import SystemWallClock, WallClock, utc_now
 from gateway.schedules.model import ChatRef, IdTaken, Schedule, ScheduleStore, new_id, normalize_id, owner_of
 from gateway.schedules.settings import ScheduleSettings
 from gateway.schedules.times import ScheduleError, describe, host_timezone, local_text, next_run_after, parse_timing
@@ -63,14 +63,14 @@ DESCRIPTION = (
 def make_schedule_tool(
     store: ScheduleStore,
     settings: ScheduleSettings | None = None,
-    clock: Clock | None = None,
+    clock: WallClock | None = None,
     default_timezone: str | None = None,
 ) -> Tool:
     """The tool over `store`. `default_timezone` (config `session.reset.timezone`) is used when the
     model gives none; else the host's zone. The turn puts its session key in
     `ctx.extra["session_key"]`: the job answers in that conversation."""
     limits = settings or ScheduleSettings()
-    time_source = clock or SystemClock()
+    time_source = clock or SystemWallClock()
     fallback_zone = default_timezone or host_timezone()
 
     async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -94,7 +94,7 @@ def make_schedule_tool(
 def _create(
     store: ScheduleStore,
     limits: ScheduleSettings,
-    clock: Clock,
+    clock: WallClock,
     fallback_zone: str,
     owner: str,
     chat: ChatRef,

@@ -1,9 +1,12 @@
 """The clock a schedule reads: `now()` in Unix seconds and an awaitable `sleep`, injectable.
 
-The due-run loop, the claim and the `schedule` tool take a Clock instead of calling time.time(),
+The shape of the adapters' Clock (platforms/base.py), but not that clock: theirs is monotonic, for
+pacing edits, and a schedule is about the calendar, so this one reads the wall clock.
+
+The due-run loop, the claim and the `schedule` tool take a WallClock instead of calling time.time(),
 so the tests move time by hours and across DST changes without waiting. It is the shape of
 tests/fakes/virtual_clock.py (whose `sleep` moves time instead of waiting), which therefore serves
-as the test clock unchanged; the daemon uses SystemClock.
+as the test clock unchanged; the daemon uses SystemWallClock.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Protocol
 
 
-class Clock(Protocol):
+class WallClock(Protocol):
     def now(self) -> float:
         """Seconds since the Unix epoch."""
         ...
@@ -22,8 +25,8 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None: ...
 
 
-class SystemClock:
-    """Wall-clock time (time.time: schedules are about the calendar, not a monotonic count)."""
+class SystemWallClock:
+    """The host's wall clock (time.time)."""
 
     def now(self) -> float:
         return time.time()
@@ -32,6 +35,6 @@ class SystemClock:
         await asyncio.sleep(seconds)
 
 
-def utc_now(clock: Clock) -> datetime:
+def utc_now(clock: WallClock) -> datetime:
     """The clock's instant as an aware UTC datetime."""
     return datetime.fromtimestamp(clock.now(), timezone.utc)

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gateway.config.schema import fields_of
-from gateway.schedules.clock import SystemClock, utc_now
+from gateway.schedules.clock import SystemWallClock, utc_now
 from gateway.schedules.model import ID_ALPHABET, ID_LENGTH, ChatRef, Schedule, new_id, normalize_id, owner_of
 from gateway.schedules.settings import ScheduleSettings, schedule_settings
 from gateway.schedules.times import Timing, next_run_after, parse_timing
@@ -173,7 +173,7 @@ def test_the_owners_limit_is_checked_by_the_insert() -> None:
 
 def test_the_system_clock_reads_utc_now() -> None:
     before = datetime.now(UTC)
-    assert before - timedelta(seconds=5) < utc_now(SystemClock()) < before + timedelta(seconds=5)
+    assert before - timedelta(seconds=5) < utc_now(SystemWallClock()) < before + timedelta(seconds=5)
 
 
 # ---- settings ---------------------------------------------------------------------------------

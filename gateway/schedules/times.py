@@ -13,8 +13,9 @@ Wall clocks jump twice a year, and a cron job must neither vanish nor double:
 - fall back (03:00 -> 02:00): a wall time that happens twice runs at its first occurrence only, as
   Vixie cron does; a job that fires every hour (hour field `*`) also runs in the repeated hour,
   since its person expects it hourly.
-croniter's own zone handling runs a 02:30 job twice on a fall-back day, so it is only asked for
-naive wall times here (measured on croniter 7.0.0: tests/schedules/test_times.py pins both days).
+croniter's own zone handling runs a 02:30 job twice on a fall-back day (7.0.0, started in Berlin
+on 2026-10-24: 02:30+02:00, then 02:30+01:00) and at 03:00 on a spring-forward day, so it is only
+asked for naive wall times here, and the mapping to instants is ours.
 
 A run is late when it is claimed more than LATE_AFTER past its time (the daemon was down or
 stopped): `missed: run_once` runs it once, marked late, and however many runs were missed the next

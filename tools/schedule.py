@@ -22,7 +22,7 @@ from gateway.schedules.settings import ScheduleSettings
 from gateway.schedules.times import ScheduleError, describe, host_timezone, local_text, next_run_after, parse_timing
 
 MAX_PROMPT_CHARS = 2000  # a scheduled prompt is an instruction, not a document
-_ID_DRAWS = 5  # a clash among 32^6 ids is a one-in-10^8 event; five draws never all clash
+_ID_DRAWS = 5  # a draw hits one of N stored ids with chance N / 32^6 (~N / 10^9): five never all do
 
 PARAMETERS: dict[str, Any] = {
     "type": "object",

@@ -3,7 +3,7 @@ tomorrow at 9", "every weekday at 18:00 summarise this group").
 
 Arguments, exactly: `{"action": "create", "prompt", "at" | "cron" | "every_minutes", "timezone"}`,
 `{"action": "list"}`, `{"action": "cancel", "id"}`. A job belongs to the person who asked and runs
-in the chat it was asked in (its session key, which the turn hands over in `ctx.extra`). Times are
+in the chat it was asked in (its session key, which the turn hands over as `ctx.session_key`). Times are
 checked by gateway.schedules.times and shown back in the job's zone (the person's, else the
 configured default, else the host's), so the model can repeat the answer verbatim and the person
 sees their own clock. Limits come from `schedules` in config (max_per_person, min_interval_minutes);
@@ -67,16 +67,16 @@ def make_schedule_tool(
     default_timezone: str | None = None,
 ) -> Tool:
     """The tool over `store`. `default_timezone` (config `session.reset.timezone`) is used when the
-    model gives none; else the host's zone. The turn puts its session key in
-    `ctx.extra["session_key"]`: the job answers in that conversation."""
+    model gives none; else the host's zone. The job answers in the conversation of
+    `ctx.session_key`."""
     limits = settings or ScheduleSettings()
     time_source = clock or SystemWallClock()
     fallback_zone = default_timezone or host_timezone()
 
     async def handler(args: dict[str, Any], ctx: ToolContext) -> str:
         action = args.get("action")
-        source, session_key = ctx.source, ctx.extra.get("session_key")
-        if source is None or not source.person_id or not isinstance(session_key, str):
+        source, session_key = ctx.source, ctx.session_key
+        if source is None or not source.person_id or session_key is None:
             return "error: scheduling needs a person in a chat; it is not available here"
         owner = owner_of(source)
         if action == "create":

@@ -26,7 +26,7 @@ ID = re.compile(r"scheduled ([2-9a-z]{6}):")
 def context(
     source: SessionSource | None = ANN, key: str | None = "agent:main:telegram:group:-100200:42"
 ) -> ToolContext:
-    return ToolContext(session_id="s1", source=source, extra={"session_key": key} if key else {})
+    return ToolContext(session_id="s1", source=source, session_key=key)
 
 
 @pytest.fixture

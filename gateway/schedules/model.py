@@ -117,11 +117,13 @@ class Schedule:
 @dataclass(frozen=True)
 class Run:
     """A claimed run: the job as the claim left it, the instant it was due, and whether it is late
-    (the turn says so). `event_id` is its inbox key, unique per (job, due instant)."""
+    (the turn says so). `event_id` is its inbox key, unique per (job, due instant); `inbox_id` the
+    inbox row a store's claim added for it."""
 
     schedule: Schedule
     due_at: datetime
     late: bool
+    inbox_id: int | None = None
 
     @property
     def event_id(self) -> str:

@@ -1,5 +1,6 @@
 """The schedule row: typeable ids, the chat it answers in, its owner, the claim's reading of a due
-job (`advance`) through a store driven by a virtual clock, pause/resume and the deletes; and the
+job (`advance`) through a store driven by a virtual clock, pause/resume and the deletes (the same
+cases on the memory store and the table of both backends: the `store` fixture); and the
 `schedules` settings section."""
 
 from __future__ import annotations
@@ -11,12 +12,20 @@ import pytest
 
 from gateway.config.schema import fields_of
 from gateway.schedules.clock import SystemWallClock, utc_now
-from gateway.schedules.model import ID_ALPHABET, ID_LENGTH, ChatRef, Schedule, new_id, normalize_id, owner_of
+from gateway.schedules.model import (
+    ID_ALPHABET,
+    ID_LENGTH,
+    ChatRef,
+    Schedule,
+    ScheduleStore,
+    new_id,
+    normalize_id,
+    owner_of,
+)
 from gateway.schedules.settings import ScheduleSettings, schedule_settings
 from gateway.schedules.times import Timing, next_run_after, parse_timing
 from gateway.source import SessionSource
 from tests.fakes.virtual_clock import VirtualClock
-from tests.schedules.memory_store import MemoryScheduleStore
 
 UTC = timezone.utc
 START = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)  # a Wednesday
@@ -24,7 +33,7 @@ SOURCE = SessionSource("telegram", "-100200", "group", user_id="42", user_name="
 CHAT = ChatRef(SOURCE, "agent:main:telegram:group:-100200:42")
 
 
-def job(store: MemoryScheduleStore, clock: VirtualClock, owner: str = "telegram:42", **timing: object) -> Schedule:
+def job(store: ScheduleStore, clock: VirtualClock, owner: str = "telegram:42", **timing: object) -> Schedule:
     now = utc_now(clock)
     args: dict = {"at": None, "cron": None, "every_minutes": None, "timezone_name": "Asia/Shanghai"}
     args.update(timing)
@@ -36,11 +45,12 @@ def job(store: MemoryScheduleStore, clock: VirtualClock, owner: str = "telegram:
     return row
 
 
-def tick(store: MemoryScheduleStore, clock: VirtualClock, seconds: float, missed: str = "run_once") -> list:
-    """Move the clock on in one-second steps, claiming as the due-run loop does."""
+def tick(store: ScheduleStore, clock: VirtualClock, seconds: float, missed: str = "run_once", step: int = 1) -> list:
+    """Move the clock on in `step`-second steps, claiming as the due-run loop does (each second; a
+    long quiet stretch in steps short of LATE_AFTER)."""
     runs = []
-    for _ in range(int(seconds)):
-        clock.t += 1
+    for _ in range(int(seconds) // step):
+        clock.t += step
         runs += store.claim_due(utc_now(clock), limit=10, missed=missed)  # type: ignore[arg-type]
     return runs
 
@@ -96,20 +106,20 @@ def test_the_owner_is_the_person_on_their_platform() -> None:
 # ---- claims on a virtual clock ----------------------------------------------------------------
 
 
-def test_a_one_off_runs_once_and_finishes() -> None:
-    clock, store = VirtualClock(START.timestamp()), MemoryScheduleStore()
+def test_a_one_off_runs_once_and_finishes(store: ScheduleStore) -> None:
+    clock = VirtualClock(START.timestamp())
     row = job(store, clock, at="2026-12-02T16:00:10+08:00")  # 10 s ahead
     assert tick(store, clock, 9) == []
     [run] = tick(store, clock, 5)
     assert (run.due_at, run.late, run.schedule.runs) == (START + timedelta(seconds=10), False, 1)
     assert run.event_id == f"schedule:{row.id}:{int(run.due_at.timestamp())}"
-    assert tick(store, clock, 3600) == []
+    assert tick(store, clock, 3600, step=30) == []
     assert store.get(row.id).finished  # type: ignore[union-attr]
     assert store.list_for_owner("telegram:42") == [] and len(store.list_for_owner("telegram:42", True)) == 1
 
 
-def test_weekdays_at_18_runs_once_a_weekday_for_a_week() -> None:
-    clock, store = VirtualClock(START.timestamp()), MemoryScheduleStore()
+def test_weekdays_at_18_runs_once_a_weekday_for_a_week(store: ScheduleStore) -> None:
+    clock = VirtualClock(START.timestamp())
     job(store, clock, cron="0 18 * * 1-5")
     runs = []
     for _ in range(7 * 24):  # a week, claimed hourly: each run is up to an hour late
@@ -120,8 +130,8 @@ def test_weekdays_at_18_runs_once_a_weekday_for_a_week() -> None:
 
 
 @pytest.mark.parametrize(("missed", "expected"), [("run_once", [True]), ("skip", [])])
-def test_a_long_outage_gives_at_most_one_late_run(missed: str, expected: list[bool]) -> None:
-    clock, store = VirtualClock(START.timestamp()), MemoryScheduleStore()
+def test_a_long_outage_gives_at_most_one_late_run(store: ScheduleStore, missed: str, expected: list[bool]) -> None:
+    clock = VirtualClock(START.timestamp())
     row = job(store, clock, every_minutes=10)
     clock.t += 5 * 3600 + 180  # down for five hours: thirty runs missed
     after_outage = store.claim_due(utc_now(clock), 10, missed)  # type: ignore[arg-type]
@@ -129,23 +139,23 @@ def test_a_long_outage_gives_at_most_one_late_run(missed: str, expected: list[bo
     stored = store.get(row.id)
     assert stored is not None and stored.next_run_at == START + timedelta(hours=5, minutes=10)
     assert stored.runs == len(expected)
-    [on_time] = tick(store, clock, 7 * 60)  # then on time again
+    [on_time] = tick(store, clock, 7 * 60, step=30)  # then on time again
     assert not on_time.late and on_time.due_at == START + timedelta(hours=5, minutes=10)
 
 
-def test_a_paused_job_does_not_run_and_resumes_from_now() -> None:
-    clock, store = VirtualClock(START.timestamp()), MemoryScheduleStore()
+def test_a_paused_job_does_not_run_and_resumes_from_now(store: ScheduleStore) -> None:
+    clock = VirtualClock(START.timestamp())
     row = job(store, clock, every_minutes=10)
     store.set_enabled(row.id, False, row.next_run_at)
-    assert tick(store, clock, 3600) == []
+    assert tick(store, clock, 3600, step=30) == []
     resumed = store.set_enabled(row.id, True, next_run_after(row.timing, utc_now(clock)))
     assert resumed is not None and resumed.next_run_at == START + timedelta(minutes=70)
-    [run] = tick(store, clock, 600)
+    [run] = tick(store, clock, 600, step=30)
     assert not run.late  # the paused hour is not a missed run
 
 
-def test_a_claim_takes_at_most_its_limit_oldest_first() -> None:
-    clock, store = VirtualClock(START.timestamp()), MemoryScheduleStore()
+def test_a_claim_takes_at_most_its_limit_oldest_first(store: ScheduleStore) -> None:
+    clock = VirtualClock(START.timestamp())
     rows = [job(store, clock, every_minutes=5 + i) for i in range(3)]
     clock.t += 3600
     first = store.claim_due(utc_now(clock), 2, "run_once")
@@ -153,8 +163,8 @@ def test_a_claim_takes_at_most_its_limit_oldest_first() -> None:
     assert [r.schedule.id for r in store.claim_due(utc_now(clock), 2, "run_once")] == [rows[2].id]
 
 
-def test_deletes_by_owner_and_by_chat_and_cancel() -> None:
-    clock, store = VirtualClock(START.timestamp()), MemoryScheduleStore()
+def test_deletes_by_owner_and_by_chat_and_cancel(store: ScheduleStore) -> None:
+    clock = VirtualClock(START.timestamp())
     mine, theirs = job(store, clock, every_minutes=30), job(store, clock, owner="telegram:7", every_minutes=30)
     assert store.delete_for_owner("telegram:42") == 1 and store.get(mine.id) is None
     assert store.delete_for_chat(CHAT.session_key) == 1 and store.list_all() == []
@@ -162,8 +172,8 @@ def test_deletes_by_owner_and_by_chat_and_cancel() -> None:
     assert store.cancel(again.id) and not store.cancel(again.id) and theirs.id != again.id
 
 
-def test_the_owners_limit_is_checked_by_the_insert() -> None:
-    clock, store = VirtualClock(START.timestamp()), MemoryScheduleStore()
+def test_the_owners_limit_is_checked_by_the_insert(store: ScheduleStore) -> None:
+    clock = VirtualClock(START.timestamp())
     first = job(store, clock, every_minutes=30)
     timing = Timing("every", "UTC", START, every_minutes=30)
     extra = Schedule.new(new_id(random.Random(1).choice), "telegram:42", CHAT, timing, "x", START)

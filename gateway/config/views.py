@@ -25,6 +25,7 @@ from gateway.config.sections import (
     ModelConfig,
     PlatformAccess,
     RecallConfig,
+    SchedulesConfig,
     SessionConfig,
     StorageConfig,
     TranscriptionConfig,
@@ -73,6 +74,7 @@ class Config:
     media: MediaConfig = section(MediaConfig)
     transcription: TranscriptionConfig = section(TranscriptionConfig)
     embeddings: EmbeddingsConfig = section(EmbeddingsConfig)
+    schedules: SchedulesConfig = section(SchedulesConfig)
     # name -> full section (defaults filled), every known platform
     platforms: dict[str, dict[str, Any]] = field(default_factory=dict)
     http: HttpConfig = section(HttpConfig)

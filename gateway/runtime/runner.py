@@ -39,11 +39,14 @@ from gateway.config.load import Config
 from gateway.db import StorageFace
 from gateway.errors import LeaseLost
 from gateway.runtime.delivery import Inbox, Outbox
+from gateway.runtime.due_runs import DueRuns, inbox_entry
 from gateway.runtime.intake import intake_for
 from gateway.runtime.lanes import ChatLane, Job
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.turn import TurnRunner
+from gateway.schedules.clock import SystemWallClock, WallClock
+from gateway.schedules.store import FaceScheduleStore
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform, SessionSource
@@ -80,6 +83,7 @@ class GatewayRunner:
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
         ops_url: Callable[[], str | None] = lambda: None,
+        wall_clock: WallClock | None = None,  # when scheduled runs are due (tests move it)
     ) -> None:
         self.config = config
         self.db = db
@@ -96,6 +100,9 @@ class GatewayRunner:
         self.outbox = outbox
         self.leases = outbox.leases  # who runs which chat: SoloLeases on SQLite, SharedLeases on Postgres
         self.intake = intake_for(self, self.leases)
+        schedules = FaceScheduleStore(db, inbox_entry)
+        self.due_runs = DueRuns(schedules, self.intake, config.schedules, wall_clock or SystemWallClock())
+        self._due_loop: asyncio.Task | None = None
         self.interrupted_mode = config.gateway.interrupted_turns  # rerun | notify (checked by gateway.config)
         self.clock = clock
         self.metrics = metrics
@@ -134,6 +141,8 @@ class GatewayRunner:
             adapter.command_suggestions(self.suggest)
             adapter.catch_up_from(functools.partial(self.inbox.latest, adapter.platform.value))
         await self.intake.start()
+        # after the take-up: a run claimed by a previous process is an entry that was just taken up
+        self._due_loop = asyncio.create_task(self.due_runs.run(), name="scheduled runs")
 
     @property
     def ops_url(self) -> str | None:
@@ -170,6 +179,8 @@ class GatewayRunner:
         a streamed answer it cut is edited on the next start) and its replies leave, with the
         adapters still up to send them; the adapters last, then the agents."""
         self._stopping = True
+        if self._due_loop is not None:
+            self._due_loop.cancel()
         for lane in list(self.lanes.values()):
             lane.close()
         try:

@@ -48,6 +48,8 @@ from gateway.runtime.reply_feed import streaming_enabled, tool_status_enabled
 from gateway.runtime.runner import GatewayRunner, adapter_health
 from gateway.runtime.turn import AgentFactory as AgentFactoryProtocol
 from gateway.runtime.turn import TurnRunner
+from gateway.schedules.clock import SystemWallClock, WallClock
+from gateway.schedules.store import FaceScheduleStore
 from gateway.service.http import OpsServer
 from gateway.service.maintenance import Maintenance
 from gateway.service.metrics import Metrics, Sampled
@@ -59,6 +61,7 @@ from gateway.storage.home import Home
 from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
 from tools.memory import note_place
+from tools.schedule import make_schedule_tool
 
 log = logging.getLogger(__name__)
 
@@ -263,14 +266,17 @@ def build_runner(
     leases: ChatLeases | None = None,
     cache: AgentCache | None = None,
     ops_url: Callable[[], str | None] = lambda: None,
+    wall_clock: WallClock | None = None,
 ) -> GatewayRunner:
     """The runtime over an open DB and store: access rules, the agent factory and cache, the
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
     `http_client` goes to the model clients (the openai SDK's transport seam; bench/ uses it).
     `leases`: who runs which chat (gateway.runtime.leases; None: this process runs them all).
     `cache`: the agent cache whose running turns the store must not reset under (build_agent_cache);
-    `ops_url`: the ops HTTP server's address once it listens (/status shows it)."""
+    `ops_url`: the ops HTTP server's address once it listens (/status shows it); `wall_clock`:
+    when scheduled runs are due (None: the host's clock; tests move a virtual one)."""
     model = model_settings(config.model)
+    wall_clock = wall_clock or SystemWallClock()
     factory = agent_factory or AgentFactory(
         model,
         config.home,
@@ -282,6 +288,9 @@ def build_runner(
         memory=config.memory,
         recall=config.recall,
         observe=metrics.observe if metrics is not None else None,  # the agent's searches: search_seconds
+        schedule=make_schedule_tool(
+            FaceScheduleStore(db), config.schedules, wall_clock, config.session.reset.get("timezone")
+        ),
     )
     cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
@@ -307,7 +316,18 @@ def build_runner(
     )
     inbox = Inbox(db, leases)
     return GatewayRunner(
-        config, db, store, outbound, turns, access, inbox, outbox, clock=clock, metrics=metrics, ops_url=ops_url
+        config,
+        db,
+        store,
+        outbound,
+        turns,
+        access,
+        inbox,
+        outbox,
+        clock=clock,
+        metrics=metrics,
+        ops_url=ops_url,
+        wall_clock=wall_clock,
     )
 
 

@@ -383,6 +383,7 @@ def build_app(
     mirrors: bool = True,
     db_path: Path | None = None,
     http_client: httpx2.AsyncClient | None = None,
+    wall_clock: WallClock | None = None,
 ) -> App:
     """Wire the gateway for `config`: the one composition root (`chinwag run`, tests, bench/).
 
@@ -390,7 +391,7 @@ def build_app(
     (tests and bench bring their own), `agent_factory` the model side. `policies` override the
     config's reset policies; `mirrors=False` leaves out the JSONL/sessions.json files (bench measures
     their share); `db_path` opens another database than the home's; `http_client` carries the
-    model calls (the openai SDK's own transport seam)."""
+    model calls (the openai SDK's own transport seam); `wall_clock` says when scheduled runs are due."""
     try:
         home = Home(config.home).ensure()
     except OSError as exc:
@@ -430,6 +431,7 @@ def build_app(
             leases=SharedLeases(db, config.storage.postgres_dsn) if on_postgres else None,
             cache=cache,
             ops_url=functools.partial(_listening_url, ops),
+            wall_clock=wall_clock,
         )
         opened.pop_all()
     # Replicas share one backlog: the leading one polls, since the others' commits wake nothing here.

@@ -17,7 +17,16 @@ from typing import Any
 
 from agent.tools import Tool, ToolContext
 from gateway.schedules.clock import SystemWallClock, WallClock, utc_now
-from gateway.schedules.model import ChatRef, IdTaken, Schedule, ScheduleStore, new_id, normalize_id, owner_of
+from gateway.schedules.model import (
+    ChatRef,
+    IdTaken,
+    Schedule,
+    ScheduleStore,
+    new_id,
+    normalize_id,
+    owner_of,
+    summary,
+)
 from gateway.schedules.settings import ScheduleSettings
 from gateway.schedules.times import ScheduleError, describe, host_timezone, local_text, next_run_after, parse_timing
 
@@ -138,14 +147,7 @@ def _list(store: ScheduleStore, owner: str) -> str:
     jobs = store.list_for_owner(owner)
     if not jobs:
         return "no scheduled jobs"
-    return "\n".join(_line(job) for job in jobs)
-
-
-def _line(job: Schedule) -> str:
-    when = "paused" if not job.enabled else "finished"
-    if job.enabled and job.next_run_at is not None:
-        when = f"next run {local_text(job.next_run_at, job.timezone)}"
-    return f"{job.id} · {describe(job.timing)} · {when} · {job.prompt[:120]}"
+    return "\n".join(summary(job) for job in jobs)
 
 
 def _cancel(store: ScheduleStore, owner: str, typed: Any) -> str:

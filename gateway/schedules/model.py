@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Protocol
 
-from gateway.schedules.times import Kind, Missed, Timing, plan_run
+from gateway.schedules.times import Kind, Missed, Timing, describe, local_text, plan_run
 from gateway.source import SessionSource
 
 ID_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"
@@ -128,6 +128,14 @@ class Run:
     @property
     def event_id(self) -> str:
         return f"schedule:{self.schedule.id}:{int(self.due_at.timestamp())}"
+
+
+def summary(job: Schedule) -> str:
+    """One line a person reads in a listing: id, timing, next run in the job's zone, the prompt."""
+    when = "paused" if not job.enabled else "finished"
+    if job.enabled and job.next_run_at is not None:
+        when = f"next run {local_text(job.next_run_at, job.timezone)}"
+    return f"{job.id} · {describe(job.timing)} · {when} · {job.prompt[:120]}"
 
 
 def advance(schedule: Schedule, now: datetime, missed: Missed) -> tuple[Schedule, Run | None]:

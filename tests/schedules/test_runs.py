@@ -129,3 +129,34 @@ async def test_a_run_claimed_before_a_crash_is_delivered_once_by_the_next_start(
         await gw.runner.drain()
         assert gw.adapter.texts().count("hourly done") == 1
         assert len(scheduled_rows(gw)) == 1 and gw.db.inbox_backlog() == 0
+
+
+async def test_schedules_command_lists_pauses_resumes_and_cancels_the_persons_own_jobs(tmp_path):
+    clock = HeldClock(START)
+    async with Gateway(tmp_path, wall_clock=clock) as gw:
+        await gw.say("hello")
+        source = gw.adapter.source("100", "100", "dm")
+        now = utc_now(clock)
+        timing = parse_timing(
+            at=None, cron=None, every_minutes=30, timezone_name="UTC", now=now, min_interval_minutes=5
+        )
+        first = next_run_after(timing, now)
+        assert first is not None
+        job = Schedule.new(new_id(), "telegram:100", ChatRef(source, gw.store.key_for(source)), timing, "water", first)
+        others = Schedule.new(new_id(), "telegram:7", job.chat, timing, "theirs", first)
+        store = FaceScheduleStore(gw.db)
+        assert store.create(job, 20) and store.create(others, 20)
+        [listing] = await gw.say("/schedules")
+        assert job.id in listing and "every 30 min" in listing and others.id not in listing
+        assert "Paused" in (await gw.say(f"/schedules pause {job.id.upper()}"))[0]
+        clock.t += 3 * 3600
+        await asyncio.sleep(0.1)
+        await gw.runner.drain()
+        assert [r["content"] for r in scheduled_rows(gw) if r["content"].endswith("water")] == []  # paused
+        [resumed] = await gw.say(f"/schedules resume {job.id}")
+        stored = store.get(job.id)
+        assert "Resumed" in resumed and stored is not None and stored.next_run_at is not None
+        assert stored.next_run_at.timestamp() > clock.t  # from now: the pause's runs are not late runs
+        assert "no scheduled job" in (await gw.say(f"/schedules cancel {others.id}"))[0]
+        assert "Cancelled" in (await gw.say(f"/schedules cancel {job.id}"))[0] and store.get(job.id) is None
+        assert store.get(others.id) is not None

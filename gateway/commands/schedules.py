@@ -9,9 +9,9 @@ runs that would fire late at once. The jobs are made by the agent's `schedule` t
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
 
 from gateway.commands.context import CommandContext
+from gateway.schedules.clock import utc_now
 from gateway.schedules.model import Schedule, normalize_id, owner_of, summary
 from gateway.schedules.store import FaceScheduleStore
 from gateway.schedules.times import next_run_after
@@ -46,8 +46,7 @@ async def cmd_schedules(ctx: CommandContext) -> str:
 
 async def _set_enabled(ctx: CommandContext, store: FaceScheduleStore, job: Schedule, enabled: bool) -> str:
     if enabled:
-        now = datetime.fromtimestamp(ctx.services.clock(), timezone.utc)
-        next_run = next_run_after(job.timing, now)
+        next_run = next_run_after(job.timing, utc_now(ctx.services.wall_clock))
         if next_run is None:
             return f"{job.id} was a one-off whose time has passed; nothing to resume."
     else:

@@ -100,8 +100,9 @@ class GatewayRunner:
         self.outbox = outbox
         self.leases = outbox.leases  # who runs which chat: SoloLeases on SQLite, SharedLeases on Postgres
         self.intake = intake_for(self, self.leases)
+        self.wall_clock = wall_clock or SystemWallClock()
         schedules = FaceScheduleStore(db, inbox_entry)
-        self.due_runs = DueRuns(schedules, self.intake, config.schedules, wall_clock or SystemWallClock())
+        self.due_runs = DueRuns(schedules, self.intake, config.schedules, self.wall_clock)
         self._due_loop: asyncio.Task | None = None
         self.interrupted_mode = config.gateway.interrupted_turns  # rerun | notify (checked by gateway.config)
         self.clock = clock

@@ -121,10 +121,6 @@ class FaceScheduleStore:
         row = self.db.write(lambda conn, events: schedules.set_enabled(conn, schedule_id, enabled, when))
         return from_row(row) if row else None
 
-    def run_now(self, schedule_id: str, now: datetime) -> bool:
-        """Make the job due now (the next poll claims it); False when there is no such job."""
-        return bool(self.db.write(lambda conn, events: schedules.set_next_run(conn, schedule_id, now.timestamp())))
-
     def cancel(self, schedule_id: str) -> bool:
         return self.db.write(lambda conn, events: schedules.delete(conn, "id", schedule_id)) > 0
 

@@ -82,11 +82,6 @@ def set_enabled(conn: Conn, schedule_id: str, enabled: bool, next_run_at: float 
     return get(conn, schedule_id)
 
 
-def set_next_run(conn: Conn, schedule_id: str, next_run_at: float) -> bool:
-    """Make a job due at `next_run_at` (the CLI's run-now); False when there is no such job."""
-    return conn.execute("UPDATE schedules SET next_run_at = ? WHERE id = ?", (next_run_at, schedule_id)).rowcount > 0
-
-
 def due(conn: Conn, now: float, limit: int) -> list[dict[str, Any]]:
     """Up to `limit` enabled jobs due at `now`, oldest first, locked for this transaction's claim."""
     rows = conn.execute(

@@ -6,6 +6,7 @@ cases on the memory store and the table of both backends: the `store` fixture); 
 from __future__ import annotations
 
 import random
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -23,9 +24,12 @@ from gateway.schedules.model import (
     owner_of,
 )
 from gateway.schedules.settings import ScheduleSettings, schedule_settings
+from gateway.schedules.store import FaceScheduleStore
 from gateway.schedules.times import Timing, next_run_after, parse_timing
 from gateway.source import SessionSource
+from gateway.storage.postgres.db import PostgresSessionDB
 from tests.fakes.virtual_clock import VirtualClock
+from tests.schedules.conftest import plain_entry
 
 UTC = timezone.utc
 START = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)  # a Wednesday
@@ -201,3 +205,36 @@ def test_the_config_schema_derives_from_the_settings() -> None:
     assert schema["missed"].choices == ("run_once", "skip") and schema["missed"].default == "run_once"
     assert (schema["max_per_person"].default, schema["max_per_person"].minimum) == (20, 1)
     assert (schema["min_interval_minutes"].default, schema["min_interval_minutes"].minimum) == (5, 1)
+
+
+def test_two_replicas_claiming_at_once_start_each_run_once(pg_dsn) -> None:
+    """Postgres: two replicas' stores claim the same due rows concurrently, second after second;
+    FOR UPDATE SKIP LOCKED and the inbox key give each run to exactly one."""
+    import threading
+
+    dbs = [PostgresSessionDB(pg_dsn) for _ in range(2)]
+    try:
+        stores = [FaceScheduleStore(db, plain_entry) for db in dbs]
+        clock = VirtualClock(START.timestamp())
+        jobs = [job(stores[0], clock, every_minutes=5) for _ in range(8)]
+        claimed: list[list] = [[], []]
+        for second in range(1, 5 * 60 * 3 + 8, 7):  # past 15 minutes: three runs of each job
+            now = utc_now(VirtualClock(START.timestamp() + second))
+            gate = threading.Barrier(2)
+
+            def claim(i: int, now: datetime = now, gate: threading.Barrier = gate) -> None:
+                gate.wait()
+                claimed[i].extend(stores[i].claim_due(now, 10, "run_once"))
+
+            threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        keys = [run.event_id for runs in claimed for run in runs]
+        assert len(keys) == len(set(keys)) == 3 * len(jobs)
+        inbox_rows = dbs[0].read(lambda conn: conn.execute("SELECT COUNT(*) FROM inbox").fetchone()[0])
+        assert inbox_rows == 3 * len(jobs)
+    finally:
+        for db in dbs:
+            db.close()

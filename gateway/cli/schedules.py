@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timezone
-from typing import Any
 
 from gateway.cli.store import CliError, guarded, open_store, print_json, usage
-from gateway.schedules.model import Schedule, normalize_id, summary
+from gateway.schedules.model import Schedule, normalize_id, public_view, summary
 from gateway.schedules.store import FaceScheduleStore
 
 
@@ -36,34 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(handler=guarded(handler), sessions_command=f"schedules {name}")
 
 
-def as_json(job: Schedule) -> dict[str, Any]:
-    def iso(instant: datetime | None) -> str | None:
-        return instant.isoformat() if instant is not None else None
-
-    source = job.chat.source
-    return {
-        "id": job.id,
-        "owner": job.owner,
-        "prompt": job.prompt,
-        "kind": job.kind,
-        "at": iso(job.at),
-        "cron": job.cron,
-        "every_minutes": job.every_minutes,
-        "timezone": job.timezone,
-        "next_run_at": iso(job.next_run_at),
-        "last_run_at": iso(job.last_run_at),
-        "runs": job.runs,
-        "enabled": job.enabled,
-        "created_at": iso(job.created_at),
-        "chat": {"platform": source.platform.value, "chat_id": source.chat_id, "session_key": job.chat.session_key},
-    }
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     with open_store(args) as (_, db, _mirrors):
         jobs = FaceScheduleStore(db).list_all(include_finished=args.all)
     if args.json:
-        print_json([as_json(job) for job in jobs])
+        print_json([public_view(job) for job in jobs])
     elif not jobs:
         print("no scheduled jobs")
     else:

@@ -138,6 +138,33 @@ def summary(job: Schedule) -> str:
     return f"{job.id} · {describe(job.timing)} · {when} · {job.prompt[:120]}"
 
 
+def public_view(job: Schedule) -> dict[str, Any]:
+    """The job as JSON for the operator (`chinwag schedules list --json`, the console's API):
+    instants in ISO-8601, the chat as platform, chat id and session key."""
+
+    def iso(instant: datetime | None) -> str | None:
+        return instant.isoformat() if instant is not None else None
+
+    source = job.chat.source
+    return {
+        "id": job.id,
+        "owner": job.owner,
+        "prompt": job.prompt,
+        "kind": job.kind,
+        "at": iso(job.at),
+        "cron": job.cron,
+        "every_minutes": job.every_minutes,
+        "timezone": job.timezone,
+        "timing": describe(job.timing),
+        "next_run_at": iso(job.next_run_at),
+        "last_run_at": iso(job.last_run_at),
+        "runs": job.runs,
+        "enabled": job.enabled,
+        "created_at": iso(job.created_at),
+        "chat": {"platform": source.platform.value, "chat_id": source.chat_id, "session_key": job.chat.session_key},
+    }
+
+
 def advance(schedule: Schedule, now: datetime, missed: Missed) -> tuple[Schedule, Run | None]:
     """What claiming a due job at `now` writes and starts: the row moved to its next run (and, when
     it runs, `last_run_at` and `runs` counted) and the Run, or None when `missed: skip` drops it."""

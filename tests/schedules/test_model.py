@@ -5,6 +5,7 @@ cases on the memory store and the table of both backends: the `store` fixture); 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 from datetime import datetime, timedelta, timezone
@@ -238,3 +239,17 @@ def test_two_replicas_claiming_at_once_start_each_run_once(pg_dsn) -> None:
     finally:
         for db in dbs:
             db.close()
+
+
+@pytest.mark.both_backends
+def test_deleting_a_session_deletes_the_jobs_of_its_chat(db, make_session) -> None:
+    store = FaceScheduleStore(db)
+    clock = VirtualClock(START.timestamp())
+    sid = make_session(session_key=CHAT.session_key)
+    elsewhere = dataclasses.replace(
+        job(store, clock, every_minutes=30), id=new_id(), chat=ChatRef(SOURCE, "agent:main:telegram:dm:42")
+    )
+    assert store.create(elsewhere, 20)
+    here = job(store, clock, every_minutes=30)
+    assert db.delete_session(sid)
+    assert store.get(here.id) is None and store.get(elsewhere.id) is not None

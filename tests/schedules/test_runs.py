@@ -10,6 +10,8 @@ import dataclasses
 import json
 from datetime import datetime, timezone
 
+import pytest
+
 from gateway.runtime.due_runs import inbox_entry, scheduled_text
 from gateway.schedules.clock import utc_now
 from gateway.schedules.model import ChatRef, Schedule, new_id
@@ -73,19 +75,19 @@ async def test_a_job_made_by_the_tool_runs_once_at_its_time_in_its_chat(tmp_path
         assert gw.db.inbox_backlog() == 0 and gw.db.outbox_backlog() == 0
 
 
-async def test_every_job_runs_each_interval_and_a_late_run_says_so(tmp_path):
+@pytest.mark.parametrize("timing", [{"every_minutes": 10}, {"cron": "*/10 * * * *"}], ids=["every", "cron"])
+async def test_a_recurring_job_runs_each_time_and_a_late_run_says_so(tmp_path, timing):
     clock = HeldClock(START)
     async with Gateway(tmp_path, wall_clock=clock) as gw:
         await gw.say("hello")  # the chat and its session exist
         source = gw.adapter.source("100", "100", "dm")
         key = gw.store.key_for(source)
         now = utc_now(clock)
-        timing = parse_timing(
-            at=None, cron=None, every_minutes=10, timezone_name="UTC", now=now, min_interval_minutes=5
-        )
-        first = next_run_after(timing, now)
+        asked: dict = {"at": None, "cron": None, "every_minutes": None, **timing}
+        checked = parse_timing(timezone_name="Asia/Shanghai", now=now, min_interval_minutes=5, **asked)
+        first = next_run_after(checked, now)
         assert first is not None
-        job = Schedule.new(new_id(), "telegram:100", ChatRef(source, key), timing, "status report", first)
+        job = Schedule.new(new_id(), "telegram:100", ChatRef(source, key), checked, "status report", first)
         assert FaceScheduleStore(gw.db).create(job, 20)
         for minutes in (10, 20):
             gw.fake.push(f"report {minutes}")

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import Callable, Protocol
 
+from gateway.db import StorageFace
 from gateway.runtime.delivery import encode_message
 from gateway.schedules.clock import WallClock, utc_now
 from gateway.schedules.model import Run
 from gateway.schedules.settings import ScheduleSettings
 from gateway.schedules.store import FaceScheduleStore, InboxEntry
 from gateway.schedules.times import local_text
+from gateway.source import SessionSource
 from platforms.base import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -64,13 +66,30 @@ def inbox_entry(run: Run) -> InboxEntry:
 
 
 class DueRuns:
-    """Claims due runs every POLL_SECONDS of `clock` and hands them to `handoff`."""
+    """Claims due runs of `db` every POLL_SECONDS of `clock` and hands them to `handoff`. A run
+    whose person may no longer talk to the bot (`allowed`, asked at the claim) is claimed (the job
+    moves on) but not run: the access rules of today hold, not those of the day it was made."""
 
-    def __init__(self, store: FaceScheduleStore, handoff: RunHandoff, settings: ScheduleSettings, clock: WallClock):
-        self.store = store
+    def __init__(
+        self,
+        db: StorageFace,
+        handoff: RunHandoff,
+        settings: ScheduleSettings,
+        clock: WallClock,
+        allowed: Callable[[SessionSource], bool],
+    ) -> None:
+        self.store = FaceScheduleStore(db, self._entry)
         self.handoff = handoff
         self.settings = settings
         self.clock = clock
+        self.allowed = allowed
+
+    def _entry(self, run: Run) -> InboxEntry | None:
+        source = run.schedule.chat.source
+        if not self.allowed(source):
+            log.info("scheduled run %s skipped: its person may no longer talk here", run.event_id)
+            return None
+        return inbox_entry(run)
 
     async def poll(self) -> list[Run]:
         """One claim: the runs it started (each already handed to its chat)."""

@@ -39,14 +39,13 @@ from gateway.config.load import Config
 from gateway.db import StorageFace
 from gateway.errors import LeaseLost
 from gateway.runtime.delivery import Inbox, Outbox
-from gateway.runtime.due_runs import DueRuns, inbox_entry
+from gateway.runtime.due_runs import DueRuns
 from gateway.runtime.intake import intake_for
 from gateway.runtime.lanes import ChatLane, Job
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.turn import TurnRunner
 from gateway.schedules.clock import SystemWallClock, WallClock
-from gateway.schedules.store import FaceScheduleStore
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform, SessionSource
@@ -101,8 +100,7 @@ class GatewayRunner:
         self.leases = outbox.leases  # who runs which chat: SoloLeases on SQLite, SharedLeases on Postgres
         self.intake = intake_for(self, self.leases)
         self.wall_clock = wall_clock or SystemWallClock()
-        schedules = FaceScheduleStore(db, inbox_entry)
-        self.due_runs = DueRuns(schedules, self.intake, config.schedules, self.wall_clock)
+        self.due_runs = DueRuns(db, self.intake, config.schedules, self.wall_clock, self._may_schedule)
         self._due_loop: asyncio.Task | None = None
         self.interrupted_mode = config.gateway.interrupted_turns  # rerun | notify (checked by gateway.config)
         self.clock = clock
@@ -253,6 +251,11 @@ class GatewayRunner:
         if not await self.intake.admit(key, msg):
             log.info("duplicate delivery of %s message %s refused", platform, msg.message_id)
             self.inc("duplicates_total", {"platform": platform})
+
+    def _may_schedule(self, source: SessionSource) -> bool:
+        """May this person's scheduled run start: are they allowed to talk to the bot here (a
+        scheduled message is addressed to the bot, as a mention is)?"""
+        return self.access.check(source, mentioned=True).allowed
 
     def enqueue(self, key: str, msg: InboundMessage) -> None:
         source = msg.source

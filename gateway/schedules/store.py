@@ -35,7 +35,7 @@ class InboxEntry:
     message: str
 
 
-EntryOf = Callable[[Run], InboxEntry]
+EntryOf = Callable[[Run], InboxEntry | None]  # None: the run is not started (the job moves on)
 
 
 def _epoch(instant: datetime | None) -> float | None:
@@ -131,11 +131,14 @@ class FaceScheduleStore:
         def claim(conn: Conn, events: Events) -> list[Run]:
             runs = []
             for row in schedules.due(conn, now.timestamp(), limit):
-                moved, run = advance(from_row(row), now, missed)
+                job = from_row(row)
+                moved, run = advance(job, now, missed)
+                entry = entry_of(run) if run is not None else None
+                if entry is None:  # not run: the job moves on and counts no run
+                    moved = dataclasses.replace(moved, runs=job.runs, last_run_at=job.last_run_at)
                 schedules.record_claim(conn, to_row(moved))
-                if run is None:
+                if run is None or entry is None:
                     continue
-                entry = entry_of(run)
                 entry_id = inbox.add(conn, entry.platform, run.event_id, entry.chat_key, entry.message, now.timestamp())
                 if entry_id is not None:  # None: this run is in the inbox already; it runs once
                     runs.append(dataclasses.replace(run, inbox_id=entry_id))

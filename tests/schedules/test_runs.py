@@ -165,3 +165,32 @@ async def test_schedules_command_lists_pauses_resumes_and_cancels_the_persons_ow
         assert "no scheduled job" in (await gw.say(f"/schedules cancel {others.id}"))[0]
         assert "Cancelled" in (await gw.say(f"/schedules cancel {job.id}"))[0] and store.get(job.id) is None
         assert store.get(others.id) is not None
+
+
+async def test_a_person_no_longer_allowed_to_talk_gets_no_scheduled_run(tmp_path):
+    clock = HeldClock(START)
+    platforms = {"telegram": {"token": "t", "allowed_users": ["100"]}}
+    async with Gateway(tmp_path, wall_clock=clock, platforms=platforms) as gw:
+        store = FaceScheduleStore(gw.db)
+        now = utc_now(clock)
+        timing = parse_timing(
+            at=None, cron=None, every_minutes=10, timezone_name="UTC", now=now, min_interval_minutes=5
+        )
+        first = next_run_after(timing, now)
+        assert first is not None
+        jobs = {}
+        for user in ("100", "200"):  # 200 made a job, then was taken off allowed_users
+            source = gw.adapter.source(user, user, "dm")
+            jobs[user] = Schedule.new(
+                new_id(), f"telegram:{user}", ChatRef(source, gw.store.key_for(source)), timing, f"for {user}", first
+            )
+            assert store.create(jobs[user], 20)
+        clock.t = first.timestamp() + 1
+        await wait_until(lambda: gw.adapter.texts(chat_id="100") != [])
+        await asyncio.sleep(0.2)
+        await gw.runner.drain()
+        assert gw.adapter.texts(chat_id="200") == []
+        moved = store.get(jobs["200"].id)
+        assert moved is not None and moved.next_run_at is not None and moved.next_run_at > first  # claimed ...
+        assert moved.runs == 0 and moved.last_run_at is None  # ... not run
+        assert gw.db.inbox_backlog() == 0

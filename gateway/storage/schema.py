@@ -370,6 +370,7 @@ MIGRATIONS: list[Migration] = [
     ALTER TABLE outbox ADD COLUMN send_key TEXT;
     ALTER TABLE outbox ADD COLUMN sending INTEGER;
     ALTER TABLE inbox ADD COLUMN reply_ids TEXT;
+    """,
     # v11 -> v12: scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll
     # reads (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
     """

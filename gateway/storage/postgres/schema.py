@@ -298,6 +298,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE outbox ADD COLUMN send_key text;
     ALTER TABLE outbox ADD COLUMN sending integer;
     ALTER TABLE inbox ADD COLUMN reply_ids text;
+    """,
     # v8 -> v9: scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll
     # reads (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
     """

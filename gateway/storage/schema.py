@@ -389,6 +389,30 @@ MIGRATIONS: list[Migration] = [
         PRIMARY KEY (inbox_id, position)
     );
     """,
+    # v12 -> v13: scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll
+    # reads (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
+    """
+    CREATE TABLE schedules (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        chat TEXT NOT NULL,
+        session_key TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        timezone TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        next_run_at REAL,
+        at REAL,
+        cron TEXT,
+        every_minutes INTEGER,
+        last_run_at REAL,
+        runs INTEGER NOT NULL DEFAULT 0,
+        enabled INTEGER NOT NULL DEFAULT 1
+    );
+    CREATE INDEX idx_schedules_due ON schedules(enabled, next_run_at);
+    CREATE INDEX idx_schedules_owner ON schedules(owner);
+    CREATE INDEX idx_schedules_session_key ON schedules(session_key);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -317,6 +317,30 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (inbox_id, position)
     );
     """,
+    # v9 -> v10: scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll
+    # reads (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
+    """
+    CREATE TABLE schedules (
+        id text PRIMARY KEY,
+        owner text NOT NULL,
+        chat text NOT NULL,
+        session_key text NOT NULL,
+        kind text NOT NULL,
+        timezone text NOT NULL,
+        prompt text NOT NULL,
+        created_at double precision NOT NULL,
+        next_run_at double precision,
+        at double precision,
+        cron text,
+        every_minutes integer,
+        last_run_at double precision,
+        runs integer NOT NULL DEFAULT 0,
+        enabled integer NOT NULL DEFAULT 1
+    );
+    CREATE INDEX idx_schedules_due ON schedules (enabled, next_run_at);
+    CREATE INDEX idx_schedules_owner ON schedules (owner);
+    CREATE INDEX idx_schedules_session_key ON schedules (session_key);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

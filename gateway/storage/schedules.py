@@ -18,6 +18,31 @@ from typing import Any, Literal
 
 from gateway.storage.conn import Conn
 
+# The table once for both databases: type names each reads the same way (SQLite gives bigint and
+# integer INTEGER affinity, double precision REAL, text TEXT; DESIGN §4 storage/schema.py).
+TABLE = """
+    CREATE TABLE schedules (
+        id text PRIMARY KEY,
+        owner text NOT NULL,
+        chat text NOT NULL,
+        session_key text NOT NULL,
+        kind text NOT NULL,
+        timezone text NOT NULL,
+        prompt text NOT NULL,
+        created_at double precision NOT NULL,
+        next_run_at double precision,
+        at double precision,
+        cron text,
+        every_minutes integer,
+        last_run_at double precision,
+        runs integer NOT NULL DEFAULT 0,
+        enabled integer NOT NULL DEFAULT 1
+    );
+    CREATE INDEX idx_schedules_due ON schedules (enabled, next_run_at);
+    CREATE INDEX idx_schedules_owner ON schedules (owner);
+    CREATE INDEX idx_schedules_session_key ON schedules (session_key);
+"""
+
 COLUMNS = (
     "id",
     "owner",

@@ -11,6 +11,7 @@ import sqlite3
 from typing import Any, Callable, Mapping
 
 from gateway.errors import SchemaTooNew
+from gateway.storage import schedules, tool_calls
 
 ROLES = ("user", "assistant", "tool", "system")
 TITLE_MAX = 100  # characters of a session title
@@ -372,47 +373,10 @@ MIGRATIONS: list[Migration] = [
     ALTER TABLE inbox ADD COLUMN reply_ids TEXT;
     """,
     # v11 -> v12: the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
-    """
-    CREATE TABLE tool_calls (
-        inbox_id INTEGER NOT NULL,
-        position INTEGER NOT NULL,
-        call_id TEXT NOT NULL,
-        server TEXT NOT NULL,
-        tool TEXT NOT NULL,
-        arguments TEXT NOT NULL,
-        state TEXT NOT NULL,
-        result TEXT,
-        outcome TEXT,
-        approval TEXT,
-        started_at REAL NOT NULL,
-        done_at REAL,
-        PRIMARY KEY (inbox_id, position)
-    );
-    """,
+    tool_calls.TABLE,
     # v12 -> v13: scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll
     # reads (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
-    """
-    CREATE TABLE schedules (
-        id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        chat TEXT NOT NULL,
-        session_key TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        timezone TEXT NOT NULL,
-        prompt TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        next_run_at REAL,
-        at REAL,
-        cron TEXT,
-        every_minutes INTEGER,
-        last_run_at REAL,
-        runs INTEGER NOT NULL DEFAULT 0,
-        enabled INTEGER NOT NULL DEFAULT 1
-    );
-    CREATE INDEX idx_schedules_due ON schedules(enabled, next_run_at);
-    CREATE INDEX idx_schedules_owner ON schedules(owner);
-    CREATE INDEX idx_schedules_session_key ON schedules(session_key);
-    """,
+    schedules.TABLE,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

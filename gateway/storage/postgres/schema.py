@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import SchemaTooNew
+from gateway.storage import schedules, tool_calls
 from gateway.storage.schema import WINDOW_OF_HIDDEN_MESSAGE
 
 MIGRATION_LOCK = 0x43484E57  # pg_advisory_xact_lock key: "CHNW"
@@ -300,47 +301,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE inbox ADD COLUMN reply_ids text;
     """,
     # v8 -> v9: the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
-    """
-    CREATE TABLE tool_calls (
-        inbox_id bigint NOT NULL,
-        position integer NOT NULL,
-        call_id text NOT NULL,
-        server text NOT NULL,
-        tool text NOT NULL,
-        arguments text NOT NULL,
-        state text NOT NULL,
-        result text,
-        outcome text,
-        approval text,
-        started_at double precision NOT NULL,
-        done_at double precision,
-        PRIMARY KEY (inbox_id, position)
-    );
-    """,
+    tool_calls.TABLE,
     # v9 -> v10: scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll
     # reads (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
-    """
-    CREATE TABLE schedules (
-        id text PRIMARY KEY,
-        owner text NOT NULL,
-        chat text NOT NULL,
-        session_key text NOT NULL,
-        kind text NOT NULL,
-        timezone text NOT NULL,
-        prompt text NOT NULL,
-        created_at double precision NOT NULL,
-        next_run_at double precision,
-        at double precision,
-        cron text,
-        every_minutes integer,
-        last_run_at double precision,
-        runs integer NOT NULL DEFAULT 0,
-        enabled integer NOT NULL DEFAULT 1
-    );
-    CREATE INDEX idx_schedules_due ON schedules (enabled, next_run_at);
-    CREATE INDEX idx_schedules_owner ON schedules (owner);
-    CREATE INDEX idx_schedules_session_key ON schedules (session_key);
-    """,
+    schedules.TABLE,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

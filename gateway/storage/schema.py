@@ -157,6 +157,24 @@ WINDOW_OF_HIDDEN_MESSAGE = """\
         DELETE FROM message_vectors
         WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id;"""
 
+# From SQLite's v10 and Postgres's v7 on, both databases take the same migrations: the SQL is
+# written once, in type names each reads alike (SQLite gives bigint and integer INTEGER affinity,
+# double precision REAL, text TEXT).
+SHARED_MIGRATIONS: list[str] = [
+    # delivery under faults (DESIGN §11): a reply's idempotency key (Feishu `uuid`, Discord `nonce`),
+    # the part being sent (a restart knows which sends are uncertain) and the streamed reply's
+    # message ids, known before the answer commits (a rerun edits them)
+    """
+    ALTER TABLE outbox ADD COLUMN send_key text;
+    ALTER TABLE outbox ADD COLUMN sending integer;
+    ALTER TABLE inbox ADD COLUMN reply_ids text;
+    """,
+    tool_calls.TABLE,  # the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
+    # scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll reads
+    # (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
+    schedules.TABLE,
+]
+
 MIGRATIONS: list[Migration] = [
     # v0 -> v1: sessions, messages and the two contentless full-text indexes
     """
@@ -364,19 +382,7 @@ MIGRATIONS: list[Migration] = [
     INSERT INTO messages_fts (messages_fts, rank) VALUES ('automerge', 8);
     INSERT INTO messages_ident (messages_ident, rank) VALUES ('automerge', 8);
     """,
-    # v10 -> v11: delivery under faults (DESIGN §11): a reply's idempotency key (Feishu `uuid`,
-    # Discord `nonce`), the part being sent (a restart knows which sends are uncertain) and the
-    # streamed reply's message ids, known before the answer commits (a rerun edits them)
-    """
-    ALTER TABLE outbox ADD COLUMN send_key TEXT;
-    ALTER TABLE outbox ADD COLUMN sending INTEGER;
-    ALTER TABLE inbox ADD COLUMN reply_ids TEXT;
-    """,
-    # v11 -> v12: the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
-    tool_calls.TABLE,
-    # v12 -> v13: scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll
-    # reads (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
-    schedules.TABLE,
+    *SHARED_MIGRATIONS,  # v10 -> v13
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

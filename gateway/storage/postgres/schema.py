@@ -31,8 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import SchemaTooNew
-from gateway.storage import schedules, tool_calls
-from gateway.storage.schema import WINDOW_OF_HIDDEN_MESSAGE
+from gateway.storage.schema import SHARED_MIGRATIONS, WINDOW_OF_HIDDEN_MESSAGE
 
 MIGRATION_LOCK = 0x43484E57  # pg_advisory_xact_lock key: "CHNW"
 BUCKET_IDS = 8192  # message ids per bucket lexeme (v5); a constant of the stored data: never change it
@@ -293,18 +292,7 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER message_vectors_message_gone AFTER DELETE ON messages
         FOR EACH ROW EXECUTE FUNCTION message_vectors_message_gone();
     """,
-    # v7 -> v8: delivery under faults, as SQLite's v11: a reply's idempotency key, the part being
-    # sent, the streamed reply's message ids before the answer commits
-    """
-    ALTER TABLE outbox ADD COLUMN send_key text;
-    ALTER TABLE outbox ADD COLUMN sending integer;
-    ALTER TABLE inbox ADD COLUMN reply_ids text;
-    """,
-    # v8 -> v9: the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
-    tool_calls.TABLE,
-    # v9 -> v10: scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll
-    # reads (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
-    schedules.TABLE,
+    *SHARED_MIGRATIONS,  # v7 -> v10, as SQLite's v10 -> v13
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -301,8 +301,9 @@ async def test_telegram_polling_runs_on_one_replica_and_moves_when_it_dies(tmp_p
 
 async def test_replicas_stream_and_one_frozen_past_its_lease_edits_no_more(tmp_path: Path, pg_dsn: str) -> None:
     """Streaming on replicas: the holder shows a draft while the model writes; frozen (SIGSTOP)
-    with the answer half written, its chat is taken over and answered by the other replica; when it
-    wakes with the rest of its answer, it edits its draft no more and sends nothing."""
+    with the answer half written, its chat is taken over and answered by the other replica, which
+    edits that draft into its answer (issue 30: a cut stream is edited, never sent again); when the
+    frozen one wakes with the rest of its answer, it edits nothing more and sends nothing."""
     tg = await FakeTelegram().start()
     try:
         async with FakeOpenAI() as llm, aiohttp.ClientSession() as http:
@@ -329,6 +330,7 @@ async def test_replicas_stream_and_one_frozen_past_its_lease_edits_no_more(tmp_p
             shown_text = shown["text"]
             frozen.signal(signal.SIGSTOP)
             await wait_until(lambda: [m for m in tg.sent(chat) if m["text"] == full], 30)  # the rerun's answer
+            await wait_until(lambda: _settled(pg_dsn), 30)  # the holder's last (formatting) edit is recorded
             calls = len(tg.calls)
             resume.set()  # the frozen replica's model call goes on: it finds the rest when it wakes
             frozen.signal(signal.SIGCONT)
@@ -337,7 +339,8 @@ async def test_replicas_stream_and_one_frozen_past_its_lease_edits_no_more(tmp_p
 
             late = [c for c in tg.calls[calls:] if c.method.lower() in ("editmessagetext", "sendmessage")]
             assert late == []
-            assert tg.messages[(chat, shown["message_id"])]["text"] == shown_text  # left as it was
+            assert shown_text != full
+            assert tg.messages[(chat, shown["message_id"])]["text"] == full  # the draft, edited by the holder
             assert [m["text"] for m in tg.sent(chat)].count(full) == 1
             with psycopg.connect(pg_dsn) as conn:
                 rows = conn.execute("SELECT count(*) FROM outbox WHERE text = %s", (full,)).fetchone()[0]

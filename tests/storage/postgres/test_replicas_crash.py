@@ -255,6 +255,12 @@ def _unsent(dsn: str) -> int:
         return int(conn.execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL").fetchone()[0])
 
 
+def _draft_recorded(dsn: str, message_id: object) -> bool:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT reply_ids FROM inbox WHERE reply_ids IS NOT NULL").fetchall()
+    return any(str(i).rsplit(":", 1)[-1] == str(message_id) for row in rows for i in json.loads(row[0]))
+
+
 def _started(dsn: str, answer: str) -> bool:
     """The turn for `answer` has stored the person's message (its inbox entry is started)."""
     needle = answer.removeprefix("echo: ")
@@ -327,6 +333,9 @@ async def test_replicas_stream_and_one_frozen_past_its_lease_edits_no_more(tmp_p
 
             await wait_until(drafts, 20)
             (shown,) = drafts()  # the live draft
+            # frozen once the draft is recorded on its inbox entry: a freeze between Telegram's
+            # accepting it and that record is the documented window (a rerun sends anew), not this test
+            await wait_until(lambda: _draft_recorded(pg_dsn, shown["message_id"]), 20)
             shown_text = shown["text"]
             frozen.signal(signal.SIGSTOP)
             await wait_until(lambda: [m for m in tg.sent(chat) if m["text"] == full], 30)  # the rerun's answer

@@ -63,6 +63,7 @@ class ToolContext:
 
     session_id: str
     source: SessionSource | None = None
+    session_key: str | None = None  # the conversation the turn belongs to (a scheduled job answers there)
     db: Any = None  # gateway.db.StorageFace (typed loosely: tools must not depend on its import)
     is_admin: bool = False
     single_owner: bool = False  # one person owns this install: they may see every session

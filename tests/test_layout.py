@@ -23,7 +23,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("gateway.source", "gateway.errors", "gateway.envvars", "gateway.text", "gateway.redact", "gateway.language"),
     ("gateway.storage", "platforms"),
     ("gateway.db",),
-    ("gateway.sessions", "gateway.embeddings"),
+    ("gateway.sessions", "gateway.embeddings", "gateway.schedules"),
     ("gateway.recall", "gateway.config"),
     ("agent",),
     ("tools",),
@@ -49,6 +49,7 @@ NARROWER: dict[str, set[str]] = {
         "gateway.text",
         "gateway.db",
         "gateway.recall",
+        "gateway.schedules",
         "agent",
     },
 }

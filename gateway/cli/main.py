@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gateway.cli import memory as cli_memory
 from gateway.cli import run as cli_run
+from gateway.cli import schedules as cli_schedules
 from gateway.cli import sessions as cli_sessions
 
 GLOBAL_OPTIONS: list[tuple[str, str, str]] = [
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_sessions.register(sub)
     cli_memory.register(sub)
     _describe(parser)
+    cli_schedules.register(sub)
     for child in _subparsers(parser):
         group = child.add_argument_group("global options")
         for flag, metavar, help_text in GLOBAL_OPTIONS:

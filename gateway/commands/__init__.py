@@ -3,7 +3,8 @@
 A command is a message whose first word is `/name` (or `/name@botname`, as Telegram groups send
 it). A first word that looks like a path (`/usr/bin/env is broken`) is ordinary text. Unknown
 commands get a hint, never a model call. The handlers live by family: gateway.commands.basic (the
-current conversation) and gateway.commands.sessions (moving between conversations); both see only
+current conversation), gateway.commands.sessions (moving between conversations) and
+gateway.commands.schedules (the person's scheduled jobs); they see only
 `ChatServices` (gateway.commands.context), so this table imports them at module top and is built
 once, at import.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import difflib
 
 from gateway.commands import basic
+from gateway.commands import schedules as scheduled
 from gateway.commands import sessions as moves
 from gateway.commands.context import ALIASES, ChatServices, Command, CommandContext, ParsedCommand, parse_command
 from gateway.db import UnknownSession
@@ -103,6 +105,12 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "deny", "/deny [id]", N_("refuse the tool call the assistant asked about"), basic.cmd_deny, at_once=True
+        ),
+        Command(
+            "schedules",
+            "/schedules [cancel|pause|resume ID]",
+            N_("your scheduled jobs: list, cancel, pause or resume one"),
+            scheduled.cmd_schedules,
         ),
         Command("language", "/language [zh|en|auto]", N_("show or choose the language I write in"), cmd_language),
         Command("help", "/help", N_("this list"), cmd_help, immediate=True),

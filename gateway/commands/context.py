@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 from agent.llm import ModelSettings
 from gateway.db import StorageFace
 from gateway.language import _, n_
+from gateway.schedules.clock import WallClock
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import SessionSource
 from gateway.storage.schema import TITLE_MAX
@@ -53,6 +54,7 @@ class ChatServices(Protocol):
     ops_down: str | None  # why the ops HTTP server could not listen
     single_owner: bool
     clock: Callable[[], float]
+    wall_clock: WallClock  # the calendar's clock: when scheduled jobs run (gateway.schedules.clock)
 
     @property
     def ops_url(self) -> str | None:

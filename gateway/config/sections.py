@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from gateway.language import CHOICES as LANGUAGES
+from gateway.schedules.settings import ScheduleSettings
 from platforms.discord.settings import DiscordSettings
 from platforms.feishu.settings import FeishuSettings
 from platforms.telegram.settings import TelegramSettings
@@ -182,6 +183,10 @@ class MemoryConfig:
     def limits(self) -> dict[str, int]:
         """The budgets as tools.memory takes them."""
         return {"memory": self.memory_chars, "user": self.user_chars}
+
+
+# `schedules`: declared beside the code that reads it (the schedule tool, below this floor, takes it)
+SchedulesConfig = ScheduleSettings
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from gateway.config.sections import (
     ModelConfig,
     PlatformAccess,
     RecallConfig,
+    SchedulesConfig,
     SessionConfig,
     StorageConfig,
     TranscriptionConfig,
@@ -76,6 +77,7 @@ class Config:
     # the `mcp` section as written (${VAR} substituted): tools.mcp.settings declares its keys and
     # reads it (mcp_settings_from); the app does at start, `chinwag doctor` too
     mcp: dict[str, Any] = field(default_factory=dict)
+    schedules: SchedulesConfig = section(SchedulesConfig)
     # name -> full section (defaults filled), every known platform
     platforms: dict[str, dict[str, Any]] = field(default_factory=dict)
     http: HttpConfig = section(HttpConfig)

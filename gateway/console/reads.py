@@ -31,6 +31,8 @@ from gateway.commands.context import numeric_title_refusal
 from gateway.console import highlight
 from gateway.db import StorageFace, TitleTaken, UnknownSession, sanitize_title
 from gateway.recall import find_sessions, plan_query
+from gateway.schedules.model import public_view
+from gateway.schedules.store import FaceScheduleStore
 from gateway.source import Platform
 from gateway.storage.fts import MAX_QUERY_CHARS
 from gateway.storage.media import MediaStore
@@ -376,6 +378,13 @@ def _file_size(path: str) -> int | None:
         return os.stat(path).st_size
     except OSError:
         return None
+
+
+def schedules(db: StorageFace, include_finished: bool) -> dict[str, Any]:
+    """Everyone's scheduled jobs by next run (the console is the operator's); finished one-offs
+    only when asked."""
+    jobs = FaceScheduleStore(db).list_all(include_finished)
+    return {"schedules": [public_view(job) for job in jobs], "all": include_finished}
 
 
 def _count(metrics: MetricsView | None, name: str) -> int | None:

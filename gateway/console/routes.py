@@ -141,6 +141,7 @@ class ConsoleRoutes:
         r.add_get("/console/sessions/{id}", self.transcript_page)
         r.add_get("/console/sessions/{id}/media/{sha256}", self.media_file)
         r.add_get("/console/status", self.status_page)
+        r.add_get("/console/schedules", self.schedules_page)
         r.add_get("/console/login", self.login_page)
         r.add_post("/console/login", self.login)
         r.add_post("/console/logout", self.logout)
@@ -152,6 +153,7 @@ class ConsoleRoutes:
         r.add_delete("/api/v1/sessions/{id}", self.api_delete)
         r.add_get("/api/v1/sessions/{id}/export", self.api_export)
         r.add_get("/api/v1/status", self.api_status)
+        r.add_get("/api/v1/schedules", self.api_schedules)
 
     # -- the gate: access, errors, headers -----------------------------------------------------
     @web.middleware
@@ -292,6 +294,16 @@ class ConsoleRoutes:
             api_url="/api/v1/status",
         )
 
+    async def schedules_page(self, request: web.Request) -> web.Response:
+        include_finished = request.query.get("all") == "1"
+        data = await asyncio.to_thread(reads.schedules, self.db, include_finished)
+        return await self._render(
+            "schedules.html",
+            page="schedules",
+            api_url="/api/v1/schedules" + ("?all=1" if include_finished else ""),
+            **data,
+        )
+
     async def login_page(self, request: web.Request) -> web.Response:
         if not self.access.login_needed:
             raise web.HTTPFound("/console/")
@@ -379,6 +391,9 @@ class ConsoleRoutes:
             content_type="application/x-ndjson",
             headers={"Content-Disposition": f'attachment; filename="{name}.jsonl"'},
         )
+
+    async def api_schedules(self, request: web.Request) -> web.Response:
+        return _json(await asyncio.to_thread(reads.schedules, self.db, request.query.get("all") == "1"))
 
     async def api_status(self, request: web.Request) -> web.Response:
         return _json(await asyncio.to_thread(reads.status, self.db, self.metrics, self.adapters))

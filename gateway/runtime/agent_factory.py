@@ -26,7 +26,7 @@ import openai
 from agent.llm import DEFAULT_MODEL, ModelNotConfigured, ModelSettings, make_client
 from agent.loop import Agent
 from agent.prompts import build_system_prompt
-from agent.tools import ToolRegistry, ToolSource
+from agent.tools import Tool, ToolRegistry, ToolSource
 from gateway.config.sections import MemoryConfig, ModelConfig, RecallConfig
 from gateway.source import SessionSource
 from tools.memory import NotePlace, make_memory_tool, read_snapshot
@@ -77,19 +77,22 @@ def model_settings(model: ModelConfig) -> ModelSettings:
 def default_tools(
     memory_limits: dict[str, int] | None = None,
     search: SearchSettings | None = None,
+    schedule: Tool | None = None,
     source: ToolSource | None = None,
 ) -> ToolRegistry:
-    """session_search and memory, built with what they need (None: their defaults), and the tools
-    of `source` (MCP servers: gateway.runtime.mcp_calls)."""
-    return ToolRegistry([make_session_search_tool(search), make_memory_tool(memory_limits)], source)
+    """session_search and memory, built with what they need (None: their defaults), `schedule`
+    when the gateway gives one (it needs the schedules table: tools/schedule.py), and the tools of
+    `source` (MCP servers: gateway.runtime.mcp_calls)."""
+    tools = [make_session_search_tool(search), make_memory_tool(memory_limits)]
+    return ToolRegistry(tools + ([schedule] if schedule is not None else []), source)
 
 
 class AgentFactory:
     """Builds session agents over one shared model client (see the module doc). `http_client`
     reaches the openai client's transport (bench/ answers the model in-process through it).
     Without `tools`, the agents get session_search and memory built with `recall.*` and `memory.*`
-    (defaults when not given), the auxiliary model and the factory's recap client, and those of
-    `tool_source`."""
+    (defaults when not given), the auxiliary model and the factory's recap client, `schedule`
+    (the gateway's schedule tool) when given, and those of `tool_source`."""
 
     def __init__(
         self,
@@ -108,6 +111,7 @@ class AgentFactory:
         recall: RecallConfig | None = None,
         observe: Callable[[str, float], None] | None = None,
         tool_source: ToolSource | None = None,
+        schedule: Tool | None = None,
     ) -> None:
         self.settings = settings
         self.notes = notes  # where MEMORY.md/USER.md are read from; None: the files in `home`
@@ -127,7 +131,7 @@ class AgentFactory:
                 recap_client=lambda: self.recap_client,
                 observe=observe,
             )
-            tools = default_tools((memory or MemoryConfig()).limits(), search, tool_source)
+            tools = default_tools((memory or MemoryConfig()).limits(), search, schedule, tool_source)
         self.tools = tools
         self._client: openai.AsyncOpenAI | None = None
         self._aux_client: openai.AsyncOpenAI | None = None

@@ -78,6 +78,10 @@ class Intake(abc.ABC):
     async def admit(self, key: str, msg: InboundMessage) -> bool:
         """Commit `msg` to the inbox and route it to its chat; False for a redelivery."""
 
+    @abc.abstractmethod
+    def committed(self, key: str, msg: InboundMessage) -> None:
+        """Route `msg`, committed to the inbox by someone else (a claimed scheduled run), to its chat."""
+
     async def accepted(self, msg: InboundMessage) -> bool:
         """Asked by the lane before it runs `msg`: is it committed (not a redelivery)?"""
         return True
@@ -164,6 +168,10 @@ class SoloIntake(Intake):
             self.host.enqueue(key, msg)
         return await admission
 
+    def committed(self, key: str, msg: InboundMessage) -> None:
+        if not self.host.stopping:  # else stored, not run: the next start takes it up
+            self.host.enqueue(key, msg)
+
     async def accepted(self, msg: InboundMessage) -> bool:
         admission = self._admissions.pop(id(msg), None)
         if admission is None:
@@ -212,6 +220,10 @@ class SharedIntake(Intake):
         if stored and not self.host.stopping:
             self.host.spawn(self._arrived(key))
         return stored
+
+    def committed(self, key: str, msg: InboundMessage) -> None:
+        if not self.host.stopping:  # the holder reads it from the inbox
+            self.host.spawn(self._arrived(key))
 
     async def _arrived(self, key: str) -> None:
         """An entry of `key` was admitted here."""

@@ -41,11 +41,13 @@ from gateway.errors import LeaseLost
 from gateway.language import N_, Language, _, gettext, n_, resolve, speaking
 from gateway.runtime.approvals import Approvals
 from gateway.runtime.delivery import Inbox, Outbox
+from gateway.runtime.due_runs import DueRuns
 from gateway.runtime.intake import intake_for
 from gateway.runtime.lanes import ChatLane, Job
 from gateway.runtime.metrics import Metrics
 from gateway.runtime.outbound import Outbound
 from gateway.runtime.turn import TurnRunner
+from gateway.schedules.clock import SystemWallClock, WallClock
 from gateway.sessions.access import AccessControl
 from gateway.sessions.store import SessionEntry, SessionStore
 from gateway.source import InvalidSessionSource, Platform, SessionSource
@@ -86,6 +88,7 @@ class GatewayRunner:
         ops_url: Callable[[], str | None] = lambda: None,
         approvals: Approvals | None = None,
         mcp: McpTools | None = None,
+        wall_clock: WallClock | None = None,  # when scheduled runs are due (tests move it)
     ) -> None:
         self.config = config
         self.approvals = approvals  # tool calls waiting for /approve (gateway.runtime.approvals)
@@ -105,6 +108,9 @@ class GatewayRunner:
         self.health = outbox.health  # whether storage commits: jobs wait for it, /readyz shows it
         self.leases = outbox.leases  # who runs which chat: SoloLeases on SQLite, SharedLeases on Postgres
         self.intake = intake_for(self, self.leases)
+        self.wall_clock = wall_clock or SystemWallClock()
+        self.due_runs = DueRuns(db, self.intake, config.schedules, self.wall_clock, self._may_schedule)
+        self._due_loop: asyncio.Task | None = None
         self.interrupted_mode = config.gateway.interrupted_turns  # rerun | notify (checked by gateway.config)
         self.clock = clock
         self.metrics = metrics
@@ -144,6 +150,8 @@ class GatewayRunner:
             adapter.command_suggestions(self.suggest)
             adapter.catch_up_from(functools.partial(self.inbox.latest, adapter.platform.value))
         await self.intake.start()
+        # after the take-up: a run claimed by a previous process is an entry that was just taken up
+        self._due_loop = asyncio.create_task(self.due_runs.run(), name="scheduled runs")
 
     @property
     def ops_url(self) -> str | None:
@@ -180,6 +188,8 @@ class GatewayRunner:
         a streamed answer it cut is edited on the next start) and its replies leave, with the
         adapters still up to send them; the adapters last, then the agents."""
         self._stopping = True
+        if self._due_loop is not None:
+            self._due_loop.cancel()
         for lane in list(self.lanes.values()):
             lane.close()
         try:
@@ -254,6 +264,11 @@ class GatewayRunner:
         if not await self.intake.admit(key, msg):
             log.info("duplicate delivery of %s message %s refused", platform, msg.message_id)
             self.inc("duplicates_total", {"platform": platform})
+
+    def _may_schedule(self, source: SessionSource) -> bool:
+        """May this person's scheduled run start: are they allowed to talk to the bot here (a
+        scheduled message is addressed to the bot, as a mention is)?"""
+        return self.access.check(source, mentioned=True).allowed
 
     def enqueue(self, key: str, msg: InboundMessage) -> None:
         source = msg.source

@@ -325,7 +325,7 @@ class TurnRunner:
                     history = history[:-1]  # the person's message: the turn adds it (its recorder reuses the row)
                 warm.put(session_id, lane.key, history)
             content = received.model_content() if received is not None else text
-            ctx = self._tool_context(msg, session_id)
+            ctx = self._tool_context(msg, session_id, lane.key)
             result = await session_agent.agent.run_turn(history, content, ctx, record, steer, feed)
         except LeaseLost:
             if stream is not None:  # another replica answers: this one's draft is left as it is
@@ -410,10 +410,11 @@ class TurnRunner:
             stream.may_show = functools.partial(self.leases.known_held, key)
         return stream
 
-    def _tool_context(self, msg: InboundMessage, session_id: str) -> ToolContext:
+    def _tool_context(self, msg: InboundMessage, session_id: str, session_key: str) -> ToolContext:
         return ToolContext(
             session_id=session_id,
             source=msg.source,
+            session_key=session_key,
             db=self.db,
             is_admin=self.access.is_admin(msg.source),
             single_owner=self.single_owner,

@@ -50,6 +50,8 @@ from gateway.runtime.reply_feed import streaming_enabled, tool_status_enabled
 from gateway.runtime.runner import GatewayRunner, adapter_health
 from gateway.runtime.turn import AgentFactory as AgentFactoryProtocol
 from gateway.runtime.turn import TurnRunner
+from gateway.schedules.clock import SystemWallClock, WallClock
+from gateway.schedules.store import FaceScheduleStore
 from gateway.service.http import OpsServer
 from gateway.service.maintenance import Maintenance
 from gateway.service.metrics import Metrics, Sampled
@@ -63,6 +65,7 @@ from gateway.storage.media import MediaStore
 from platforms.base import PlatformAdapter
 from tools.mcp import McpConfigError, McpTools, mcp_settings_from
 from tools.memory import note_place
+from tools.schedule import make_schedule_tool
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +277,7 @@ def build_runner(
     ops_url: Callable[[], str | None] = lambda: None,
     mcp: McpTools | None = None,
     health: StorageHealth | None = None,
+    wall_clock: WallClock | None = None,
 ) -> GatewayRunner:
     """The runtime over an open DB and store: access rules, the agent factory and cache, the
     conversation cache, de-duplication, the turn runner, and the runner that holds them.
@@ -282,12 +286,14 @@ def build_runner(
     `cache`: the agent cache whose running turns the store must not reset under (build_agent_cache);
     `ops_url`: the ops HTTP server's address once it listens (/status shows it); `mcp`: the MCP
     servers' tools, offered to the agents the factory builds (journaled through `db`); `health`:
-    whether storage commits (gateway.storage.health), shared with /readyz."""
+    whether storage commits (gateway.storage.health), shared with /readyz; `wall_clock`: when
+    scheduled runs are due (None: the host's clock; tests move a virtual one)."""
     model = model_settings(config.model)
     streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
     outbound = Outbound(adapters, metrics, streaming=streaming)
     approvals = Approvals(mcp.settings.approval_timeout_seconds, ask_with(outbound.adapter)) if mcp else None
     source = McpCalls(mcp, db, metrics, approvals) if mcp is not None else None
+    wall_clock = wall_clock or SystemWallClock()
     factory = agent_factory or AgentFactory(
         model,
         config.home,
@@ -300,6 +306,9 @@ def build_runner(
         recall=config.recall,
         observe=metrics.observe if metrics is not None else None,  # the agent's searches: search_seconds
         tool_source=source,
+        schedule=make_schedule_tool(
+            FaceScheduleStore(db), config.schedules, wall_clock, config.session.reset.get("timezone")
+        ),
     )
     cache = cache or build_agent_cache(config, clock)
     access = AccessControl.from_config(config.platforms, [a.platform.value for a in adapters if a.operator_is_admin])
@@ -346,6 +355,7 @@ def build_runner(
         ops_url=ops_url,
         approvals=approvals,
         mcp=mcp,
+        wall_clock=wall_clock,
     )
 
 
@@ -413,6 +423,7 @@ def build_app(
     db_path: Path | None = None,
     http_client: httpx2.AsyncClient | None = None,
     db: StorageFace | None = None,
+    wall_clock: WallClock | None = None,
 ) -> App:
     """Wire the gateway for `config`: the one composition root (`chinwag run`, tests, bench/).
 
@@ -420,7 +431,8 @@ def build_app(
     (tests and bench bring their own), `agent_factory` the model side. `policies` override the
     config's reset policies; `mirrors=False` leaves out the JSONL/sessions.json files (bench measures
     their share); `db_path` opens another database than the home's; `http_client` carries the
-    model calls (the openai SDK's own transport seam); `db`: the database already open (`open_storage`)."""
+    model calls (the openai SDK's own transport seam); `db`: the database already open (`open_storage`);
+    `wall_clock` says when scheduled runs are due."""
     try:
         home = Home(config.home).ensure()
     except OSError as exc:
@@ -468,6 +480,7 @@ def build_app(
             ops_url=functools.partial(_listening_url, ops),
             mcp=mcp,
             health=health,
+            wall_clock=wall_clock,
         )
         opened.pop_all()
     # Replicas share one backlog: the leading one polls, since the others' commits wake nothing here.

@@ -27,6 +27,7 @@ from gateway.storage import (
     queries,
     retention,
     rows,
+    schedules,
     search,
     tool_calls,
     transfer,
@@ -181,7 +182,17 @@ class StorageFace:
 
     # -- deletion and retention (gateway/storage/retention.py) ------------------------------------
     def delete_session(self, session_id: str) -> bool:
-        return self.write(retention.op_delete(session_id))
+        """Delete the session and the scheduled jobs of its chat (they would answer in it)."""
+        delete = retention.op_delete(session_id)
+
+        def op(conn: Conn, events: Events) -> bool:
+            key = conn.execute("SELECT session_key FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            deleted = bool(delete(conn, events))
+            if deleted and key is not None and key[0]:
+                schedules.delete(conn, "session_key", key[0])
+            return deleted
+
+        return self.write(op)
 
     def idle_sessions(self, older_than_days: float) -> list[str]:
         """Sessions idle for longer than that, longest idle first: what `prune` would delete (but

@@ -49,7 +49,9 @@ class Dialect(Protocol):
     (`same_title`, `exact_title`: one `?` each; `other_id`: `id` differs from `?`, NULL included),
     the larger of two values (`greatest`, a function name), the writes that differ (a statement a
     unique index may refuse, the message insert: gateway/storage/rows.py), message search, and
-    recall's two match reads."""
+    recall's two match reads, and what a claim of rows needs (gateway/storage/schedules.py:
+    `claim_lock` after a SELECT skips rows another transaction claims; `serialize` orders the
+    transactions that take one name)."""
 
     name: str
     schema_version: int
@@ -77,6 +79,12 @@ class Dialect(Protocol):
     def insert_message(self, conn: Conn, values: Sequence[Any], extra: tuple[Any, ...]) -> int:
         """Insert a message (`values`: session_id, role, content, then MESSAGE_FIELDS; `extra`:
         prepare_message's); returns its new id, never one given before."""
+        ...
+
+    claim_lock: str
+
+    def serialize(self, conn: Conn, name: str) -> None:
+        """Hold `name` until the transaction ends: another transaction taking it waits."""
         ...
 
     def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:

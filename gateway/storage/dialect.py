@@ -40,10 +40,14 @@ class SqliteDialect:
     same_title = "title = ? COLLATE NOCASE"
     exact_title = "title = ? COLLATE BINARY"
     other_id = "id IS NOT ?"
+    claim_lock = ""  # one writer: a write transaction is alone
     greatest = "MAX"
     substring_hits = staticmethod(search.substring_hits)
     recall_matches = staticmethod(search.recall_matches)
     matches_among = staticmethod(search.matches_among)
+
+    def serialize(self, conn: Conn, name: str) -> None:
+        pass  # one writer: every write transaction is serialized already
 
     def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
         return "id >= ? AND id < ?", (prefix, prefix + "\uffff")

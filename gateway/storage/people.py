@@ -8,6 +8,18 @@ import time
 
 from gateway.storage.conn import Conn
 
+# Declared once for both databases (type names SQLite and PostgreSQL read alike:
+# double precision REAL, text TEXT; DESIGN §4 storage/schema.py).
+TABLE = """
+    CREATE TABLE person_settings (
+        platform text NOT NULL,
+        person_id text NOT NULL,
+        language text,
+        updated_at double precision NOT NULL,
+        PRIMARY KEY (platform, person_id)
+    );
+"""
+
 
 def language(conn: Conn, platform: str, person_id: str) -> str | None:
     row = conn.execute(

@@ -11,6 +11,7 @@ import sqlite3
 from typing import Any, Callable, Mapping
 
 from gateway.errors import SchemaTooNew
+from gateway.storage import people, schedules, tool_calls
 
 ROLES = ("user", "assistant", "tool", "system")
 TITLE_MAX = 100  # characters of a session title
@@ -155,6 +156,27 @@ WINDOW_OF_HIDDEN_MESSAGE = """\
             WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id), upto_id));
         DELETE FROM message_vectors
         WHERE session_id = NEW.session_id AND first_id <= NEW.id AND last_id >= NEW.id;"""
+
+# From SQLite's v10 and Postgres's v7 on, both databases take the same migrations: the SQL is
+# written once, in type names each reads alike (SQLite gives bigint and integer INTEGER affinity,
+# double precision REAL, text TEXT).
+SHARED_MIGRATIONS: list[str] = [
+    # delivery under faults (DESIGN §11): a reply's idempotency key (Feishu `uuid`, Discord `nonce`),
+    # the part being sent (a restart knows which sends are uncertain) and the streamed reply's
+    # message ids, known before the answer commits (a rerun edits them)
+    """
+    ALTER TABLE outbox ADD COLUMN send_key text;
+    ALTER TABLE outbox ADD COLUMN sending integer;
+    ALTER TABLE inbox ADD COLUMN reply_ids text;
+    """,
+    tool_calls.TABLE,  # the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
+    # scheduled turns (DESIGN §16; SQL in gateway.storage.schedules). The due-run poll reads
+    # (enabled, next_run_at); a session's and a person's jobs are deleted with their data.
+    schedules.TABLE,
+    # a person's own settings (DESIGN §17: the /language choice), keyed by the person's identity
+    # on the platform (Feishu: union_id across apps); SQL in gateway.storage.people
+    people.TABLE,
+]
 
 MIGRATIONS: list[Migration] = [
     # v0 -> v1: sessions, messages and the two contentless full-text indexes
@@ -363,43 +385,7 @@ MIGRATIONS: list[Migration] = [
     INSERT INTO messages_fts (messages_fts, rank) VALUES ('automerge', 8);
     INSERT INTO messages_ident (messages_ident, rank) VALUES ('automerge', 8);
     """,
-    # v10 -> v11: delivery under faults (DESIGN §11): a reply's idempotency key (Feishu `uuid`,
-    # Discord `nonce`), the part being sent (a restart knows which sends are uncertain) and the
-    # streamed reply's message ids, known before the answer commits (a rerun edits them)
-    """
-    ALTER TABLE outbox ADD COLUMN send_key TEXT;
-    ALTER TABLE outbox ADD COLUMN sending INTEGER;
-    ALTER TABLE inbox ADD COLUMN reply_ids TEXT;
-    """,
-    # v11 -> v12: the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
-    """
-    CREATE TABLE tool_calls (
-        inbox_id INTEGER NOT NULL,
-        position INTEGER NOT NULL,
-        call_id TEXT NOT NULL,
-        server TEXT NOT NULL,
-        tool TEXT NOT NULL,
-        arguments TEXT NOT NULL,
-        state TEXT NOT NULL,
-        result TEXT,
-        outcome TEXT,
-        approval TEXT,
-        started_at REAL NOT NULL,
-        done_at REAL,
-        PRIMARY KEY (inbox_id, position)
-    );
-    """,
-    # v12 -> v13: a person's own settings (DESIGN §17: the /language choice), keyed by the
-    # person's identity on the platform (Feishu: union_id across apps). SQL in gateway.storage.people.
-    """
-    CREATE TABLE person_settings (
-        platform TEXT NOT NULL,
-        person_id TEXT NOT NULL,
-        language TEXT,
-        updated_at REAL NOT NULL,
-        PRIMARY KEY (platform, person_id)
-    );
-    """,
+    *SHARED_MIGRATIONS,  # v10 -> v14
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

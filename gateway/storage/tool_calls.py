@@ -18,6 +18,26 @@ from typing import Any
 
 from gateway.storage.conn import Conn
 
+# The table once for both databases: type names each reads the same way (SQLite gives bigint and
+# integer INTEGER affinity, double precision REAL, text TEXT; DESIGN §4 storage/schema.py).
+TABLE = """
+    CREATE TABLE tool_calls (
+        inbox_id bigint NOT NULL,
+        position integer NOT NULL,
+        call_id text NOT NULL,
+        server text NOT NULL,
+        tool text NOT NULL,
+        arguments text NOT NULL,
+        state text NOT NULL,
+        result text,
+        outcome text,
+        approval text,
+        started_at double precision NOT NULL,
+        done_at double precision,
+        PRIMARY KEY (inbox_id, position)
+    );
+"""
+
 STARTED, DONE = "started", "done"
 
 

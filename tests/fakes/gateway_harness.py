@@ -90,9 +90,11 @@ class Gateway:
         agent_factory: Any = None,
         fake: FakeOpenAI | None = None,
         model_options: dict | None = None,
+        wall_clock: Any = None,  # gateway.schedules.clock.WallClock: when scheduled runs are due
         **sections: Any,
     ) -> None:
         self.tmp_path = tmp_path
+        self.wall_clock = wall_clock
         self.use_model = model
         self.platforms = platforms
         self.policies = policies or ResetPolicies(default=ResetPolicy(mode="none"))
@@ -123,6 +125,7 @@ class Gateway:
             http=False,
             policies=self.policies,
             db_path=self.db_path,
+            wall_clock=self.wall_clock,
         )
         self.db, self.store, self.runner = self.app.db, self.app.store, self.app.runner
         if self.app.mcp is not None:  # App.start's step for the MCP servers (a no-op with none configured)

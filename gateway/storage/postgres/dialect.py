@@ -37,6 +37,9 @@ _TABLES_BYTES = (
 )
 
 
+SERIALIZE_LOCK = 0x53434844  # the first key of `serialize`'s advisory locks: "SCHD"
+
+
 class PostgresDialect:
     """Postgres's `Dialect` (see the module docstring)."""
 
@@ -48,9 +51,13 @@ class PostgresDialect:
     same_title = "ascii_fold(title) = ascii_fold(?)"  # the unique index's expression (schema.py)
     exact_title = "title = ?"
     other_id = "id IS DISTINCT FROM ?"
+    claim_lock = " FOR UPDATE SKIP LOCKED"  # replicas claiming at once take different rows, never wait
     greatest = "GREATEST"
     substring_hits = staticmethod(search.substring_hits)
     recall_matches = staticmethod(search.recall_matches)
+
+    def serialize(self, conn: Conn, name: str) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (SERIALIZE_LOCK, name))
 
     def id_prefix(self, prefix: str) -> tuple[str, tuple[str, ...]]:
         return "starts_with(id, ?)", (prefix,)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import SchemaTooNew
-from gateway.storage.schema import WINDOW_OF_HIDDEN_MESSAGE
+from gateway.storage.schema import SHARED_MIGRATIONS, WINDOW_OF_HIDDEN_MESSAGE
 
 MIGRATION_LOCK = 0x43484E57  # pg_advisory_xact_lock key: "CHNW"
 BUCKET_IDS = 8192  # message ids per bucket lexeme (v5); a constant of the stored data: never change it
@@ -292,41 +292,7 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER message_vectors_message_gone AFTER DELETE ON messages
         FOR EACH ROW EXECUTE FUNCTION message_vectors_message_gone();
     """,
-    # v7 -> v8: delivery under faults, as SQLite's v11: a reply's idempotency key, the part being
-    # sent, the streamed reply's message ids before the answer commits
-    """
-    ALTER TABLE outbox ADD COLUMN send_key text;
-    ALTER TABLE outbox ADD COLUMN sending integer;
-    ALTER TABLE inbox ADD COLUMN reply_ids text;
-    """,
-    # v8 -> v9: the tool-call journal (DESIGN §15; its SQL is in gateway.storage.tool_calls)
-    """
-    CREATE TABLE tool_calls (
-        inbox_id bigint NOT NULL,
-        position integer NOT NULL,
-        call_id text NOT NULL,
-        server text NOT NULL,
-        tool text NOT NULL,
-        arguments text NOT NULL,
-        state text NOT NULL,
-        result text,
-        outcome text,
-        approval text,
-        started_at double precision NOT NULL,
-        done_at double precision,
-        PRIMARY KEY (inbox_id, position)
-    );
-    """,
-    # v9 -> v10: a person's own settings, as SQLite's v13 (DESIGN §17: the /language choice)
-    """
-    CREATE TABLE person_settings (
-        platform TEXT NOT NULL,
-        person_id TEXT NOT NULL,
-        language TEXT,
-        updated_at double precision NOT NULL,
-        PRIMARY KEY (platform, person_id)
-    );
-    """,
+    *SHARED_MIGRATIONS,  # v7 -> v11, as SQLite's v10 -> v14
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -114,11 +114,11 @@ async def test_mcp_tools_are_offered_only_to_people_allowed_to_talk(tmp_path: Pa
 
         def names(user: str) -> list[str]:
             msg = gw.adapter.message("hi", chat_id=user, user_id=user)
-            return [t["function"]["name"] for t in registry.schemas(turns._tool_context(msg, "s"))]
+            return [t["function"]["name"] for t in registry.schemas(turns._tool_context(msg, "s", "k"))]
 
         assert "mcp__fake__echo" in names("100")
-        assert names("200") == ["session_search", "memory"]
-        stranger = turns._tool_context(gw.adapter.message("hi", chat_id="200", user_id="200"), "s")
+        assert names("200") == ["session_search", "memory", "schedule"]
+        stranger = turns._tool_context(gw.adapter.message("hi", chat_id="200", user_id="200"), "s", "k")
         outcome = await registry.run("mcp__fake__echo", {"text": "x"}, stranger, "call_1")
         assert outcome.outcome == "unknown_tool"
 

@@ -121,28 +121,3 @@ def build_session_key(
     if per_user:
         parts.append(_part("user_id", source.person_id))
     return ":".join(parts)
-
-
-def describe_session_key(
-    source: SessionSource,
-    group_sessions_per_user: bool = True,
-    thread_sessions_per_user: bool = False,
-) -> str:
-    """One sentence on why this source maps to its key (for `/whoami`)."""
-    if source.chat_type == "dm":
-        why = "a direct chat: one conversation per chat"
-    elif source.thread_id is not None or source.chat_type == "thread":
-        why = (
-            "a thread: each person has their own conversation here"
-            if thread_sessions_per_user
-            else "a thread: everyone in it shares one conversation"
-        )
-    else:
-        why = (
-            "a group: each member has their own conversation"
-            if group_sessions_per_user
-            else "a group: the whole chat shares one conversation"
-        )
-    if source.user_id_alt and source.user_id_alt != source.user_id:
-        why += " (you are identified by your cross-app id)"
-    return why

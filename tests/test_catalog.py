@@ -122,17 +122,48 @@ def literal_texts(node: ast.AST) -> list[str]:
     return found
 
 
+def handed_over(node: ast.AST) -> list[ast.AST]:
+    """What `node` hands to the person: a returned value, or the arguments of a sink call."""
+    if isinstance(node, ast.Return) and node.value is not None:
+        return [node.value]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SINKS:
+        return list(node.args)
+    return []
+
+
+def carried(value: ast.AST) -> list[str]:
+    """The variables a handed-over value is made of: `text` in `return text`, `lines` in
+    `return "\\n".join(lines)`."""
+    if isinstance(value, ast.Name):
+        return [value.id]
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "join":
+        return [a.id for a in value.args if isinstance(a, ast.Name)]
+    return []
+
+
+def assigned_to(function: ast.AST, names: set[str]) -> list[ast.AST]:
+    """The values a function writes into `names` (`text = f"..."`, `text += "..."`, `lines = [...]`):
+    a reply built in a variable before it is returned is as much the person's text."""
+    values: list[ast.AST] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            values.append(node.value)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            if isinstance(node.target, ast.Name) and node.target.id in names:
+                values.append(node.value)
+    return values
+
+
 def unmarked(path: Path) -> list[str]:
     name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
     excused = lambda text: text.startswith(NOT_FOR_THE_PERSON.get(name, ()))
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Return) and node.value is not None:
-            values: list[ast.AST] = [node.value]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SINKS:
-            values = list(node.args)
-        else:
+        values = handed_over(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            values = assigned_to(node, {name for h in ast.walk(node) for v in handed_over(h) for name in carried(v)})
+        if not values:
             continue
         for value in values:
             found += [f"{name}:{node.lineno}: {text[:60]!r}" for text in literal_texts(value) if not excused(text)]
@@ -150,7 +181,11 @@ def test_the_scan_sees_an_unmarked_reply(tmp_path):
         '    await ctx.reply("Nothing here yet.")\n'
         '    await ctx.reply(_("Nothing here yet."))\n'
         '    return f"Done with {x} now."\n'
+        "def build(ctx):\n"
+        '    text = f"Started {ctx} again."\n'
+        '    text += " The old one is kept."\n'
+        "    return text\n"
     )
     path = tmp_path / "probe.py"
     path.write_text(source, encoding="utf-8")
-    assert len(unmarked(path)) == 2
+    assert len(unmarked(path)) == 4

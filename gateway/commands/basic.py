@@ -14,7 +14,7 @@ from gateway.commands.context import CommandContext, ascii_number, cut_notice, l
 from gateway.db import TitleTaken, sanitize_title
 from gateway.language import _, current, n_
 from gateway.sessions.access import title_refusal
-from gateway.source import describe_session_key
+from gateway.source import SessionSource
 from gateway.storage.schema import TITLE_MAX
 
 MAX_UNDO = 50
@@ -178,17 +178,44 @@ async def cmd_status(ctx: CommandContext) -> str:
     return "\n".join(lines)
 
 
+def why_this_key(
+    source: SessionSource,
+    group_sessions_per_user: bool = True,
+    thread_sessions_per_user: bool = False,
+) -> str:
+    """One sentence on why this source maps to its key (for `/whoami`, in the current language)."""
+    if source.chat_type == "dm":
+        why = _("a direct chat: one conversation per chat")
+    elif source.thread_id is not None or source.chat_type == "thread":
+        why = (
+            _("a thread: each person has their own conversation here")
+            if thread_sessions_per_user
+            else _("a thread: everyone in it shares one conversation")
+        )
+    else:
+        why = (
+            _("a group: each member has their own conversation")
+            if group_sessions_per_user
+            else _("a group: the whole chat shares one conversation")
+        )
+    if source.user_id_alt and source.user_id_alt != source.user_id:
+        why = _("{why} (you are identified by your cross-app id)", why=why)
+    return why
+
+
 async def cmd_whoami(ctx: CommandContext) -> str:
     services, source = ctx.services, ctx.source
     store = services.store
-    why = describe_session_key(source, store.group_sessions_per_user, store.thread_sessions_per_user)
+    why = why_this_key(source, store.group_sessions_per_user, store.thread_sessions_per_user)
     policy = store.policies.for_source(source)
+    you = {"name": source.user_name or "-", "id": source.person_id or _("unknown"), "platform": source.platform.value}
     lines = [
-        f"You: {source.user_name or '-'} (id {source.person_id or 'unknown'} on {source.platform.value})"
-        + (", admin" if ctx.is_admin else ""),
-        f"Session key: {ctx.key}",
-        f"Why: {why}.",
-        f"Reset policy: {policy.describe()}.",
+        _("You: {name} (id {id} on {platform}), admin", **you)
+        if ctx.is_admin
+        else _("You: {name} (id {id} on {platform})", **you),
+        _("Session key: {key}", key=ctx.key),
+        _("Why: {why}.", why=why),
+        _("Reset policy: {policy}.", policy=policy.describe()),
     ]
     entry = ctx.existing()
     session = await services.db.aread(services.db.get_session, entry.session_id) if entry else None

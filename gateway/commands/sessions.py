@@ -54,13 +54,17 @@ async def cmd_new(ctx: CommandContext) -> str:
         )
     if old is not None:
         await services.forget(old.session_id)
-    text = f"Started a new conversation{f' “{title}”' if title else ''}."
+    previous = None
     if old is not None and old.session_id != entry.session_id:
         previous = await services.db.aread(services.db.get_session, old.session_id)
-        if previous and previous.get("message_count"):
-            ref = previous.get("title") or previous["id"]
-            text += f" The previous one is kept: /resume {ref}"
-    return text
+    if previous and previous.get("message_count"):
+        ref = previous.get("title") or previous["id"]
+        if title:
+            return _(
+                "Started a new conversation “{title}”. The previous one is kept: /resume {ref}", title=title, ref=ref
+            )
+        return _("Started a new conversation. The previous one is kept: /resume {ref}", ref=ref)
+    return _("Started a new conversation “{title}”.", title=title) if title else _("Started a new conversation.")
 
 
 async def _visible(ctx: CommandContext, session: dict[str, Any]) -> bool:

@@ -88,8 +88,8 @@ class Approvals:
         )
         self.pending[request.id] = request
         try:
-            text = f"Run {request.what}? /approve {request.id} or /deny {request.id}"
-            choices = [("Approve", f"/approve {request.id}"), ("Deny", f"/deny {request.id}")]
+            text = _("Run {what}? /approve {id} or /deny {id}", what=request.what, id=request.id)
+            choices = [(_("Approve"), f"/approve {request.id}"), (_("Deny"), f"/deny {request.id}")]
             await self._ask(ctx.source, text, choices)
             try:
                 return await asyncio.wait_for(asyncio.shield(request.decided), self.timeout)

@@ -466,11 +466,15 @@ class GatewayRunner:
 
     def tool_lines(self, msg: InboundMessage) -> list[str]:
         registry = getattr(self.factory, "tools", None)  # a test's factory may bring no registry
-        lines = [f"{name} (built in)" for name in (registry.names() if registry is not None else [])]
+        lines = [_("{name} (built in)", name=name) for name in (registry.names() if registry is not None else [])]
         if self.mcp is not None and self.access.check(msg.source, mentioned=True).allowed:
             for tool in self.mcp.tools():
-                asks = " — asks you first" if tool.requires_approval else ""
-                lines.append(f"{tool.server}.{tool.tool}: {_excerpt(tool.description)}{asks}")
+                named = {"name": f"{tool.server}.{tool.tool}", "description": _excerpt(tool.description)}
+                lines.append(
+                    _("{name}: {description} — asks you first", **named)
+                    if tool.requires_approval
+                    else _("{name}: {description}", **named)
+                )
         return lines
 
     async def notify(self, lane: ChatLane, msg: InboundMessage, text: str) -> None:

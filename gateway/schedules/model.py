@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Protocol
 
+from gateway.language import _
 from gateway.schedules.times import Kind, Missed, Timing, describe, local_text, plan_run
 from gateway.source import SessionSource
 
@@ -131,10 +132,11 @@ class Run:
 
 
 def summary(job: Schedule) -> str:
-    """One line a person reads in a listing: id, timing, next run in the job's zone, the prompt."""
-    when = "paused" if not job.enabled else "finished"
+    """One line a person reads in a listing: id, timing, next run in the job's zone, the prompt (in
+    the current language: the CLI's is English)."""
+    when = _("paused") if not job.enabled else _("finished")
     if job.enabled and job.next_run_at is not None:
-        when = f"next run {local_text(job.next_run_at, job.timezone)}"
+        when = _("next run {when}", when=local_text(job.next_run_at, job.timezone))
     return f"{job.id} · {describe(job.timing)} · {when} · {job.prompt[:120]}"
 
 

@@ -20,6 +20,10 @@ asked for naive wall times here, and the mapping to instants is ours.
 A run is late when it is claimed more than LATE_AFTER past its time (the daemon was down or
 stopped): `missed: run_once` runs it once, marked late, and however many runs were missed the next
 one is the first future one; `missed: skip` drops it and goes straight to the next.
+
+`local_text` and `describe` are what the person reads (in /schedules and, through the model, the
+tool's answers), so they speak the current language (gateway.language); outside a message's scope
+(the CLI, the due-run marker) that is English. ScheduleError texts are read by the model: English.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from typing import Literal
 from zoneinfo import ZoneInfo, available_timezones
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
+
+from gateway.language import N_, _
 
 Kind = Literal["once", "cron", "every"]
 Missed = Literal["run_once", "skip"]
@@ -244,19 +250,31 @@ def plan_run(timing: Timing, due_at: datetime, now: datetime, missed: Missed) ->
     return RunPlan(due_at, run=not late or missed == "run_once", late=late, next_run_at=next_run_after(timing, now))
 
 
+# the weekday by number, Monday first; not strftime's %a, which is the C locale's English
+WEEKDAYS = (N_("Mon"), N_("Tue"), N_("Wed"), N_("Thu"), N_("Fri"), N_("Sat"), N_("Sun"))
+
+
 def local_text(instant: datetime, timezone_name: str) -> str:
     """An instant as a person in `timezone_name` reads it: "Thu 2026-12-03 09:00 CST (Asia/Shanghai)"."""
-    return f"{instant.astimezone(ZoneInfo(timezone_name)).strftime('%a %Y-%m-%d %H:%M %Z')} ({timezone_name})"
+    local = instant.astimezone(ZoneInfo(timezone_name))
+    return _(
+        "{weekday} {date} {time} {zone} ({timezone})",
+        weekday=_(WEEKDAYS[local.weekday()]),
+        date=local.strftime("%Y-%m-%d"),
+        time=local.strftime("%H:%M"),
+        zone=local.strftime("%Z"),
+        timezone=timezone_name,
+    )
 
 
 def describe(timing: Timing) -> str:
     """The timing in a few words: "once at …", "cron 0 18 * * 1-5 (Asia/Shanghai)", "every 30 min"."""
     if timing.kind == "once":
         assert timing.at is not None
-        return f"once at {local_text(timing.at, timing.timezone)}"
+        return _("once at {when}", when=local_text(timing.at, timing.timezone))
     if timing.kind == "cron":
-        return f"cron {timing.cron} ({timing.timezone})"
-    return f"every {timing.every_minutes} min"
+        return _("cron {cron} ({timezone})", cron=timing.cron, timezone=timing.timezone)
+    return _("every {n} min", n=timing.every_minutes)
 
 
 def _aware(now: datetime) -> None:

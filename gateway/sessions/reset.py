@@ -19,6 +19,8 @@ from datetime import time as dtime
 from typing import Any, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from gateway.language import _, n_
+
 MODES = ("none", "idle", "daily", "both")
 _POLICY_KEYS = ("mode", "idle_minutes", "daily_hour", "daily_minute", "timezone")
 
@@ -123,25 +125,24 @@ class ResetPolicy:
         return due[0] if due else None
 
     def describe(self) -> str:
-        """One line for `/status`."""
-        daily = f"daily at {self.daily_hour:02d}:{self.daily_minute:02d} {self.timezone}"
-        idle = f"after {_minutes_text(self.idle_minutes)} idle"
-        return {
-            "none": "never resets on its own",
-            "idle": f"resets {idle}",
-            "daily": f"resets {daily}",
-            "both": f"resets {idle} or {daily}",
-        }[self.mode]
+        """One line for `/whoami`, in the current language."""
+        daily = {"time": f"{self.daily_hour:02d}:{self.daily_minute:02d}", "timezone": self.timezone}
+        if self.mode == "none":
+            return _("never resets on its own")
+        if self.mode == "daily":
+            return _("resets daily at {time} {timezone}", **daily)
+        idle = _minutes_text(self.idle_minutes)
+        if self.mode == "idle":
+            return _("resets after {idle} idle", idle=idle)
+        return _("resets after {idle} idle or daily at {time} {timezone}", idle=idle, **daily)
 
 
 def _minutes_text(minutes: float) -> str:
     if minutes % 1440 == 0:
-        n = int(minutes // 1440)
-        return f"{n} day" + ("s" if n != 1 else "")
+        return n_("{n} day", "{n} days", int(minutes // 1440))
     if minutes % 60 == 0:
-        n = int(minutes // 60)
-        return f"{n} hour" + ("s" if n != 1 else "")
-    return f"{minutes:g} minutes"
+        return n_("{n} hour", "{n} hours", int(minutes // 60))
+    return _("{minutes} minutes", minutes=f"{minutes:g}")
 
 
 def _policy_from(data: Any, base: ResetPolicy, where: str, extra_keys: tuple[str, ...] = ()) -> ResetPolicy:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from platforms.discord.adapter import DiscordAdapter
 from platforms.telegram.adapter import TelegramAdapter
 from tests.fakes.discord_server import FakeDiscord
@@ -111,7 +113,16 @@ async def test_tools_lists_what_the_agent_may_use_with_approval_marked(tmp_path:
         assert "fake.echo: Say the text back." in lines
 
 
-async def test_telegram_inline_buttons_approve_through_the_real_adapter(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "language_code, question_text, labels",
+    [
+        (None, 'Run fake.count {"label": "t"}? /approve 1 or /deny 1', ("Approve", "Deny")),
+        ("zh-hans", '要运行 fake.count {"label": "t"} 吗？发送 /approve 1 批准，或 /deny 1 拒绝。', ("批准", "拒绝")),
+    ],
+)
+async def test_telegram_inline_buttons_approve_through_the_real_adapter(
+    tmp_path: Path, language_code: str | None, question_text: str, labels: tuple[str, str]
+) -> None:
     telegram = await FakeTelegram().start()
     section = {
         "token": telegram.token,
@@ -130,7 +141,7 @@ async def test_telegram_inline_buttons_approve_through_the_real_adapter(tmp_path
         ) as gw:
             assert gw.fake is not None
             script_count(gw, "t")
-            ann = FakeTelegram.user(42, "Ann", "ann")
+            ann = {**FakeTelegram.user(42, "Ann", "ann"), **({"language_code": language_code} if language_code else {})}
             chat = telegram.private_chat(ann)
             telegram.push_message(chat, ann, "count t")
 
@@ -138,10 +149,11 @@ async def test_telegram_inline_buttons_approve_through_the_real_adapter(tmp_path
                 return [m for m in telegram.sent(42) if m.get("reply_markup")]
 
             (held,) = await wait_until(question, 30)
+            assert held["text"] == question_text  # in the language of the person's app
             buttons = held["reply_markup"]["inline_keyboard"][0]
             assert [(b["text"], b["callback_data"]) for b in buttons] == [
-                ("Approve", "/approve 1"),
-                ("Deny", "/deny 1"),
+                (labels[0], "/approve 1"),
+                (labels[1], "/deny 1"),
             ]
             assert calls(counter) == []
             telegram.press(held, ann, buttons[0]["callback_data"])

@@ -43,6 +43,11 @@ class Language(str, Enum):
         """The language's name in itself (what /language lists)."""
         return {"en": "English", "zh": "简体中文"}[self.value]
 
+    @property
+    def tag(self) -> str:
+        """The BCP 47 tag (HTML `lang`, `hreflang`): the script for Chinese, which the catalog fixes."""
+        return {"en": "en", "zh": "zh-Hans"}[self.value]
+
 
 DEFAULT = Language.EN
 CHOICES = (*(language.value for language in Language), AUTO)  # what config and /language accept
@@ -60,6 +65,24 @@ def parse_language(tag: str | None) -> Language | None:
         return Language(primary)
     except ValueError:
         return None
+
+
+def from_accept_language(header: str | None) -> Language | None:
+    """The browser's first language we have a catalog for, by its `Accept-Language` weights
+    (`zh-CN,zh;q=0.9,en;q=0.8` -> ZH); None when it names none of ours (or nothing)."""
+    weighted: list[tuple[float, int, Language]] = []
+    for position, part in enumerate((header or "").split(",")):
+        tag, _sep, params = part.strip().partition(";")
+        weight = 1.0
+        if params.strip().startswith("q="):
+            try:
+                weight = float(params.strip()[2:])
+            except ValueError:
+                continue
+        language = parse_language(tag)
+        if language is not None and weight > 0:
+            weighted.append((-weight, position, language))
+    return min(weighted)[2] if weighted else None
 
 
 def resolve(chosen: str | None, hint: str | None, platform_default: str | None, gateway_default: str) -> Language:

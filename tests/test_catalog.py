@@ -26,6 +26,8 @@ from gateway.language import DOMAIN, LOCALE_DIR, Language
 ROOT = Path(__file__).resolve().parents[1]
 KEYWORDS = {"_": None, "n_": (1, 2), "N_": None, "gettext": (2,), "ngettext": (2, 3)}
 MARKERS = set(KEYWORDS)
+# as babel.cfg: Python, and the console's Jinja templates (Jinja's own Babel extractor)
+METHOD_MAP = [("**.py", "python"), ("console/templates/**.html", "jinja2")]
 SCANNED = ("gateway/commands", "gateway/runtime", "platforms")
 # calls whose argument is what the person reads
 SINKS = {"send", "reply", "notify", "refuse", "append", "send_text", "edit_text"}
@@ -63,7 +65,7 @@ def extracted() -> set[str | tuple[str, str]]:
     found: set[str | tuple[str, str]] = set()
     for package in ("gateway", "platforms", "agent"):
         for _file, _line, message, _comments, _context in extract_from_dir(
-            ROOT / package, method_map=[("**.py", "python")], keywords=KEYWORDS
+            ROOT / package, method_map=METHOD_MAP, keywords=KEYWORDS
         ):
             found.add(message if isinstance(message, str) else tuple(message))
     return found

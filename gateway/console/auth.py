@@ -33,7 +33,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 API_PREFIX = "/api/v1/"
 CONSOLE_PREFIX = "/console"
-PUBLIC_PATHS = ("/console/static/", "/console/login")
+# the language switch only sets a display cookie, and the login page offers it too
+PUBLIC_PATHS = ("/console/static/", "/console/login", "/console/language")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

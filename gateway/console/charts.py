@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
+from gateway.language import _
+
 WIDTH, HEIGHT = 640, 180
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 14, 26
 COLOURS = ("#2f6fdf", "#d9822b", "#3a9a5b")
@@ -63,7 +65,7 @@ def line_chart(title: str, series: list[Series], unit: str = "", minutes: int = 
         )
     for minutes_ago in range(minutes, -1, -15):  # x labels every quarter hour
         x = LEFT + plot_w * (minutes - minutes_ago) / minutes
-        label = "now" if minutes_ago == 0 else f"-{minutes_ago} min"
+        label = _("now") if minutes_ago == 0 else _("-{n} min", n=minutes_ago)
         parts.append(
             f'<text x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle" font-size="11" fill="#667">{esc(label)}</text>'
         )

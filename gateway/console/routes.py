@@ -35,11 +35,12 @@ from urllib.parse import quote, urlencode
 
 import jinja2
 from aiohttp import web
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from agent.transcript import tool_calls_for_person
 from gateway.console import auth, charts, highlight, markdown, reads
 from gateway.db import StorageFace
+from gateway.language import DEFAULT, Language, _, catalog, current, from_accept_language, parse_language, speaking
 from gateway.storage.media import MediaStore
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ SECURITY_HEADERS = {
 }
 PACKAGE = "gateway.console"
 MEDIA_CSP = "default-src 'none'; img-src 'self'; sandbox"
+LANGUAGE_COOKIE = "chinwag_lang"  # the console's language, set by its switch; else Accept-Language
 
 
 def _when(value: Any) -> Markup:
@@ -87,10 +89,45 @@ def _number(value: Any) -> str:
 def _duration(seconds: Any) -> str:
     s = float(seconds or 0)
     if s < 90:
-        return f"{s:.0f} s"
+        return _("{n} s", n=f"{s:.0f}")
     if s < 5400:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
+        return _("{n} min", n=f"{s / 60:.0f}")
+    return _("{n} h", n=f"{s / 3600:.1f}")
+
+
+def _figure(value: Any) -> Markup:
+    """A number the status page shows large, inside its sentence."""
+    return Markup('<span class="n">{}</span>').format(value)
+
+
+def _html_gettext(msgid: str, /, **named: Any) -> Markup:
+    """A template's `_`: the text in the page's language, escaped, its placeholders filled after the
+    lookup (escaped, unless a value is already markup such as a link or a <time>); without values
+    the text is left as written (the script fills `{reason}` itself)."""
+    text = escape(catalog(current()).gettext(msgid))
+    return text.format(**named) if named else text
+
+
+def _html_ngettext(singular: str, plural: str, n: int, /, **named: Any) -> Markup:
+    return escape(catalog(current()).ngettext(singular, plural, n)).format(n=n, **named)
+
+
+def _session_link(session_id: str, text: str, css: str | None = None) -> Markup:
+    css_attr = Markup(' class="{}"').format(css) if css else ""
+    return Markup('<a{} href="/console/sessions/{}">{}</a>').format(css_attr, _path(session_id), text)
+
+
+def _session_links(sessions: list[dict[str, Any]], css: str | None = None) -> Markup:
+    return Markup(", ").join(_session_link(s["id"], s.get("title") or s["id"], css) for s in sessions)
+
+
+def page_language(request: web.Request) -> Language:
+    """The console's language for `request`: the switch's cookie, else the browser's
+    Accept-Language, else English."""
+    chosen = request.cookies.get(LANGUAGE_COOKIE)
+    if chosen in {language.value for language in Language}:
+        return Language(chosen)
+    return from_accept_language(request.headers.get("Accept-Language")) or DEFAULT
 
 
 def make_templates() -> jinja2.Environment:
@@ -106,6 +143,14 @@ def make_templates() -> jinja2.Environment:
         number=_number,
         duration=_duration,
         markdown=markdown.render,
+        figure=_figure,
+    )
+    env.globals.update(
+        _=_html_gettext,
+        n_=_html_ngettext,
+        session_link=_session_link,
+        session_links=_session_links,
+        languages=list(Language),
     )
     return env
 
@@ -142,6 +187,7 @@ class ConsoleRoutes:
         r.add_get("/console/sessions/{id}/media/{sha256}", self.media_file)
         r.add_get("/console/status", self.status_page)
         r.add_get("/console/schedules", self.schedules_page)
+        r.add_get("/console/language", self.set_language)
         r.add_get("/console/login", self.login_page)
         r.add_post("/console/login", self.login)
         r.add_post("/console/logout", self.logout)
@@ -160,6 +206,10 @@ class ConsoleRoutes:
     async def middleware(self, request: web.Request, handler: auth.Handler) -> web.StreamResponse:
         if not auth.protected(request.path):
             return await handler(request)
+        with speaking(page_language(request)):  # the pages, charts and error pages are in it
+            return await self._answer(request, handler)
+
+    async def _answer(self, request: web.Request, handler: auth.Handler) -> web.StreamResponse:
         try:
             response = self.access.refusal(request) or await handler(request)
         except web.HTTPException as exc:
@@ -187,12 +237,13 @@ class ConsoleRoutes:
         if auth.is_api(request.path):
             return web.json_response({"error": message}, status=status)
         html = self.templates.get_template("error.html").render(
-            page="error", status=status, reason=reason, message=message
+            page="error", status=status, reason=reason, message=message, lang=current(), here=request.path_qs
         )
         return web.Response(text=html, status=status, content_type="text/html")
 
-    async def _render(self, name: str, status: int = 200, **context: Any) -> web.Response:
+    async def _render(self, request: web.Request, name: str, status: int = 200, **context: Any) -> web.Response:
         context.setdefault("logged_in", self.access.login_needed)
+        context.update(lang=current(), here=request.path_qs)
         html = await asyncio.to_thread(lambda: self.templates.get_template(name).render(**context))
         return web.Response(text=html, status=status, content_type="text/html")
 
@@ -206,6 +257,7 @@ class ConsoleRoutes:
         params = filters.params(after=None)
         next_url = "/console/?" + urlencode({**params, "after": data["next"]}) if data["next"] else None
         return await self._render(
+            request,
             "sessions.html",
             page="sessions",
             sessions=data["sessions"],
@@ -224,6 +276,7 @@ class ConsoleRoutes:
         for hit in result["hits"]:
             hit["pieces"] = highlight.segments(hit["snippet"], [tuple(r) for r in hit["highlights"]])
         return await self._render(
+            request,
             "search.html",
             page="search",
             query=query,
@@ -241,6 +294,7 @@ class ConsoleRoutes:
         for message in data["messages"]:
             message["calls"] = tool_calls_for_person(message["tool_calls"]) if message["tool_calls"] else []
         return await self._render(
+            request,
             "transcript.html",
             page="transcript",
             next_url=next_url,
@@ -277,15 +331,19 @@ class ConsoleRoutes:
         data = await asyncio.to_thread(reads.status, self.db, self.metrics, self.adapters)
         hour = data["last_hour"]
         messages_chart = charts.line_chart(
-            "Messages per minute",
-            [charts.Series("in", hour["messages_in"]), charts.Series("out", hour["messages_out"])],
+            _("Messages per minute"),
+            [charts.Series(_("in"), hour["messages_in"]), charts.Series(_("out"), hour["messages_out"])],
         )
         latency_chart = charts.line_chart(
-            "Turn latency",
-            [charts.Series("mean", hour["turn_seconds_avg"]), charts.Series("slowest", hour["turn_seconds_max"])],
+            _("Turn latency"),
+            [
+                charts.Series(_("mean"), hour["turn_seconds_avg"]),
+                charts.Series(_("slowest"), hour["turn_seconds_max"]),
+            ],
             unit="s",
         )
         return await self._render(
+            request,
             "status.html",
             page="status",
             state=data,
@@ -298,17 +356,29 @@ class ConsoleRoutes:
         include_finished = request.query.get("all") == "1"
         data = await asyncio.to_thread(reads.schedules, self.db, include_finished)
         return await self._render(
+            request,
             "schedules.html",
             page="schedules",
             api_url="/api/v1/schedules" + ("?all=1" if include_finished else ""),
             **data,
         )
 
+    async def set_language(self, request: web.Request) -> web.Response:
+        """The language switch: `?to=zh&next=/console/...` keeps the choice in a cookie for a year."""
+        chosen = parse_language(request.query.get("to"))
+        if chosen is None:
+            raise reads.BadParam("to must be one of: " + ", ".join(language.value for language in Language))
+        response = web.HTTPFound(auth.safe_next(request.query.get("next")))
+        response.set_cookie(
+            LANGUAGE_COOKIE, chosen.value, max_age=365 * 86400, path="/console", samesite="Lax", secure=request.secure
+        )
+        raise response
+
     async def login_page(self, request: web.Request) -> web.Response:
         if not self.access.login_needed:
             raise web.HTTPFound("/console/")
         return await self._render(
-            "login.html", page="login", logged_in=False, next=auth.safe_next(request.query.get("next"))
+            request, "login.html", page="login", logged_in=False, next=auth.safe_next(request.query.get("next"))
         )
 
     async def login(self, request: web.Request) -> web.Response:
@@ -318,7 +388,13 @@ class ConsoleRoutes:
         token, target = form.get("token"), auth.safe_next(str(form.get("next") or ""))
         if not isinstance(token, str) or not self.access.token_ok(token):
             return await self._render(
-                "login.html", status=401, page="login", logged_in=False, next=target, error="That token is not right."
+                request,
+                "login.html",
+                status=401,
+                page="login",
+                logged_in=False,
+                next=target,
+                error=_("That token is not right."),
             )
         response = web.HTTPFound(target)
         response.set_cookie(

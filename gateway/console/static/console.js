@@ -23,6 +23,9 @@ async function api(method, url, body) {
   return data;
 }
 
+// the page's texts in its language, rendered by the server onto #action-status (data-*)
+function text(name) { return byId("action-status").dataset[name]; }
+
 function setupSession() {
   const form = byId("rename");
   if (!form) { return; }
@@ -34,11 +37,11 @@ function setupSession() {
     try {
       const data = await api("PATCH", url, { title: title || null });
       const heading = byId("session-title");
-      heading.textContent = data.session.title || "untitled";
+      heading.textContent = data.session.title || text("untitled");
       heading.classList.toggle("untitled", !data.session.title);
       document.title = (data.session.title || id) + " · chinwag console";
-      say(data.session.title ? "Renamed." : "Title cleared.");
-    } catch (error) { say("Rename failed: " + error.message, true); }
+      say(data.session.title ? text("renamed") : text("cleared"));
+    } catch (error) { say(text("renameFailed").replace("{reason}", error.message), true); }
   });
   const panel = byId("confirm-delete");
   byId("delete").addEventListener("click", function () { panel.hidden = false; byId("delete-confirm").focus(); });
@@ -47,7 +50,7 @@ function setupSession() {
     try {
       await api("DELETE", url);
       window.location.assign("/console/?deleted=" + encodeURIComponent(id));
-    } catch (error) { say("Delete failed: " + error.message, true); }
+    } catch (error) { say(text("deleteFailed").replace("{reason}", error.message), true); }
   });
 }
 

@@ -30,14 +30,16 @@ import asyncio
 import getpass
 import itertools
 import logging
+import os
 import re
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, AsyncIterator, Callable, TextIO, cast
+from typing import IO, Any, AsyncIterator, Callable, Mapping, TextIO, cast
 
+from gateway.language import AUTO, N_, gettext, resolve
 from gateway.source import Platform, SessionSource
 from platforms.base import Attachment, InboundMessage, MessageHandler, PlatformAdapter, ReplyStream
 from platforms.helpers import cancel_and_wait
@@ -46,8 +48,18 @@ from platforms.local_attach import is_attach_line, parse_attach_line, reopen_pat
 log = logging.getLogger(__name__)
 
 # The gateway raises when a line could not be stored (the handler returns once it is durable).
-NOT_SAVED_TEXT = "Not saved — the database is unavailable; send it again."
+NOT_SAVED_TEXT = N_("Not saved — the database is unavailable; send it again.")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-.@+=]")
+
+
+def locale_hint(environ: Mapping[str, str]) -> str | None:
+    """The terminal's language hint: the locale its messages follow (POSIX order: LC_ALL, then
+    LC_MESSAGES, then LANG), e.g. `zh_CN.UTF-8`; `C` and `POSIX` name no language."""
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = environ.get(name)
+        if value:
+            return value
+    return None
 
 
 def local_user_name(configured: str | None = None) -> str:
@@ -89,6 +101,12 @@ class LocalAdapter(PlatformAdapter):
             user_id=self.user,
             user_name=self.user,
             chat_name="terminal",
+            language=locale_hint(os.environ),
+        )
+        # said when the database cannot take a line, so it cannot say the person's /language either:
+        # the terminal's locale, else platforms.local.language
+        self._not_saved_text = gettext(
+            resolve(None, self.source.language, config.get("language"), AUTO), NOT_SAVED_TEXT
         )
         self.input_closed = asyncio.Event()
         self._queue: asyncio.Queue[str | None] | None = None
@@ -158,7 +176,7 @@ class LocalAdapter(PlatformAdapter):
                 await on_message(message)
             except Exception:  # not stored (the database is down or full); the terminal must keep reading
                 log.exception("local: handling a line failed")
-                self._write(NOT_SAVED_TEXT + "\n")
+                self._write(self._not_saved_text + "\n")
         self.input_closed.set()
 
     async def _converse(self, on_message: MessageHandler) -> None:
@@ -187,7 +205,7 @@ class LocalAdapter(PlatformAdapter):
                 await on_message(message)
             except Exception:  # not stored (the database is down or full); the terminal must keep reading
                 log.exception("local: handling a line failed")
-                self._write(NOT_SAVED_TEXT + "\n")
+                self._write(self._not_saved_text + "\n")
                 self._answered.set()
             try:
                 await self._answered.wait()

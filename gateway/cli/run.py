@@ -18,16 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.load import Config, ConfigError, load_config
+from gateway.language import N_, gettext
 from gateway.redact import Redactor
 from gateway.service.logs import secrets_from_config, setup_logging
 from gateway.storage.home import Home
 
 log = logging.getLogger("chinwag")
 
-TERMINAL_HELP = (
+# the person's, not the operator's: in the terminal person's language (the rest of the CLI is English)
+TERMINAL_HELP = N_(
     "chinwag: Enter sends, Alt-Enter adds a line, Up/Ctrl-R recall; /help lists commands; "
     "Ctrl-C stops a reply; Ctrl-D (or Ctrl-C at an empty prompt) quits. /status shows the web console's address."
 )
+TERMINAL_LOG = N_("(log: {path})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -124,6 +127,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: bool = False) -> int:
     from gateway.service.app import AppError, build_app, open_storage
+    from platforms.local import LocalAdapter
 
     # On Postgres the replicas share no disk: the replica registry in the database stands in for
     # the home lock (gateway.storage.postgres.replicas), so any number may run. Taken first: a
@@ -148,9 +152,11 @@ def _serve(config: Config, *, local_only: bool, http: bool | None, terminal: boo
         db = await open_storage(config) if config.storage.backend == "postgres" else None
         app = build_app(config, local_only=local_only, http=http, db=db)
         app.announce = lambda line: print(line, file=sys.stderr, flush=True)
-        local = next((a for a in app.adapters if a.platform.value == "local"), None)
-        if local is not None and getattr(local, "interactive", False):
-            print(TERMINAL_HELP + f"\n(log: {log_file(config)})", flush=True)
+        local = next((a for a in app.adapters if isinstance(a, LocalAdapter)), None)
+        if local is not None and local.interactive:
+            language = await app.runner.language_of(local.source)
+            banner = gettext(language, TERMINAL_HELP) + "\n" + gettext(language, TERMINAL_LOG, path=log_file(config))
+            print(banner, flush=True)
         return await app.run_forever()
 
     try:

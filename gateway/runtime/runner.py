@@ -242,19 +242,19 @@ class GatewayRunner:
         if not decision.allowed:
             log.info("ignored message on %s chat %s: %s", platform, source.chat_id, decision.reason)
             if decision.addressed and source.chat_type == "dm":
-                with speaking(await self.language_of(msg)):
+                with speaking(await self.language_of(msg.source)):
                     await self._refuse(msg)
             return
         if command is not None and command.bot and not self._addressed_to_us(source.platform, command.bot):
             # In a group it is another bot's command. A DM holds only this bot (privacy mode is a
             # group matter), so silence there would look like a hang: say whose command it was.
             if source.chat_type == "dm":
-                with speaking(await self.language_of(msg)):
+                with speaking(await self.language_of(msg.source)):
                     await self.send(msg, other_bot_text(command.name, command.bot))
             return
         if not msg.text.strip() and not msg.attachments:  # a sticker, a location, ...: nothing to answer
             if source.chat_type == "dm":
-                await self.send(msg, gettext(await self.language_of(msg), EMPTY_TEXT))
+                await self.send(msg, gettext(await self.language_of(msg.source), EMPTY_TEXT))
             return
         try:
             key = self.store.key_for(source)
@@ -332,11 +332,10 @@ class GatewayRunner:
             ),
         )
 
-    async def language_of(self, msg: InboundMessage) -> Language:
-        """The language to answer `msg`'s person in (gateway.language.resolve: their /language
-        choice, the platform's hint, platforms.<name>.language, gateway.language). One point read
-        per message, so a choice made on another replica counts at once."""
-        source = msg.source
+    async def language_of(self, source: SessionSource) -> Language:
+        """The language to answer the person of `source` in (gateway.language.resolve: their
+        /language choice, the platform's hint, platforms.<name>.language, gateway.language). One
+        point read per message, so a choice made on another replica counts at once."""
         platform = source.platform.value
         chosen = None
         if source.person_id:
@@ -348,7 +347,7 @@ class GatewayRunner:
     async def accept(self, lane: ChatLane, msg: InboundMessage) -> Job | None:
         if not await self.intake.accepted(msg):
             return None
-        msg.reply_language = await self.language_of(msg)
+        msg.reply_language = await self.language_of(msg.source)
         command = parse_command(msg.text)
         taken_up = self.intake.taken_up(msg)
         if command is None:

@@ -6,11 +6,15 @@ import asyncio
 import io
 import json
 import os
+import pty
 import re
+import select
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
@@ -504,3 +508,35 @@ async def test_run_with_no_chat_platform_and_no_terminal_exits_2_with_a_sentence
     (home / "config.yaml").write_text("platforms: {local: {enabled: false}}\n", encoding="utf-8")
     code, out_text, err_text = await chinwag(["run"], clean_env(tmp_path), "hello\n")
     assert code == 2 and "platforms.local.enabled is false" in err_text
+
+
+@pytest.mark.parametrize(
+    "locale, banner",
+    [("zh_CN.UTF-8", "chinwag：回车发送"), ("C.UTF-8", "chinwag: Enter sends")],
+)
+def test_the_terminal_banner_speaks_the_terminals_locale(tmp_path: Path, locale: str, banner: str) -> None:
+    """`chinwag chat` on a terminal (a pty) greets in the language of LANG, as it will answer."""
+    env = {k: v for k, v in clean_env(tmp_path, LANG=locale).items() if k not in ("LC_ALL", "LC_MESSAGES")}
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "chat"],
+        stdin=follower,
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while b"\n" not in seen.partition(banner.encode())[2] and time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if ready:
+                seen += os.read(leader, 4096)
+    finally:
+        proc.terminate()
+        proc.wait(TIMEOUT)
+        os.close(leader)
+    assert banner in seen.decode(errors="replace"), seen

@@ -7,6 +7,8 @@ import io
 import os
 import sqlite3
 
+import pytest
+
 from gateway.source import Platform, build_session_key
 from platforms.base import InboundMessage
 from platforms.local import NOT_SAVED_TEXT, LocalAdapter, local_user_name
@@ -129,7 +131,17 @@ async def test_a_stopped_answer_whose_last_chunk_ends_in_a_space_is_not_reprinte
     assert out.getvalue() == shown.rstrip() + "\n\nStopped.\n"
 
 
-async def test_a_line_that_could_not_be_stored_is_told_so_and_the_next_one_is_read() -> None:
+@pytest.mark.parametrize(
+    "locale, notice",
+    [("C.UTF-8", NOT_SAVED_TEXT), ("zh_CN.UTF-8", "没有保存：数据库暂时不可用，请再发一次。")],
+)
+async def test_a_line_that_could_not_be_stored_is_told_so_and_the_next_one_is_read(
+    monkeypatch: pytest.MonkeyPatch, locale: str, notice: str
+) -> None:
+    # told in the terminal's language: with the database down, a /language choice cannot be read
+    monkeypatch.setenv("LANG", locale)
+    for name in ("LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(name, raising=False)
     read_fd, write_fd = os.pipe()
     reader = os.fdopen(read_fd, "r", encoding="utf-8")
     out = io.StringIO()
@@ -146,5 +158,5 @@ async def test_a_line_that_could_not_be_stored_is_told_so_and_the_next_one_is_re
     os.close(write_fd)
     await asyncio.wait_for(adapter.input_closed.wait(), 5)
     assert received == ["kept"]
-    assert out.getvalue() == NOT_SAVED_TEXT + "\n"
+    assert out.getvalue() == notice + "\n"
     await adapter.stop()

@@ -34,6 +34,7 @@ AUTO = "auto"
 class Language(str, Enum):
     EN = "en"
     ZH = "zh"  # Simplified Chinese
+    ZH_TW = "zh-TW"  # Traditional Chinese, in Taiwan's words (資料庫, 搜尋, 使用者)
 
     def __str__(self) -> str:
         return self.value
@@ -41,28 +42,35 @@ class Language(str, Enum):
     @property
     def label(self) -> str:
         """The language's name in itself (what /language lists)."""
-        return {"en": "English", "zh": "简体中文"}[self.value]
+        return {"en": "English", "zh": "简体中文", "zh-TW": "繁體中文"}[self.value]
 
     @property
     def tag(self) -> str:
         """The BCP 47 tag (HTML `lang`, `hreflang`): the script for Chinese, which the catalog fixes."""
-        return {"en": "en", "zh": "zh-Hans"}[self.value]
+        return {"en": "en", "zh": "zh-Hans", "zh-TW": "zh-Hant-TW"}[self.value]
+
+    @property
+    def catalog_dir(self) -> str:
+        """The catalog's folder under LOCALE_DIR, in gettext's spelling (`zh_TW`)."""
+        return self.value.replace("-", "_")
 
 
 DEFAULT = Language.EN
 CHOICES = (*(language.value for language in Language), AUTO)  # what config and /language accept
+TRADITIONAL = {"hant", "tw", "hk", "mo"}  # the script or regions that write Chinese in Traditional
 
 
 def parse_language(tag: str | None) -> Language | None:
-    """A platform's language tag -> one of ours: `zh-hans`, `zh-CN`, `zh_SG`, `zh` -> ZH; `en-US` ->
-    EN; a language we have no catalog for (or none) -> None, so the next rule in the order decides.
-    Traditional Chinese tags (`zh-hant`, `zh-TW`, `zh-HK`) read as ZH too: a Simplified reply is
-    closer to them than an English one until a zh_Hant catalog exists."""
+    """A platform's language tag -> one of ours: `zh-hans`, `zh-CN`, `zh_SG`, `zh` -> ZH; `zh-hant`,
+    `zh-TW`, `zh_HK.UTF-8` -> ZH_TW; `en-US` -> EN; a language we have no catalog for (or none) ->
+    None, so the next rule in the order decides."""
     if not tag:
         return None
-    primary = tag.strip().replace("_", "-").split("-", 1)[0].lower()
+    subtags = tag.strip().split(".", 1)[0].split("@", 1)[0].replace("_", "-").lower().split("-")
+    if subtags[0] == "zh":
+        return Language.ZH_TW if TRADITIONAL & set(subtags[1:]) else Language.ZH
     try:
-        return Language(primary)
+        return Language(subtags[0])
     except ValueError:
         return None
 
@@ -104,7 +112,7 @@ def catalog(language: Language | None) -> _gettext.NullTranslations:
     """The compiled catalog of `language` (English, or None, is the msgids themselves)."""
     if language is None or language is Language.EN:
         return _gettext.NullTranslations()
-    return _gettext.translation(DOMAIN, LOCALE_DIR, languages=[language.value])
+    return _gettext.translation(DOMAIN, LOCALE_DIR, languages=[language.catalog_dir])
 
 
 _current: contextvars.ContextVar[Language] = contextvars.ContextVar("chinwag_language", default=DEFAULT)

@@ -83,7 +83,7 @@ def test_the_template_lists_exactly_the_marked_texts():
     assert sorted(map(str, template - marked)) == [], "the template lists texts the code no longer has"
 
 
-TRANSLATED = [language.value for language in Language if language is not Language.EN]
+TRANSLATED = [language.catalog_dir for language in Language if language is not Language.EN]
 
 
 @pytest.mark.parametrize("code", TRANSLATED)

@@ -52,17 +52,18 @@ async def cmd_help(ctx: CommandContext) -> str:
 
 
 async def cmd_language(ctx: CommandContext) -> str:
-    """/language: show the language in use and the choices; /language zh|en|auto: choose, kept with
+    """/language: show the language in use and the choices; /language zh|zh-TW|en|auto: choose, kept with
     the person's identity on this platform (Feishu: their union_id, across apps)."""
-    chosen = ctx.args.strip().lower()
-    if not chosen:
+    typed = ctx.args.strip()
+    if not typed:
         return _(
-            "I'm writing to you in {language}. Choose with /language zh (简体中文), /language en (English), "
-            "or /language auto (follow your app's language).",
+            "I'm writing to you in {language}. Choose with /language zh (简体中文), /language zh-TW (繁體中文), "
+            "/language en (English), or /language auto (follow your app's language).",
             language=current().label,
         )
-    if chosen not in CHOICES:
-        return _("Usage: /language [zh|en|auto]")
+    chosen = {choice.lower(): choice for choice in CHOICES}.get(typed.lower().replace("_", "-"))
+    if chosen is None:
+        return _("Usage: /language [zh|zh-TW|en|auto]")
     source = ctx.source
     if not source.person_id:
         return _("I can't tell who you are in this chat, so I can't remember a language for you.")
@@ -112,7 +113,7 @@ COMMANDS: dict[str, Command] = {
             N_("your scheduled jobs: list, cancel, pause or resume one"),
             scheduled.cmd_schedules,
         ),
-        Command("language", "/language [zh|en|auto]", N_("show or choose the language I write in"), cmd_language),
+        Command("language", "/language [zh|zh-TW|en|auto]", N_("show or choose the language I write in"), cmd_language),
         Command("help", "/help", N_("this list"), cmd_help, immediate=True),
     )
 }

@@ -126,9 +126,8 @@ def build_tree(adapter: SlashHost, client: discord.Client, menu: dict[str, str])
     return tree
 
 
-# The client languages each catalog is registered for (Discord's own locale codes). zh-TW is left
-# out: a Traditional Chinese client is better served by the English text than by Simplified.
-CLIENT_LOCALES = {discord.Locale.chinese: Language.ZH}
+# The client languages each catalog is registered for (Discord's own locale codes).
+CLIENT_LOCALES = {discord.Locale.chinese: Language.ZH, discord.Locale.taiwan_chinese: Language.ZH_TW}
 
 
 class CatalogTranslator(app_commands.Translator):

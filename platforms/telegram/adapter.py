@@ -616,8 +616,12 @@ class TelegramAdapter(PlatformAdapter):
 
     async def _push_commands(self) -> None:
         """The menu in English for everyone, then once per other catalog language: Telegram shows a
-        person the list registered for their app's two-letter `language_code` (DESIGN §17)."""
+        person the list registered for their app's two-letter `language_code` (DESIGN §17). Two
+        letters cannot tell Traditional from Simplified Chinese, so `zh` gets Simplified and zh-TW
+        has no menu of its own (its people still get replies in it: the hint is `zh-hant`)."""
         for language in Language:
+            if "-" in language.value:
+                continue
             menu = []
             for name, help_text in self._commands.items():
                 name = name.lstrip("/").lower()

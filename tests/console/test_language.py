@@ -29,6 +29,12 @@ async def test_the_console_is_in_chinese_for_a_chinese_browser(serve, corpus) ->
     assert status == 404 and "返回会话列表" in html
 
 
+async def test_a_taiwanese_browser_gets_traditional_chinese(serve, corpus) -> None:
+    served = await serve()
+    status, html = await page(served, "/console/", {"Accept-Language": "zh-TW,zh;q=0.8,en;q=0.5"})
+    assert '<html lang="zh-Hant-TW">' in html and 'placeholder="搜尋對話"' in html
+
+
 async def test_an_english_or_unknown_browser_gets_english(serve, corpus) -> None:
     served = await serve()
     for headers in ({}, {"Accept-Language": "en-US,en;q=0.9"}, {"Accept-Language": "fr-FR"}):

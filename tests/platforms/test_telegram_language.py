@@ -12,6 +12,7 @@ from tests.platforms.test_telegram_e2e import stack  # noqa: F401 (the fixture)
 
 LI = {**FakeTelegram.user(50, "Li", "li"), "language_code": "zh-hans"}
 ANN = {**FakeTelegram.user(51, "Ann", "ann"), "language_code": "en"}
+MEI = {**FakeTelegram.user(52, "Mei", "mei"), "language_code": "zh-hant"}
 
 
 async def ask(stack, user: dict, text: str, count: int) -> str:  # noqa: F811
@@ -25,6 +26,12 @@ async def test_a_chinese_app_is_answered_in_chinese(stack):  # noqa: F811
     assert "可用命令" in await ask(stack, LI, "/help", 1)
     assert await ask(stack, LI, "/undo", 2) == "这个对话里没有可撤销的内容。"
     assert "没有 /frobnicate 这个命令" in await ask(stack, LI, "/frobnicate", 3)
+
+
+async def test_a_traditional_chinese_app_is_answered_in_traditional_chinese(stack):  # noqa: F811
+    assert await ask(stack, MEI, "/undo", 1) == "這個對話裡沒有可撤銷的內容。"
+    assert "繁體中文" in await ask(stack, LI, "/language zh-tw", 1)  # typed in any case
+    assert await ask(stack, LI, "/undo", 2) == "這個對話裡沒有可撤銷的內容。"
 
 
 async def test_an_english_app_is_answered_in_english(stack):  # noqa: F811
@@ -41,7 +48,7 @@ async def test_the_persons_choice_beats_the_hint_and_survives_a_restart(stack): 
     assert "简体中文" in await ask(stack, LI, "/language", 4)  # the choices are named in themselves
     assert "跟随" in await ask(stack, LI, "/language auto", 5)
     assert "没有可撤销" in await ask(stack, LI, "/undo", 6)
-    assert "/language [zh|en|auto]" in await ask(stack, LI, "/language klingon", 7)
+    assert "/language [zh|zh-TW|en|auto]" in await ask(stack, LI, "/language klingon", 7)
 
 
 def test_a_reset_notice_in_chinese():

@@ -35,6 +35,7 @@ class Language(str, Enum):
     EN = "en"
     ZH = "zh"  # Simplified Chinese
     ZH_TW = "zh-TW"  # Traditional Chinese, in Taiwan's words (資料庫, 搜尋, 使用者)
+    JA = "ja"
 
     def __str__(self) -> str:
         return self.value
@@ -42,12 +43,12 @@ class Language(str, Enum):
     @property
     def label(self) -> str:
         """The language's name in itself (what /language lists)."""
-        return {"en": "English", "zh": "简体中文", "zh-TW": "繁體中文"}[self.value]
+        return {"en": "English", "zh": "简体中文", "zh-TW": "繁體中文", "ja": "日本語"}[self.value]
 
     @property
     def tag(self) -> str:
         """The BCP 47 tag (HTML `lang`, `hreflang`): the script for Chinese, which the catalog fixes."""
-        return {"en": "en", "zh": "zh-Hans", "zh-TW": "zh-Hant-TW"}[self.value]
+        return {"en": "en", "zh": "zh-Hans", "zh-TW": "zh-Hant-TW", "ja": "ja"}[self.value]
 
     @property
     def catalog_dir(self) -> str:
@@ -62,7 +63,7 @@ TRADITIONAL = {"hant", "tw", "hk", "mo"}  # the script or regions that write Chi
 
 def parse_language(tag: str | None) -> Language | None:
     """A platform's language tag -> one of ours: `zh-hans`, `zh-CN`, `zh_SG`, `zh` -> ZH; `zh-hant`,
-    `zh-TW`, `zh_HK.UTF-8` -> ZH_TW; `en-US` -> EN; a language we have no catalog for (or none) ->
+    `zh-TW`, `zh_HK.UTF-8` -> ZH_TW; `ja-JP` -> JA; `en-US` -> EN; a language we have no catalog for (or none) ->
     None, so the next rule in the order decides."""
     if not tag:
         return None

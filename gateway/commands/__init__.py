@@ -41,6 +41,9 @@ __all__ = [
 ]
 
 
+LANGUAGE_USAGE = f"/language [{'|'.join(CHOICES)}]"
+
+
 async def cmd_help(ctx: CommandContext) -> str:
     lines = [_("Commands:")]
     for command in COMMANDS.values():
@@ -52,18 +55,21 @@ async def cmd_help(ctx: CommandContext) -> str:
 
 
 async def cmd_language(ctx: CommandContext) -> str:
-    """/language: show the language in use and the choices; /language zh|zh-TW|en|auto: choose, kept with
+    """/language: show the language in use and the choices; /language <code>|auto: choose, kept with
     the person's identity on this platform (Feishu: their union_id, across apps)."""
     typed = ctx.args.strip()
     if not typed:
+        # each choice named in itself, so a person who cannot read the current language finds theirs
+        choices = "\n".join(f"/language {language.value} — {language.label}" for language in Language)
         return _(
-            "I'm writing to you in {language}. Choose with /language zh (简体中文), /language zh-TW (繁體中文), "
-            "/language en (English), or /language auto (follow your app's language).",
+            "I'm writing to you in {language}. To choose another:\n{choices}\n"
+            "/language auto — follow your app's language",
             language=current().label,
+            choices=choices,
         )
     chosen = {choice.lower(): choice for choice in CHOICES}.get(typed.lower().replace("_", "-"))
     if chosen is None:
-        return _("Usage: /language [zh|zh-TW|en|auto]")
+        return _("Usage: {usage}", usage=LANGUAGE_USAGE)
     source = ctx.source
     if not source.person_id:
         return _("I can't tell who you are in this chat, so I can't remember a language for you.")
@@ -113,7 +119,7 @@ COMMANDS: dict[str, Command] = {
             N_("your scheduled jobs: list, cancel, pause or resume one"),
             scheduled.cmd_schedules,
         ),
-        Command("language", "/language [zh|zh-TW|en|auto]", N_("show or choose the language I write in"), cmd_language),
+        Command("language", LANGUAGE_USAGE, N_("show or choose the language I write in"), cmd_language),
         Command("help", "/help", N_("this list"), cmd_help, immediate=True),
     )
 }

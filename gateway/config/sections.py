@@ -162,7 +162,9 @@ class GatewayConfig:
     interrupted_turns: str = option("rerun", "a turn cut short by a crash (DESIGN §11)", choices=INTERRUPTED_TURNS)
     tool_status: str = option("on", "a short status line while a tool runs", choices=("on", "off"))
     language: str = option(
-        "auto", "chinwag's own texts: en | zh | zh-TW | auto (the person's platform hint, else en)", choices=LANGUAGES
+        "auto",
+        "chinwag's own texts: en | zh | zh-TW | ja | auto (the person's platform hint, else en)",
+        choices=LANGUAGES,
     )
 
 

@@ -127,7 +127,11 @@ def build_tree(adapter: SlashHost, client: discord.Client, menu: dict[str, str])
 
 
 # The client languages each catalog is registered for (Discord's own locale codes).
-CLIENT_LOCALES = {discord.Locale.chinese: Language.ZH, discord.Locale.taiwan_chinese: Language.ZH_TW}
+CLIENT_LOCALES = {
+    discord.Locale.chinese: Language.ZH,
+    discord.Locale.taiwan_chinese: Language.ZH_TW,
+    discord.Locale.japanese: Language.JA,
+}
 
 
 class CatalogTranslator(app_commands.Translator):

@@ -35,6 +35,12 @@ async def test_a_taiwanese_browser_gets_traditional_chinese(serve, corpus) -> No
     assert '<html lang="zh-Hant-TW">' in html and 'placeholder="搜尋對話"' in html
 
 
+async def test_a_japanese_browser_gets_japanese(serve, corpus) -> None:
+    served = await serve()
+    status, html = await page(served, "/console/status", {"Accept-Language": "ja-JP,ja;q=0.9,en;q=0.5"})
+    assert '<html lang="ja">' in html and "1 分あたりのメッセージ数" in html
+
+
 async def test_an_english_or_unknown_browser_gets_english(serve, corpus) -> None:
     served = await serve()
     for headers in ({}, {"Accept-Language": "en-US,en;q=0.9"}, {"Accept-Language": "fr-FR"}):

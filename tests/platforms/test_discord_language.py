@@ -1,5 +1,5 @@
 """Discord in the person's language (DESIGN §17): slash-command and option descriptions registered
-with zh-CN and zh-TW localizations through discord.py's Translator, and a slash command from a Chinese client
+with zh-CN, zh-TW and ja localizations through discord.py's Translator, and a slash command from a Chinese client
 answered in Chinese. The real adapter against the fake Discord."""
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ async def test_commands_are_registered_with_chinese_descriptions(stack):  # noqa
     assert undo["description_localizations"] == {
         "zh-CN": "撤销最近 n 轮对话（历史记录中仍保留）",
         "zh-TW": "撤銷最近 n 輪對話（歷史記錄中仍保留）",
+        "ja": "直近 n 回のやり取りを取り消す（履歴には残る）",
     }
     [count] = undo["options"]
     assert count["description_localizations"] == {
         "zh-CN": "要撤销几轮对话（默认 1 轮）",
         "zh-TW": "要撤銷幾輪對話（預設 1 輪）",
+        "ja": "取り消すやり取りの回数（既定は 1）",
     }
 
 

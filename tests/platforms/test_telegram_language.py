@@ -13,6 +13,7 @@ from tests.platforms.test_telegram_e2e import stack  # noqa: F401 (the fixture)
 LI = {**FakeTelegram.user(50, "Li", "li"), "language_code": "zh-hans"}
 ANN = {**FakeTelegram.user(51, "Ann", "ann"), "language_code": "en"}
 MEI = {**FakeTelegram.user(52, "Mei", "mei"), "language_code": "zh-hant"}
+AOI = {**FakeTelegram.user(53, "Aoi", "aoi"), "language_code": "ja"}
 
 
 async def ask(stack, user: dict, text: str, count: int) -> str:  # noqa: F811
@@ -34,6 +35,11 @@ async def test_a_traditional_chinese_app_is_answered_in_traditional_chinese(stac
     assert await ask(stack, LI, "/undo", 2) == "這個對話裡沒有可撤銷的內容。"
 
 
+async def test_a_japanese_app_is_answered_in_japanese(stack):  # noqa: F811
+    assert await ask(stack, AOI, "/undo", 1) == "この会話には取り消せるものがありません。"
+    assert "コマンド一覧" in await ask(stack, AOI, "/help", 2)
+
+
 async def test_an_english_app_is_answered_in_english(stack):  # noqa: F811
     assert "Commands:" in await ask(stack, ANN, "/help", 1)
     assert "Nothing to undo in this conversation" in await ask(stack, ANN, "/undo", 2)
@@ -48,7 +54,7 @@ async def test_the_persons_choice_beats_the_hint_and_survives_a_restart(stack): 
     assert "简体中文" in await ask(stack, LI, "/language", 4)  # the choices are named in themselves
     assert "跟随" in await ask(stack, LI, "/language auto", 5)
     assert "没有可撤销" in await ask(stack, LI, "/undo", 6)
-    assert "/language [zh|zh-TW|en|auto]" in await ask(stack, LI, "/language klingon", 7)
+    assert "/language [en|zh|zh-TW|ja|auto]" in await ask(stack, LI, "/language klingon", 7)
 
 
 def test_a_reset_notice_in_chinese():
@@ -66,3 +72,7 @@ async def test_the_command_menu_is_set_in_english_and_for_chinese_apps(stack):  
     assert english["undo"] == "hide the last n exchanges (kept in history)"
     assert chinese["undo"] == "撤销最近 n 轮对话（历史记录中仍保留）"
     assert english.keys() == chinese.keys()
+    await wait_until(lambda: "ja" in tg.menus)
+    assert {c["command"]: c["description"] for c in tg.menus["ja"]}[
+        "undo"
+    ] == "直近 n 回のやり取りを取り消す（履歴には残る）"

@@ -108,6 +108,25 @@ def allowed_sessions(conn: Conn, person_id: str) -> set[str]:
     return {r[0] for r in rows}
 
 
+def recent_own(conn: Conn, person_id: str, messages: int) -> list[str]:
+    """The person's sessions, most recently active first, until they hold `messages` messages
+    together (the one that crosses it included): what recall's meaning stage compares for them, so
+    a person with years of conversations costs a query no more than one with a few weeks."""
+    rows = conn.execute(
+        "SELECT id, message_count FROM sessions WHERE user_id = ? "
+        "OR id IN (SELECT session_id FROM session_participants WHERE user_id = ?) ORDER BY last_active_at DESC",
+        (person_id, person_id),
+    )
+    out: list[str] = []
+    held = 0
+    for sid, count in rows:
+        if held >= messages:
+            break
+        out.append(sid)
+        held += int(count or 0)
+    return out
+
+
 def ordered_conversation(
     conn: Conn, meta: SessionRows, order: str, person_id: str | None, hidden: set[str], excluded: set[str]
 ) -> str | None:

@@ -55,12 +55,13 @@ from typing import Any, Iterable
 from gateway.recall import answers, semantic
 from gateway.recall import read as recall_read
 from gateway.recall.dates import NEAR_DAYS, DateSpec
-from gateway.recall.lineage import SessionRows, allowed_sessions, ordered_conversation
+from gateway.recall.lineage import SessionRows, allowed_sessions, ordered_conversation, recent_own
 from gateway.recall.query import Plan, Unit, cjk_pieces, plan_query
 from gateway.recall.weights import DEFAULT_WEIGHTS, RankWeights
 from gateway.storage.base import StorageFace
 from gateway.storage.conn import Conn
 from gateway.storage.fts import make_snippet
+from gateway.storage.vectors import WINDOW
 
 __all__ = [
     "SessionHit",
@@ -307,13 +308,19 @@ def _filter_visibility(conn: Conn, ask: Ask, table: Candidates) -> None:
 
 def _gather_meaning(conn: Conn, ask: Ask, table: Candidates) -> None:
     """The first stage's other half: every session the asker may see, by its best window's
-    similarity to the question (the asker's sessions when they may see only theirs; else their own
-    and the store's newest `vector_scan` windows). The nearest join the lexical candidates in `_fuse`."""
+    similarity to the question (the asker's newest sessions, about `vector_scan` windows of them,
+    when they may see only theirs; else those and the store's newest `vector_scan` windows). The
+    nearest join the lexical candidates in `_fuse`."""
     query_vector = ask.query_vector
     if query_vector is None or table.vector_only or ask.weights.meaning_leaders <= 0:
         return
     scan = ask.weights.vector_scan
-    sims, margin = semantic.nearest(conn, query_vector, ask.allowed, scan, also=ask.own or ())
+    # the asker's newest sessions, about `scan` windows of them: the work is bounded however long their history
+    mine = recent_own(conn, ask.person_id, scan * WINDOW) if ask.person_id and ask.own else []
+    if ask.allowed is not None:
+        sims, margin = semantic.nearest(conn, query_vector, mine, scan)
+    else:
+        sims, margin = semantic.nearest(conn, query_vector, None, scan, also=mine)
     table.sims, table.margin = sims, margin
     # only the sessions standing out most are resolved to visible roots
     looked_at = NEAREST_LOOKED_AT * ask.weights.meaning_leaders

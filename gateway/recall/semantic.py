@@ -228,7 +228,7 @@ def nearest(
     conn: Conn, query: QueryVector, sessions: Iterable[str] | None, limit: int, also: Iterable[str] = ()
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Over the windows of `sessions` (None: the newest `limit` windows of the store, and those of
-    the sessions `also`, the asker's own however old), exact int8 dot
+    the sessions `also`, the asker's newest), exact int8 dot
     products, no index (bench/recall.py --cost): session -> its best window's similarity, and
     session -> its margin: how far that best window stands out of the pool's windows, in their
     standard deviations, less what the best of as many windows drawn from the pool would reach by

@@ -244,6 +244,23 @@ def test_a_session_near_in_meaning_joins_when_only_common_words_match(db, endpoi
     assert "s_met" not in [h.session_id for h in find_sessions(db, question, embedder=embedder, weights=alone)]
 
 
+def test_meaning_compares_only_the_askers_newest_sessions(db, endpoint):
+    # the paraphrase is the asker's oldest session: behind `vector_scan` windows of newer ones it is not compared
+    add(db, "s_met", ["I met a wonderful woman at the cafe", "lovely"], started=1.6e9)
+    for n in range(6):
+        add(db, f"s_{n}", [f"totally fine day number {n}", "totally"], started=1.7e9 + 100 * n)
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    for see_all in (False, True):
+        found = find_sessions(db, "totally spouse", embedder=embedder, person_id="tom", see_all=see_all)
+        assert [h.session_id for h in found][0] == "s_met"
+        bounded = RankWeights(vector_scan=2)  # 8 messages: the four newest sessions
+        found = find_sessions(
+            db, "totally spouse", embedder=embedder, person_id="tom", see_all=see_all, weights=bounded
+        )
+        assert "s_met" not in [h.session_id for h in found]
+
+
 def test_a_strong_word_match_keeps_the_first_place(db, endpoint):
     add(db, "s_car", ["my prius broke down on the motorway", "call a garage"])
     add(db, "s_met", ["I met a wonderful woman at the cafe", "lovely"], started=1.6e9)

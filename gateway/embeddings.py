@@ -143,7 +143,8 @@ class LocalEmbedder:
     _shared: Any = None
     _lock = threading.Lock()
     # texts per call into the engine: the indexer's batches and a recall query share one model, so
-    # the query waits for at most one short call (~1-2 s of windows on 2 busy cores), not a batch
+    # the query waits for at most one short call (~1-2 s of windows on 2 busy cores), not a batch;
+    # a larger call is not cheaper (48 windows: 12.0 / 13.4 / 18.7 CPU-s in calls of 1 / 8 / 48)
     CALL = 8
     THREADS = 1
 

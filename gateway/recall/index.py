@@ -15,9 +15,15 @@ the tables, gateway/embeddings.py the embedders).
 
 Measured with the local model on this 2-core machine (`python bench/recall.py --only none --cost
 100000`): 3.4 windows of 4 LoCoMo turns a second, 14 messages/s, with other work on the cores
-(load 3.5); 22 messages/s backfilling LoCoMo on a quieter machine. That is at the edge of 20
-messages/s of steady traffic: a busy store falls behind and catches up when it is quiet (the
-backlog is in /metrics), and recall ranks what is not embedded yet by its words.
+(load 3.5); 22 messages/s backfilling LoCoMo on a quieter machine. The model is compute-bound:
+~0.26 CPU-s a window of 4 LoCoMo turns, whatever the batch (48 windows at load 8-10 took 12.0 /
+13.4 / 18.7 CPU-s in calls of 1 / 8 / 48 texts: the engine already reads each weight once per
+call, and a larger batch only spills its activations out of the cache). So 20 messages/s (5
+windows/s) needs ~1.3 free cores, which a machine at load 8-10 does not give it (0.6-2 windows/s
+measured): a busy store falls behind and catches up when it is quiet (the backlog is in /metrics),
+and recall ranks what is not embedded yet by its words. Not done, the lever left: an open window
+is embedded again with every message its session adds (1 + 2 + 3 + 4 messages embedded for a
+window of 4 when the indexer keeps up), 2.5x the work of full windows under steady traffic.
 """
 
 from __future__ import annotations

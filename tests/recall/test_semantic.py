@@ -361,3 +361,14 @@ def test_an_endpoint_that_keeps_failing_is_said_once_and_backed_off(db, endpoint
     assert len([w for w in warnings if "retrying in" in w]) == 3  # the first few, one by one
     [said] = [w for w in warnings if "keeps failing" in w]  # then once
     assert "404" in said and "recall ranks by words" in said
+
+
+def test_an_entrant_moves_up_only_past_the_sessions_it_beats_from_below():
+    # it beats the second but not the third: passing the third to get there would overrule the words' order
+    def beats(key: str, other: str) -> bool:
+        return other == "second"
+
+    order = semantic.interleave(["first", "second", "third"], ["near"], beats, lambda key: False)
+    assert order == ["first", "second", "third", "near"]
+    order = semantic.interleave(["first", "second", "third"], ["near"], lambda k, o: o != "first", lambda key: False)
+    assert order == ["first", "near", "second", "third"]

@@ -419,8 +419,16 @@ class FeishuAdapter(PlatformAdapter):
         return [mid]
 
     async def settle_choice(self, source: SessionSource, message_ids: list[str], text: str) -> None:
+        # In the background: the API's retries (seconds while Feishu is unwell) must not hold up the
+        # tool call the decision lets run.
+        self._spawn(self._settle(message_ids, text))
+
+    async def _settle(self, message_ids: list[str], text: str) -> None:
         for mid in message_ids:
-            await self.api.patch_card_message(mid, settled_card(text))
+            try:
+                await self.api.patch_card_message(mid, settled_card(text))
+            except FeishuApiError as exc:  # the answer to the press (or the timeout's result) still says it
+                log.warning("feishu: question card %s not settled: %s", mid, exc)
 
     async def send_typing(self, source: SessionSource) -> None:
         """Add the working reaction to the message being answered, once per message."""

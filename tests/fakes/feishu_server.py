@@ -7,7 +7,8 @@ Serves what the adapter (through lark-oapi) talks to:
   (`hold_answers`: a send is accepted but its answer waits, as when a crash cuts it off)
 - POST/DELETE /open-apis/im/v1/messages/{id}/reactions[/{rid}]
 - PATCH /open-apis/im/v1/messages/{id}                     replace an interactive card (needs
-  `update_multi`; 5 per second per message, on `clock`, else 429 code 99991400)
+  `update_multi`; 5 per second per message, on `clock`, else 429 code 99991400; `hold_patches`:
+  one waits, unanswered and not applied, while that event is unset: Feishu being slow)
 - POST /open-apis/cardkit/v1/cards, PUT .../cards/{id}, PUT .../cards/{id}/elements/{eid}/content
   CardKit card entities: created from JSON 2.0, sent once by card_id, updated with strictly
   increasing `sequence` (else code 300317), 10 operations a second per card; `cardkit_denied`
@@ -109,6 +110,7 @@ class FakeFeishu:
         # While set to an unset Event, a send is accepted (it is in `sent`) but its answer waits:
         # the sender does not learn the message id (a crash test's duplicate window).
         self.hold_answers: asyncio.Event | None = None
+        self.hold_patches: asyncio.Event | None = None
         self.sent: list[dict[str, Any]] = []  # messages the bot posted, in order
         self.chat_of: dict[str, str] = {}  # message id -> its chat (events made here, the bot's sends and replies)
         self.reactions: dict[str, dict[str, Any]] = {}  # reaction_id -> {message_id, emoji, deleted}
@@ -512,6 +514,8 @@ class FakeFeishu:
         call, failed = await self._record("patch", request)
         if failed:
             return failed
+        if self.hold_patches is not None:
+            await self.hold_patches.wait()
         mid = request.match_info["mid"]
         msg = next((m for m in self.sent if m["message_id"] == mid), None)
         if msg is None or msg["msg_type"] != "interactive":

@@ -6,6 +6,7 @@ or when no answer comes in time, the card is patched to say so and its buttons a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import uuid
@@ -111,6 +112,22 @@ async def test_no_press_in_time_is_a_denial_and_a_late_press_finds_nothing(tmp_p
         assert card["text"] == 'Not approved in time: fake.count {"label": "late"}' and feishu.buttons(card) == {}
         await feishu.push_event(late)
         await wait_until(lambda: "There is no request 1 waiting here." in texts(feishu), 30)
+        assert calls(counter) == []
+
+
+async def test_a_slow_card_update_does_not_hold_up_the_call_it_decided(tmp_path: Path, feishu: FakeFeishu) -> None:
+    counter = tmp_path / "calls.txt"
+    async with gateway(tmp_path, counter, section(feishu)) as gw:
+        assert gw.fake is not None
+        script_count(gw, "slow")
+        await feishu.push_event(feishu.message_event("count slow"))
+        card = await question(feishu)
+        feishu.hold_patches = asyncio.Event()  # Feishu is slow to update cards
+        await feishu.press(card, "Deny", **ALICE)
+        await wait_until(lambda: "result: error: fake.count was not run: denied by the person" in texts(feishu), 30)
+        assert feishu.buttons(card)  # the turn went on while its card waits to be updated
+        feishu.hold_patches.set()
+        await wait_until(lambda: card["text"] == 'Denied: fake.count {"label": "slow"}', 30)
         assert calls(counter) == []
 
 

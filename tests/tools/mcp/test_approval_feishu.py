@@ -115,6 +115,18 @@ async def test_no_press_in_time_is_a_denial_and_a_late_press_finds_nothing(tmp_p
         assert calls(counter) == []
 
 
+async def test_the_card_speaks_the_tenants_language(tmp_path: Path, feishu: FakeFeishu) -> None:
+    counter = tmp_path / "calls.txt"
+    async with gateway(tmp_path, counter, section(feishu, language="zh"), approval_timeout_seconds=1) as gw:
+        assert gw.fake is not None
+        script_count(gw, "zh")
+        await feishu.push_event(feishu.message_event("count zh"))
+        card = await question(feishu)
+        assert card["text"] == '要运行 fake.count {"label": "zh"} 吗？发送 /approve 1 批准，或 /deny 1 拒绝。'
+        assert list(feishu.buttons(card)) == ["批准", "拒绝"]
+        await wait_until(lambda: card["text"] == '未在时限内批准：fake.count {"label": "zh"}', 30)
+
+
 async def test_a_slow_card_update_does_not_hold_up_the_call_it_decided(tmp_path: Path, feishu: FakeFeishu) -> None:
     counter = tmp_path / "calls.txt"
     async with gateway(tmp_path, counter, section(feishu)) as gw:

@@ -71,6 +71,7 @@ class ToolContext:
     inbox_id: int | None = None  # the turn's inbox entry: a ToolSource journals its calls under it
     may_use_sources: bool = False  # the person may talk to the bot: a ToolSource's tools are offered
     journaled: int = 0  # calls a ToolSource has journaled in this turn (the next one's position)
+    rerun: bool = False  # an earlier run of this turn (cut short, or too long) may have journaled calls
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]

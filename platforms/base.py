@@ -269,6 +269,10 @@ class PlatformAdapter(abc.ABC):
         presser's message, e.g. "/approve 3"). Default: the text alone (it names the commands)."""
         return await self.send(source, text)
 
+    async def settle_choice(self, source: SessionSource, message_ids: list[str], text: str) -> None:
+        """The question `send_choice` sent (`message_ids`) is decided: show `text` in its place,
+        without buttons. Default: nothing (the answer to the choice says what was decided)."""
+
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         """Replace the text of a message the bot sent. Default: not supported (no-op)."""
 

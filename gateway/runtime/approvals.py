@@ -6,7 +6,9 @@ waits. `/approve` and `/deny` are answered on arrival, ahead of the chat's queue
 answer is running in it, as `/stop` is); bare, they answer this person's oldest request in this
 chat, with an id that request. In a group only the person whose turn it is, or an admin, may
 answer. No answer within `mcp.approval_timeout_seconds` is a denial. The decision goes back to the
-turn (journaled with the call: gateway.runtime.mcp_calls) and the turn goes on either way.
+turn (journaled with the call: gateway.runtime.mcp_calls) and the turn goes on either way; the
+question is then settled where the adapter can show it (`settle_choice`: Feishu's card says what was
+decided, its buttons gone).
 
 Pending requests live in memory: a turn waiting for an answer is a running turn, and a crash
 reruns the turn, which asks again (nothing was sent to the server before the answer).
@@ -15,10 +17,11 @@ reruns the turn, which asks again (nothing was sent to the server before the ans
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Callable, Iterator
 
 from agent.tools import ToolContext
 from gateway.language import _
@@ -46,31 +49,10 @@ class Request:
     decided: asyncio.Future[str] = field(repr=False)
 
 
-# How the question reaches the chat: (source, text, choices as (label, command text)).
-Ask = Callable[[SessionSource, str, list[tuple[str, str]]], Awaitable[Any]]
-
-
-def ask_with(adapter_of: Callable[[SessionSource], PlatformAdapter | None]) -> Ask:
-    """The question sent by the chat's adapter, with its buttons where it has them (`send_choice`)."""
-
-    async def ask(source: SessionSource, text: str, choices: list[tuple[str, str]]) -> None:
-        adapter = adapter_of(source)
-        if adapter is None:
-            return
-        try:
-            await adapter.send_choice(source, valid_text(text), choices)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the person can still type /approve; the timeout ends the wait otherwise
-            log.exception("asking for approval on %s failed", source.platform.value)
-
-    return ask
-
-
 class Approvals:
-    def __init__(self, timeout: float, ask: Ask) -> None:
+    def __init__(self, timeout: float, adapter_of: Callable[[SessionSource], PlatformAdapter | None]) -> None:
         self.timeout = timeout
-        self._ask = ask
+        self._adapter_of = adapter_of  # the chat's adapter, which asks (with buttons where it has them)
         self._ids = itertools.count(1)
         self.pending: dict[int, Request] = {}
 
@@ -90,13 +72,20 @@ class Approvals:
         try:
             text = _("Run {what}? /approve {id} or /deny {id}", what=request.what, id=request.id)
             choices = [(_("Approve"), f"/approve {request.id}"), (_("Deny"), f"/deny {request.id}")]
-            await self._ask(ctx.source, text, choices)
+            adapter, question = self._adapter_of(ctx.source), []
+            if adapter is not None:
+                with _logged("asking for approval", ctx.source):
+                    question = await adapter.send_choice(ctx.source, valid_text(text), choices)
             try:
-                return await asyncio.wait_for(asyncio.shield(request.decided), self.timeout)
+                decision = await asyncio.wait_for(asyncio.shield(request.decided), self.timeout)
             except TimeoutError:
-                return TIMED_OUT
+                decision = TIMED_OUT
         finally:
             self.pending.pop(request.id, None)
+        if adapter is not None and question:
+            with _logged("settling the approval question", ctx.source):
+                await adapter.settle_choice(ctx.source, question, valid_text(settled(decision, request.what)))
+        return decision
 
     def answer(self, source: SessionSource, is_admin: bool, approve: bool, args: str) -> str:
         """The reply to `/approve [id]` or `/deny [id]` from `source`."""
@@ -115,5 +104,25 @@ class Approvals:
             request = min(mine, key=lambda r: r.id)
         if request.person != person and not is_admin:
             return _("Only the person who asked, or an admin, may answer that request.")
-        request.decided.set_result(APPROVED if approve else DENIED)
-        return _("Approved: {what}", what=request.what) if approve else _("Denied: {what}", what=request.what)
+        decision = APPROVED if approve else DENIED
+        request.decided.set_result(decision)
+        return settled(decision, request.what)
+
+
+def settled(decision: str, what: str) -> str:
+    """What a decided request says, to the person who answered and on the question itself."""
+    if decision == APPROVED:
+        return _("Approved: {what}", what=what)
+    if decision == DENIED:
+        return _("Denied: {what}", what=what)
+    return _("Not approved in time: {what}", what=what)
+
+
+@contextlib.contextmanager
+def _logged(what: str, source: SessionSource) -> Iterator[None]:
+    """A failed question or settling is logged, never raised: the person can still type /approve,
+    and the timeout ends the wait otherwise."""
+    try:
+        yield
+    except Exception:
+        log.exception("%s on %s failed", what, source.platform.value)

@@ -456,7 +456,7 @@ class GatewayRunner:
         if entry.session_id != session_id:  # the chat moved on (a reset): the message is stored anew there
             stored = None
         shown = json.loads(row.get("reply_ids") or "[]")
-        await self.turns.run(lane, msg, entry, msg.text, stored=stored, shown=shown)
+        await self.turns.run(lane, msg, entry, msg.text, stored=stored, shown=shown, rerun=True)
 
     def answer_approval(self, msg: InboundMessage, approve: bool, args: str) -> str:
         if self.approvals is None:

@@ -297,12 +297,13 @@ class TurnRunner:
         stored: int | None = None,
         shown: list[str] | None = None,
         compressed: bool = False,
+        rerun: bool = False,
     ) -> None:
         """Run the turn. A rerun of a turn a stop or crash cut short: `stored` is the person's
         message it stored (the last of the session: reused, not stored again), `shown` the messages
-        its streamed answer showed (edited, never sent again). A request the model's context cannot
-        hold is answered once more in a child session summarised to fit (`compressed`: this is that
-        second try)."""
+        its streamed answer showed (edited, never sent again); `rerun`: such a run, whose tool calls
+        may be journaled. A request the model's context cannot hold is answered once more in a child
+        session summarised to fit (`compressed`: this is that second try)."""
         session_id = entry.session_id
         received = await self._receive(msg, text)
         session_agent = await self._agent_for(msg, session_id)
@@ -325,7 +326,7 @@ class TurnRunner:
                     history = history[:-1]  # the person's message: the turn adds it (its recorder reuses the row)
                 warm.put(session_id, lane.key, history)
             content = received.model_content() if received is not None else text
-            ctx = self._tool_context(msg, session_id, lane.key)
+            ctx = self._tool_context(msg, session_id, lane.key, rerun or compressed)
             result = await session_agent.agent.run_turn(history, content, ctx, record, steer, feed)
         except LeaseLost:
             if stream is not None:  # another replica answers: this one's draft is left as it is
@@ -410,7 +411,7 @@ class TurnRunner:
             stream.may_show = functools.partial(self.leases.known_held, key)
         return stream
 
-    def _tool_context(self, msg: InboundMessage, session_id: str, session_key: str) -> ToolContext:
+    def _tool_context(self, msg: InboundMessage, session_id: str, session_key: str, rerun: bool = False) -> ToolContext:
         return ToolContext(
             session_id=session_id,
             source=msg.source,
@@ -422,6 +423,7 @@ class TurnRunner:
             inbox_id=msg.inbox_id,
             # a person allowed to talk to the bot (addressed or not): the tools of MCP servers are theirs
             may_use_sources=self.access.check(msg.source, mentioned=True).allowed,
+            rerun=rerun,
         )
 
     async def _reply(

@@ -40,7 +40,7 @@ from gateway.recall.index import BackgroundIndexer
 from gateway.recall.index import stats as index_stats
 from gateway.runtime.agent_cache import AgentCache
 from gateway.runtime.agent_factory import AgentFactory, model_settings
-from gateway.runtime.approvals import Approvals, ask_with
+from gateway.runtime.approvals import Approvals
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.leases import ChatLeases, SharedLeases
 from gateway.runtime.mcp_calls import McpCalls
@@ -291,7 +291,7 @@ def build_runner(
     model = model_settings(config.model)
     streaming = {a.platform.value: streaming_enabled(config, a.platform.value) for a in adapters}
     outbound = Outbound(adapters, metrics, streaming=streaming)
-    approvals = Approvals(mcp.settings.approval_timeout_seconds, ask_with(outbound.adapter)) if mcp else None
+    approvals = Approvals(mcp.settings.approval_timeout_seconds, outbound.adapter) if mcp else None
     source = McpCalls(mcp, db, metrics, approvals) if mcp is not None else None
     wall_clock = wall_clock or SystemWallClock()
     factory = agent_factory or AgentFactory(

@@ -3,10 +3,10 @@ past any platform's redelivery window (otherwise that table grows by a row per m
 and, when `storage.retention_days` is set, delete conversations idle for longer, never one that a
 chat is currently in; keep home/media/ under `media.max_total_bytes` (the oldest files of ended
 conversations go first) and remove files no message needs any more; and prune the inbox entries
-done and the outbox rows sent more than two days ago (past every platform's redelivery horizon:
-Feishu retries for ~6 h, Telegram keeps an update 24 h), a batch per transaction. The work runs in
-a worker thread; its writes are batched through the DB's
-single writer like any other, so chats keep going meanwhile."""
+done (with their tool-call journal) and the outbox rows sent more than two days ago (past every
+platform's redelivery horizon: Feishu retries for ~6 h, Telegram keeps an update 24 h), a batch per
+transaction. The work runs in a worker thread; its writes are batched through the DB's single
+writer like any other, so chats keep going meanwhile."""
 
 from __future__ import annotations
 

@@ -106,8 +106,10 @@ def backlog(conn: Conn) -> int:
 
 
 def prune(conn: Conn, cutoff: float, limit: int = PRUNE_BATCH) -> int:
-    """Forget up to `limit` done entries finished before `cutoff` (one batch of upkeep)."""
-    return conn.execute(
-        "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox WHERE done_at IS NOT NULL AND done_at < ? LIMIT ?)",
-        (cutoff, limit),
-    ).rowcount
+    """Forget up to `limit` done entries finished before `cutoff` (one batch of upkeep), and the
+    tool-call journal of each (gateway.storage.tool_calls): it serves only a rerun of its entry's
+    turn, which a done entry never has. The batch is chosen twice alike (ordered by id, in one
+    transaction), so the journal goes with exactly the entries deleted."""
+    batch = "SELECT id FROM inbox WHERE done_at IS NOT NULL AND done_at < ? ORDER BY id LIMIT ?"
+    conn.execute(f"DELETE FROM tool_calls WHERE inbox_id IN ({batch})", (cutoff, limit))
+    return conn.execute(f"DELETE FROM inbox WHERE id IN ({batch})", (cutoff, limit)).rowcount

@@ -5,7 +5,8 @@ repeats a call that may have had an effect (an order cancelled, a mail sent).
 A call is keyed by its turn's inbox entry and its position among the turn's journaled calls, not
 by the model's tool_call id: a rerun asks the model again, and the model (or a server that omits
 ids) names the same call differently; the position and the call itself (server, tool, arguments)
-are what a rerun repeats. A rerun whose call at a position differs writes over the old row.
+are what a rerun repeats. A rerun whose call at a position differs writes over the old row. The
+rows go with their inbox entry when upkeep prunes it (gateway.storage.inbox.prune).
 
 Plain SQL that runs as written on SQLite and PostgreSQL (the caller runs it in the single
 writer's transaction, fenced by the turn's scope like every write of a turn).

@@ -13,6 +13,10 @@ Config (the ``platforms.feishu`` section; see notes/config_feishu.yaml):
 
 The adapter only translates: routing, sessions, commands, dedup (by message_id; Feishu redelivers
 an unacknowledged event after 15 s, 5 min, 1 h and 6 h) and access control are the gateway's.
+A press on a button of the bot's question card arrives as a `card.action.trigger` callback (over
+the same long connection or webhook, checked alike) and becomes the presser's message of the
+button's command; the callback is answered once that message is committed, leaving the card as it
+is until the question is settled (`settle_choice` patches it).
 """
 
 from __future__ import annotations
@@ -24,12 +28,23 @@ from collections import OrderedDict
 from typing import Any, AsyncIterator, Callable, Mapping
 
 import lark_oapi as lark
+from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger, P2CardActionTriggerResponse
 
 from gateway.source import Platform, SessionSource
 from platforms.base import Attachment, InboundMessage, MessageHandler, PlatformAdapter, ReplyStream, WebhookHandler
 from platforms.feishu.api import FeishuApi, FeishuApiError, resolve_domain
-from platforms.feishu.cards import FeishuCardReply
-from platforms.feishu.events import MESSAGE_EVENT, MalformedEvent, message_from_event, resource_opener, resource_type
+from platforms.feishu.cards import FeishuCardReply, choice_card, settled_card
+from platforms.feishu.events import (
+    CARD_ACTION_EVENT,
+    MESSAGE_EVENT,
+    MalformedEvent,
+    event_type,
+    message_from_event,
+    press_from_event,
+    pressed_card,
+    resource_opener,
+    resource_type,
+)
 from platforms.feishu.settings import FeishuSettings
 from platforms.feishu.webhook import WebhookKeys, make_handler
 from platforms.feishu.ws import HookedWsClient, WsHooks, WsSession
@@ -226,6 +241,7 @@ class FeishuAdapter(PlatformAdapter):
     def _make_ws_client(self, hooks: WsHooks) -> lark.ws.Client:
         builder = lark.EventDispatcherHandler.builder("", "")
         builder.register_p2_customized_event(MESSAGE_EVENT, self._on_ws_event)
+        builder.register_p2_card_action_trigger(self._on_ws_card_action)
         for name in _IGNORED_EVENTS:
             builder.register_p2_customized_event(name, lambda _event: None)
         return HookedWsClient(
@@ -238,19 +254,25 @@ class FeishuAdapter(PlatformAdapter):
             hooks=hooks,
         )
 
-    def _on_ws_event(self, event: lark.CustomizedEvent) -> None:
+    def _on_ws_event(self, event: lark.CustomizedEvent | P2CardActionTrigger) -> dict[str, Any] | None:
         # Runs on the long-connection thread, and the SDK acks the event when this returns: so
         # wait (bounded) until the gateway loop has committed it. Raising makes the SDK answer
         # 500, and Feishu redelivers.
         payload = json.loads(lark.JSON.marshal(event))
         assert self._loop is not None
         done = asyncio.run_coroutine_threadsafe(self._take(payload), self._loop)
-        done.result(timeout=INTAKE_TIMEOUT)
+        return done.result(timeout=INTAKE_TIMEOUT)
 
-    async def _take(self, payload: dict[str, Any]) -> None:
+    def _on_ws_card_action(self, event: P2CardActionTrigger) -> P2CardActionTriggerResponse:
+        return P2CardActionTriggerResponse(self._on_ws_event(event))
+
+    async def _take(self, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """Hand one event to the gateway; return what answers it (None: the plain acknowledgement;
+        a card callback is answered with an empty object: no toast, the card unchanged)."""
         delivery = self._ingest(payload)
         if delivery is not None:
             await delivery
+        return {} if event_type(payload) == CARD_ACTION_EVENT else None
 
     # -- webhook -------------------------------------------------------------------------------------
     def webhook_handlers(self) -> dict[str, WebhookHandler]:
@@ -263,8 +285,12 @@ class FeishuAdapter(PlatformAdapter):
         """Parse one event and start handing it to the gateway; the task ends once the gateway
         has committed it (what the webhook answer and the long-connection ack wait for)."""
         self.mark_alive()
+        press = event_type(payload) == CARD_ACTION_EVENT
         try:
-            msg = message_from_event(payload, self.bot_open_id, self._sent_ids.__contains__, self._fetch_resource)
+            if press:
+                msg = press_from_event(payload)
+            else:
+                msg = message_from_event(payload, self.bot_open_id, self._sent_ids.__contains__, self._fetch_resource)
         except MalformedEvent as exc:
             log.warning("feishu: malformed event skipped: %s", exc)
             return None
@@ -274,7 +300,8 @@ class FeishuAdapter(PlatformAdapter):
         if msg is None or self._on_message is None:
             return None
         key = _chat_key(msg.source)
-        self._latest.remember(key, msg.message_id)
+        if not press:  # a press is no message: nothing to react to, reply under, or enter a thread by
+            self._latest.remember(key, msg.message_id)
         # One chat's messages reach the gateway in arrival order, even when one of them waits
         # for a lookup; different chats do not wait for each other.
         task = self._spawn(self._deliver(msg, self._chains.get(key)))
@@ -328,7 +355,9 @@ class FeishuAdapter(PlatformAdapter):
         self, source: SessionSource, text: str, reply_to: str | None = None, key: str | None = None
     ) -> list[str]:
         in_thread = source.thread_id is not None
-        if reply_to is None and in_thread:
+        if reply_to is not None:
+            reply_to = pressed_card(reply_to)  # the answer to a press goes under the card pressed
+        elif in_thread:
             # Feishu has no "post into thread X": a thread is entered by replying to a message in it.
             reply_to = self._latest.get(_chat_key(source))
         ids: list[str] = []
@@ -361,7 +390,9 @@ class FeishuAdapter(PlatformAdapter):
     card_mode = "cardkit"
 
     def begin_reply(self, source: SessionSource, reply_to: str | None = None) -> ReplyStream:
-        if reply_to is None and source.thread_id is not None:
+        if reply_to is not None:
+            reply_to = pressed_card(reply_to)  # the answer to a press goes under the card pressed
+        elif source.thread_id is not None:
             reply_to = self._latest.get(_chat_key(source))  # a thread is entered by replying in it
         return FeishuCardReply(self, source, reply_to)
 
@@ -375,6 +406,29 @@ class FeishuAdapter(PlatformAdapter):
             if _outage(exc):
                 raise
             await self.api.update_message(message_id, "text", {"text": text})
+
+    async def send_choice(self, source: SessionSource, text: str, choices: list[tuple[str, str]]) -> list[str]:
+        """The question as a card with a button per choice (cards.choice_card); a press comes back
+        as a card callback, read by `press_from_event`."""
+        where = {"chat_type": source.chat_type, **({"thread_id": source.thread_id} if source.thread_id else {})}
+        in_thread = source.thread_id is not None
+        reply_to = self._latest.get(_chat_key(source)) if in_thread else None
+        card = choice_card(text, choices, where)
+        mid = await self.api.send_message(source.chat_id, "interactive", card, reply_to, in_thread)
+        self._sent_ids.remember(mid)
+        return [mid]
+
+    async def settle_choice(self, source: SessionSource, message_ids: list[str], text: str) -> None:
+        # In the background: the API's retries (seconds while Feishu is unwell) must not hold up the
+        # tool call the decision lets run.
+        self._spawn(self._settle(message_ids, text))
+
+    async def _settle(self, message_ids: list[str], text: str) -> None:
+        for mid in message_ids:
+            try:
+                await self.api.patch_card_message(mid, settled_card(text))
+            except FeishuApiError as exc:  # the answer to the press (or the timeout's result) still says it
+                log.warning("feishu: question card %s not settled: %s", mid, exc)
 
     async def send_typing(self, source: SessionSource) -> None:
         """Add the working reaction to the message being answered, once per message."""

@@ -13,6 +13,10 @@ streaming; a card is only for text that grows in front of the reader.
 Rates: CardKit allows 10 operations a second per card and a message patch 5 a second; the pacers
 stay well under (5/s and 2/s per chat) and coalesce what arrives meanwhile. A reply longer than the
 adapter's part limit continues in a new card.
+
+A question with buttons (`send_choice`: "Run orders.cancel_order {...}?") is a card too
+(`choice_card`): each button calls back with its command, and once the question is settled the card
+is patched to say how (`settled_card`), without buttons, so a decided question is not pressed again.
 """
 
 from __future__ import annotations
@@ -69,6 +73,42 @@ def card_json(text: str, *, streaming: bool) -> dict[str, Any]:
         "config": config,
         "body": {"elements": [{"tag": "markdown", "element_id": ELEMENT_ID, "content": text or " "}]},
     }
+
+
+def _plain(text: str) -> dict[str, Any]:
+    # plain text: a question quotes a tool's arguments, which markdown would mangle (`*`, `_`, links)
+    return {"tag": "div", "text": {"tag": "plain_text", "content": text or " "}}
+
+
+def choice_card(text: str, choices: list[tuple[str, str]], where: dict[str, str]) -> dict[str, Any]:
+    """`text` and a button per (label, command), side by side, the first one the primary. A press
+    calls back with the button's value: its command, and `where` (the chat type and thread of the
+    question, which the callback does not name)."""
+    columns = [
+        {
+            "tag": "column",
+            "width": "auto",
+            "elements": [
+                {
+                    "tag": "button",
+                    "text": {"tag": "plain_text", "content": label},
+                    "type": "primary_filled" if i == 0 else "default",
+                    "behaviors": [{"type": "callback", "value": {"command": command, **where}}],
+                }
+            ],
+        }
+        for i, (label, command) in enumerate(choices)
+    ]
+    return {
+        "schema": "2.0",
+        "config": {"update_multi": True, "summary": {"content": " ".join(text.split())[:60]}},
+        "body": {"elements": [_plain(text), {"tag": "column_set", "columns": columns}]},
+    }
+
+
+def settled_card(text: str) -> dict[str, Any]:
+    """A settled question: what was decided, no buttons."""
+    return {"schema": "2.0", "config": {"update_multi": True}, "body": {"elements": [_plain(text)]}}
 
 
 def _refused(exc: FeishuApiError) -> bool:

@@ -2,7 +2,8 @@
 
 Both transports (long connection and webhook) end in a decoded v2 event dict
 (``{"schema": "2.0", "header": {...}, "event": {...}}``); this module turns an
-``im.message.receive_v1`` event into the adapter contract and nothing else.
+``im.message.receive_v1`` event, and a ``card.action.trigger`` callback (a press on a button of a
+card the bot sent with `send_choice`), into the adapter contract and nothing else.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from platforms.base import Attachment, AttachmentKind, InboundMessage
 FetchResource = Callable[[str, str, str], Awaitable[bytes]]
 
 MESSAGE_EVENT = "im.message.receive_v1"
+CARD_ACTION_EVENT = "card.action.trigger"
+PRESS_PREFIX = "press:"
 
 # Chat types Feishu reports for a message; "p2p" is a direct chat, everything else is a group
 # (older payloads and topic groups use "topic_group"/"topic").
@@ -128,6 +131,42 @@ def message_from_event(
         raw={"event_id": header.get("event_id"), "message_type": msg_type, "payload": payload},
         attachments=attachments,
     )
+
+
+def press_from_event(payload: dict[str, Any]) -> InboundMessage | None:
+    """A press on a button of the bot's question card (platforms.feishu.cards.choice_card) as the
+    presser's message of the button's command ("/approve 3"), in the chat of the card. The callback
+    names the chat but neither its type nor its thread: the button's value carries them. None for a
+    press on anything else (a value without a command)."""
+    if event_type(payload) != CARD_ACTION_EVENT:
+        return None
+    event = _dict(payload.get("event"), "event body")
+    value = _mapping(_mapping(event.get("action")).get("value"))
+    command = value.get("command")
+    if not isinstance(command, str) or not command.startswith("/"):
+        return None
+    context = _dict(event.get("context"), "event.context")
+    operator = _dict(event.get("operator"), "event.operator")
+    chat_type = value.get("chat_type")
+    thread_id = value.get("thread_id")
+    source = SessionSource(
+        platform=Platform.FEISHU,
+        chat_id=_str(context.get("open_chat_id"), "context.open_chat_id"),
+        chat_type=chat_type if chat_type in ("dm", "group") else "group",
+        user_id=_str(operator.get("open_id"), "operator.open_id"),
+        thread_id=thread_id if isinstance(thread_id, str) and thread_id else None,
+        user_id_alt=operator.get("union_id") or None,
+    )
+    header = _mapping(payload.get("header"))
+    card = _str(context.get("open_message_id"), "context.open_message_id")
+    press = f"{PRESS_PREFIX}{_str(header.get('event_id'), 'header.event_id')}:{card}"
+    return InboundMessage(source=source, text=command, message_id=press, mentioned=True, raw={"payload": payload})
+
+
+def pressed_card(message_id: str) -> str:
+    """The message a reply to `message_id` goes under: for a press, the card it pressed (its id
+    ends the press's id, so this holds after a restart too); else the message itself."""
+    return message_id.rpartition(":")[2] if message_id.startswith(PRESS_PREFIX) else message_id
 
 
 def file_resources(

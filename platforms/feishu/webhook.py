@@ -115,12 +115,14 @@ async def read_body(request: web.Request, limit: int) -> bytes | None:
 
 
 def make_handler(
-    keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], Awaitable[None]]
+    keys: WebhookKeys, on_payload: Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
 ) -> Callable[[web.Request], Any]:
-    """An aiohttp handler for POST /webhooks/feishu.
+    """An aiohttp handler for POST /webhooks/feishu (events, and card callbacks: both are signed
+    and carry the token alike).
 
     `on_payload` receives each authenticated event and returns once the gateway has committed it
-    (not answered it: Feishu expects an answer within 3 s). Only then is the event acknowledged;
+    (not answered it: Feishu expects an answer within 3 s), with the body to answer (None: the
+    plain acknowledgement; a card callback's answer may say how the card changes). Only then is the event acknowledged;
     if it raises, the answer is 500 and Feishu redelivers (a malformed event is not its concern:
     that is logged and acknowledged, since a redelivery would be just as malformed).
     """
@@ -137,10 +139,10 @@ def make_handler(
         if payload.get("type") == "url_verification":
             return web.json_response({"challenge": payload.get("challenge", "")})
         try:
-            await on_payload(payload)
+            answer = await on_payload(payload)
         except Exception:
             log.exception("feishu webhook event could not be stored; asking for redelivery")
             return web.json_response({"msg": "not stored"}, status=500)
-        return web.json_response({"msg": "success"})
+        return web.json_response({"msg": "success"} if answer is None else answer)
 
     return handle

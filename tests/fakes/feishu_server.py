@@ -7,14 +7,18 @@ Serves what the adapter (through lark-oapi) talks to:
   (`hold_answers`: a send is accepted but its answer waits, as when a crash cuts it off)
 - POST/DELETE /open-apis/im/v1/messages/{id}/reactions[/{rid}]
 - PATCH /open-apis/im/v1/messages/{id}                     replace an interactive card (needs
-  `update_multi`; 5 per second per message, on `clock`, else 429 code 99991400)
+  `update_multi`; 5 per second per message, on `clock`, else 429 code 99991400; `hold_patches`:
+  one waits, unanswered and not applied, while that event is unset: Feishu being slow)
 - POST /open-apis/cardkit/v1/cards, PUT .../cards/{id}, PUT .../cards/{id}/elements/{eid}/content
   CardKit card entities: created from JSON 2.0, sent once by card_id, updated with strictly
   increasing `sequence` (else code 300317), 10 operations a second per card; `cardkit_denied`
   answers the missing-scope error, `reject_cards` refuses interactive messages altogether
 - POST /callback/ws/endpoint + GET /ws                     the long connection, speaking the SDK's
   protobuf frames (pbbp2.Frame): pushes events, records the client's acks, answers pings
-and plays Feishu's sending side for webhooks (encrypts, signs: see `webhook_request`).
+and plays Feishu's sending side for webhooks (encrypts, signs: see `webhook_request`). A press on a
+card's button is the `card.action.trigger` callback Feishu sends (`card_action_event`: schema 2.0,
+the operator, the button's `behaviors` callback value, the card's message and chat in `context`),
+pushed like an event (`press`); its answer (toast, card) is the frame's acknowledgement.
 
 Everything is recorded in `calls`; failures are scripted with `fail_next`.
 """
@@ -106,7 +110,9 @@ class FakeFeishu:
         # While set to an unset Event, a send is accepted (it is in `sent`) but its answer waits:
         # the sender does not learn the message id (a crash test's duplicate window).
         self.hold_answers: asyncio.Event | None = None
+        self.hold_patches: asyncio.Event | None = None
         self.sent: list[dict[str, Any]] = []  # messages the bot posted, in order
+        self.chat_of: dict[str, str] = {}  # message id -> its chat (events made here, the bot's sends and replies)
         self.reactions: dict[str, dict[str, Any]] = {}  # reaction_id -> {message_id, emoji, deleted}
         self.acks: dict[str, dict[str, Any]] = {}  # frame message_id -> the client's response
         self.conns: list[_Conn] = []
@@ -259,6 +265,7 @@ class FakeFeishu:
                 for k, oid, n in (mentions or [])
             ],
         }
+        self.chat_of[message["message_id"]] = chat_id
         for key, value in (("thread_id", thread_id), ("root_id", root_id), ("parent_id", parent_id)):
             if value:
                 message[key] = value
@@ -280,6 +287,66 @@ class FakeFeishu:
                 "message": message,
             },
         }
+
+    def buttons(self, message: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """label -> the callback value of each button a sent card shows now (none once patched away)."""
+        found: dict[str, dict[str, Any]] = {}
+
+        def walk(element: Any) -> None:
+            if isinstance(element, dict):
+                if element.get("tag") == "button":
+                    for behavior in element.get("behaviors") or []:
+                        if behavior.get("type") == "callback":
+                            found[element["text"]["content"]] = behavior.get("value") or {}
+                for value in element.values():
+                    walk(value)
+            elif isinstance(element, list):
+                for item in element:
+                    walk(item)
+
+        walk(message["content"].get("body"))
+        return found
+
+    def card_action_event(
+        self,
+        message: dict[str, Any],
+        label: str,
+        operator: str = "ou_alice",
+        union_id: str | None = "on_alice",
+        token: str = "",
+    ) -> dict[str, Any]:
+        """The v2 card.action.trigger callback for a press on `label` of the card `message` (as in
+        `sent`); `token` is the verification token, in the header as for events."""
+        return {
+            "schema": "2.0",
+            "header": {
+                "event_id": uuid.uuid4().hex,
+                "token": token,
+                "create_time": str(int(time.time() * 1000)),
+                "event_type": "card.action.trigger",
+                "tenant_key": "tk",
+                "app_id": self.app_id,
+            },
+            "event": {
+                "operator": {
+                    "tenant_key": "tk",
+                    "user_id": "u_" + operator[3:],
+                    "open_id": operator,
+                    "union_id": union_id,
+                },
+                "token": f"c-{uuid.uuid4().hex}",  # for a delayed update of this card (unused here)
+                "action": {"value": self.buttons(message)[label], "tag": "button"},
+                "host": "im_message",
+                "context": {
+                    "open_message_id": message["message_id"],
+                    "open_chat_id": self.chat_of[message["message_id"]],
+                },
+            },
+        }
+
+    async def press(self, message: dict[str, Any], label: str, **operator: Any) -> str:
+        """Press `label` on a sent card over the long connection; the frame id (see `acks`)."""
+        return await self.push_event(self.card_action_event(message, label, **operator))
 
     async def _resource(self, request: web.Request) -> web.Response:
         mid, key = request.match_info["mid"], request.match_info["key"]
@@ -355,6 +422,9 @@ class FakeFeishu:
             if refused is not None:
                 return refused
         mid = f"om_bot_{next(self._ids)}"
+        chat = chat_id or (self.chat_of.get(parent) if parent else None)
+        if chat:
+            self.chat_of[mid] = chat
         if body.get("uuid"):
             self._uuids[body["uuid"]] = mid
         self.sent.append(
@@ -383,6 +453,8 @@ class FakeFeishu:
         call, failed = await self._record("reply", request)
         if failed:
             return failed
+        if not request.match_info["mid"].startswith("om_"):  # message ids are om_...; anything else is refused
+            return web.json_response({"code": 230001, "msg": "invalid message_id"}, status=400)
         return await self._held(self._store(call, "reply", None, request.match_info["mid"]))
 
     async def _held(self, response: web.Response) -> web.Response:
@@ -411,7 +483,7 @@ class FakeFeishu:
         card = content
         if content.get("type") == "card":
             card = self.cards[content["data"]["card_id"]]["card"]
-        return "".join(e.get("content", "") for e in card.get("body", {}).get("elements", []))
+        return "".join(_element_text(e) for e in card.get("body", {}).get("elements", []))
 
     def _check_card_message(self, content: dict[str, Any]) -> web.Response | None:
         if self.reject_cards:
@@ -442,6 +514,8 @@ class FakeFeishu:
         call, failed = await self._record("patch", request)
         if failed:
             return failed
+        if self.hold_patches is not None:
+            await self.hold_patches.wait()
         mid = request.match_info["mid"]
         msg = next((m for m in self.sent if m["message_id"] == mid), None)
         if msg is None or msg["msg_type"] != "interactive":
@@ -604,13 +678,18 @@ def _text_of(msg_type: str | None, content: dict[str, Any], cards: dict[str, Any
         card = content
         if content.get("type") == "card" and cards is not None:
             card = cards.get(str((content.get("data") or {}).get("card_id")), {}).get("card", {})
-        return "".join(e.get("content", "") for e in (card.get("body") or {}).get("elements", []))
+        return "".join(_element_text(e) for e in (card.get("body") or {}).get("elements", []))
     if msg_type == "text":
         return str(content.get("text", ""))
     if msg_type == "post":
         for locale in content.values():
             return "".join(el.get("text", "") for para in locale.get("content", []) for el in para)
     return json.dumps(content)
+
+
+def _element_text(element: dict[str, Any]) -> str:
+    """What a card element shows as text: a markdown element's content, a div's text."""
+    return str(element.get("content") or (element.get("text") or {}).get("content", ""))
 
 
 class HandlerHost:

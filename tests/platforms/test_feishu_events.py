@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from platforms.feishu.events import MalformedEvent, message_from_event, render_content, resolve_mentions
+from platforms.feishu.cards import choice_card
+from platforms.feishu.events import (
+    MalformedEvent,
+    message_from_event,
+    press_from_event,
+    pressed_card,
+    render_content,
+    resolve_mentions,
+)
 from platforms.feishu.webhook import WebhookKeys, WebhookRejected, decode_request
 from tests.fakes.feishu_server import FakeFeishu
 
@@ -111,3 +119,23 @@ def test_decode_request_rejects_before_delivering():
     with pytest.raises(WebhookRejected) as err:
         decode_request(b"[1, 2]", {}, keys)
     assert err.value.status == 400
+
+
+def test_a_press_on_a_question_card_is_the_pressers_command_where_the_card_is():
+    card = choice_card("Run x?", [("Approve", "/approve 3")], {"chat_type": "group", "thread_id": "omt_1"})
+    sent = {"message_id": "om_card", "content": card}
+    fake.chat_of["om_card"] = "oc_g"
+    event = fake.card_action_event(sent, "Approve", operator="ou_bob", union_id="on_bob")
+    msg = press_from_event(event)
+    assert msg is not None and msg.text == "/approve 3" and msg.mentioned
+    source = msg.source
+    assert (source.chat_id, source.chat_type, source.thread_id) == ("oc_g", "group", "omt_1")
+    assert (source.user_id, source.person_id) == ("ou_bob", "on_bob")
+    assert msg.message_id == f"press:{event['header']['event_id']}:om_card"
+    assert pressed_card(msg.message_id) == "om_card" and pressed_card("om_other") == "om_other"
+    event["event"]["action"]["value"] = {"other": "form data"}  # not one of the bot's command buttons
+    assert press_from_event(event) is None
+    del event["event"]["action"]["value"], event["event"]["operator"]
+    event["event"]["action"]["value"] = {"command": "/deny 3"}
+    with pytest.raises(MalformedEvent):
+        press_from_event(event)

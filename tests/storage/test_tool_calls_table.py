@@ -33,3 +33,19 @@ async def test_a_call_is_started_then_done_and_found_by_entry_and_position(db):
         (0, "call_1", "cancel_order", "done"),
         (1, "call_9", "list", "started"),
     ]
+
+
+async def test_a_done_entrys_journal_is_pruned_with_it_and_only_then(db):
+    from gateway.storage import inbox
+
+    old = time.time() - 3 * 24 * 3600
+    done_old, open_old, done_new = [await db.ainbox_add("telegram", f"p{i}", "key:a", "{}", old) for i in range(3)]
+    db.write(lambda conn, ev: inbox.finish(conn, [done_old], now=old))
+    await db.ainbox_finish([done_new])  # done just now: inside the redelivery horizon
+    for entry in (done_old, open_old, done_new):
+        for position in (0, 1):
+            await db.atool_call_start(entry, position, f"c{position}", "orders", "cancel_order", "{}")
+    cutoff = time.time() - inbox.DONE_TTL_SECONDS
+    assert db.write(lambda conn, ev: inbox.prune(conn, cutoff)) == 1
+    assert db.tool_calls_of(done_old) == []
+    assert [len(db.tool_calls_of(e)) for e in (open_old, done_new)] == [2, 2]  # an open turn may still rerun

@@ -139,7 +139,7 @@ class McpTools:
                 server,
                 remote,
                 INTERRUPTED,
-                f"the connection to {server!r} was lost during the call ({exc}); it may or may not have run",
+                f"interrupted: {server}.{remote} lost its connection to the server ({exc}); it may or may not have run",
             )
         except asyncio.CancelledError:
             raise

@@ -1,13 +1,16 @@
 """MCP tools in real turns: the production gateway (build_app through tests/fakes/gateway_harness),
 the fake model on 127.0.0.1 calling `mcp__<server>__<tool>`, the fake MCP server as a stdio child
 or a Streamable-HTTP process. The result reaches the model and the person; the call is journaled;
-failures (a server that never answers, a huge result) become tool results and the turn goes on."""
+failures (a server that never answers, a huge result, a server killed mid-call) become tool results
+and the turn goes on."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from gateway.service.app import AppError, build_app
 from gateway.service.http import OpsServer
 from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.gateway_harness import Gateway, make_config
+from tests.fakes.loopback import wait_until
 from tests.fakes.mcp_server import PIXEL_PNG
 from tests.fakes.openai_server import Reply, ToolCall
 from tests.tools.mcp.conftest import stdio_server
@@ -79,6 +83,34 @@ async def test_an_http_tool_and_an_image_kept_as_an_attachment(tmp_path: Path, h
         kept = gw.db.attachments_of([m["id"] for m in tool_rows])
         (files,) = [v for v in kept.values() if v]
         assert files[0]["mime_type"] == "image/png" and files[0]["bytes"] == len(PIXEL_PNG)
+
+
+@pytest.mark.slow  # the killed server is restarted after the first retry delay (1 s) and a Python start
+async def test_a_server_killed_mid_call_is_an_interrupted_result_and_the_next_call_finds_it_restarted(
+    tmp_path: Path,
+) -> None:
+    counter = tmp_path / "calls.txt"
+    async with Gateway(tmp_path, mcp={"servers": {"fake": stdio_server(counter)}}) as gw:
+        assert gw.fake is not None and gw.app.mcp is not None
+        mcp = gw.app.mcp
+        pid = int((await mcp.call("mcp__fake__pid", {})).text)
+        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__sleep_forever", {})]))
+        gw.fake.push(lambda body: "after the kill: " + tool_messages(body)[-1]["content"])
+        await gw.adapter.inject("sleep, please")
+        await wait_until(lambda: counter.exists() and "sleeping" in counter.read_text(), 30)  # the server runs it
+        os.kill(pid, signal.SIGKILL)
+        async with asyncio.timeout(15):  # no hang: the lost connection ends the call at once
+            await gw.runner.drain()
+        (reply,) = gw.adapter.texts()
+        assert reply.startswith("after the kill: error: interrupted: fake.sleep_forever lost its connection")
+        assert "may or may not have run" in reply
+        (row,) = gw.db.tool_calls_of(1)
+        assert (row["state"], row["outcome"]) == ("done", "interrupted")
+        await wait_until(lambda: (mcp.states()["fake"].state, mcp.states()["fake"].restarts) == ("ready", 1), 30)
+        gw.fake.push(Reply(tool_calls=[ToolCall("mcp__fake__pid", {})]))
+        gw.fake.push(lambda body: "pid " + tool_messages(body)[-1]["content"])
+        (again,) = await gw.say("which process?")
+        assert again.startswith("pid ") and int(again[4:]) != pid  # a new process answers
 
 
 async def test_a_silent_server_times_out_a_huge_result_is_cut_and_the_turn_goes_on(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from agent.llm import (
     retry_after,
 )
 from agent.tools import ToolContext, ToolRegistry
+from gateway import telemetry
 from gateway.language import N_, _
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,11 @@ class Agent:
                 name = function.get("name") or ""
                 if stream is not None:
                     await stream.tool(name)
-                outcome = await self.tools.run(name, function.get("arguments"), ctx, call.get("id") or "")
+                with telemetry.tool_call(name, call.get("id") or "") as span:
+                    outcome = await self.tools.run(name, function.get("arguments"), ctx, call.get("id") or "")
+                    span.set("chinwag.outcome", outcome.outcome)
+                    if outcome.server:
+                        span.set("chinwag.mcp_server", outcome.server)
                 message = {"role": "tool", "tool_call_id": call["id"], "name": name, "content": outcome.text}
                 if outcome.attachments:
                     message["attachments"] = outcome.attachments  # kept with the message (the console shows them)
@@ -222,16 +227,24 @@ class Agent:
                 # The client has its own timeout; this is the backstop for a server that trickles bytes.
                 # A streamed reply may take longer than that in all: each piece re-arms the backstop.
                 limit = self.settings.timeout + 5
-                async with asyncio.timeout(limit) as backstop:
-                    on_delta = _rearming(stream, backstop, limit) if stream is not None else None
-                    return await complete(
-                        self.client,
-                        self.settings,
-                        conversation,
-                        tools=schemas,
-                        temperature=self.temperature,
-                        on_delta=on_delta,
-                    )
+                with telemetry.model_call(self.settings.name) as span:
+                    span.set("chinwag.retries", attempt)
+                    async with asyncio.timeout(limit) as backstop:
+                        on_delta = _rearming(stream, backstop, limit, span) if stream is not None else None
+                        completion = await complete(
+                            self.client,
+                            self.settings,
+                            conversation,
+                            tools=schemas,
+                            temperature=self.temperature,
+                            on_delta=on_delta,
+                        )
+                    span.first_token()  # (not streamed, or only tool calls: the whole answer came at once)
+                    span.set("gen_ai.usage.input_tokens", completion.prompt_tokens)
+                    span.set("gen_ai.usage.output_tokens", completion.completion_tokens)
+                    if completion.finish_reason:
+                        span.set("gen_ai.response.finish_reasons", [completion.finish_reason])
+                    return completion
             except TimeoutError:
                 raise  # a slow model is not retried: the person has already waited the whole timeout
             except Exception as exc:
@@ -246,10 +259,13 @@ class Agent:
                 await asyncio.sleep(wait)
 
 
-def _rearming(stream: TurnStream, backstop: asyncio.Timeout, limit: float) -> Callable[[str], Awaitable[None]]:
+def _rearming(
+    stream: TurnStream, backstop: asyncio.Timeout, limit: float, span: telemetry.Span = telemetry.NOOP
+) -> Callable[[str], Awaitable[None]]:
     loop = asyncio.get_running_loop()
 
     async def on_delta(piece: str) -> None:
+        span.first_token()
         # Moved by a tenth of `limit` (at most a second) at a time: rescheduling per piece made and
         # dropped a timer handle each time (pieces come ~50 a second) for no gain.
         deadline = loop.time() + limit

@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
 
 from gateway.language import Language
 from gateway.source import Platform, SessionSource
+from gateway.telemetry import MessageTrace
 from platforms.helpers import SYSTEM_CLOCK, Clock, EditPacer, split_message
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class InboundMessage:
     attachments: list[Attachment] = field(default_factory=list)  # the text is then the caption
     inbox_id: int | None = None  # set by the gateway once the message is committed to its inbox
     reply_language: Language | None = None  # what the gateway answers in (resolved when it takes the message)
+    trace: MessageTrace | None = field(default=None, repr=False)  # its spans' place (gateway.telemetry; None: off)
 
     # Where answers go when not into the chat (a Discord slash command answers its interaction):
     # a factory of ReplyStreams, one per reply sent, set by the adapter that made the message.

@@ -15,6 +15,7 @@ import random
 import time
 from typing import Awaitable, Callable, Protocol
 
+from gateway import telemetry
 from gateway.source import Platform
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class EditPacer:
             self._calls.pop(next(iter(self._calls)))
 
     def hold(self, key: str, seconds: float) -> None:
+        telemetry.rate_limited(seconds)
         self._held[key] = max(self._held.get(key, 0.0), self.clock.now() + seconds)
 
 

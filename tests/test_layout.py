@@ -20,7 +20,15 @@ PACKAGES = ("gateway", "platforms", "agent", "tools")
 # Floors from the ground up. A unit may import itself, and any unit on a LOWER floor, except where
 # NARROWER says otherwise. Units on the same floor do not import each other.
 FLOORS: list[tuple[str, ...]] = [
-    ("gateway.source", "gateway.errors", "gateway.envvars", "gateway.text", "gateway.redact", "gateway.language"),
+    (
+        "gateway.source",
+        "gateway.errors",
+        "gateway.envvars",
+        "gateway.text",
+        "gateway.redact",
+        "gateway.language",
+        "gateway.telemetry",
+    ),
     ("gateway.storage", "platforms"),
     ("gateway.db",),
     ("gateway.sessions", "gateway.embeddings", "gateway.schedules"),
@@ -39,9 +47,23 @@ NARROWER: dict[str, set[str]] = {
     # the storage floor imports nothing above it
     "gateway.storage": {"gateway.source", "gateway.errors", "gateway.envvars", "gateway.text", "gateway.redact"},
     # platforms/ knows only gateway.source and the adapter contract (and redacts as everyone does)
-    "platforms": {"gateway.source", "gateway.errors", "gateway.text", "gateway.redact", "gateway.language"},
+    "platforms": {
+        "gateway.source",
+        "gateway.errors",
+        "gateway.text",
+        "gateway.redact",
+        "gateway.language",
+        "gateway.telemetry",
+    },
     # agent/ and tools/ reach sessions only through the storage face
-    "agent": {"gateway.source", "gateway.errors", "gateway.text", "gateway.db", "gateway.language"},
+    "agent": {
+        "gateway.source",
+        "gateway.errors",
+        "gateway.text",
+        "gateway.db",
+        "gateway.language",
+        "gateway.telemetry",
+    },
     "tools": {
         "gateway.source",
         "gateway.errors",
@@ -50,6 +72,7 @@ NARROWER: dict[str, set[str]] = {
         "gateway.db",
         "gateway.recall",
         "gateway.schedules",
+        "gateway.telemetry",
         "agent",
     },
 }

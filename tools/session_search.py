@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 from agent.llm import ModelNotConfigured, ModelSettings, complete, describe_error, make_client
 from agent.tools import Tool, ToolContext
 from agent.transcript import RECAP, Rendered, render
+from gateway import telemetry
 from gateway.db import is_visible
 from gateway.recall import semantic
 from gateway.recall.rank import HIDDEN_SOURCES, MAX_SESSIONS, find_sessions, plan_query, recent_sessions
@@ -279,18 +280,20 @@ async def asession_search(
 
     plan = plan_query(text)
     started = time.monotonic()
-    hits = await asyncio.to_thread(
-        find_sessions,
-        db,
-        text,
-        limit=limit,
-        exclude_session_ids=lineage,
-        exclude_sources=HIDDEN_SOURCES,
-        person_id=person_id,
-        see_all=see_all,
-        role_filter=_roles(role_filter),
-        embedder=embedder,
-    )
+    with telemetry.span("chinwag.recall", {"chinwag.recall.candidates": 0}) as span:
+        hits = await asyncio.to_thread(  # (the ranking sets the candidates on this span: the thread has its context)
+            find_sessions,
+            db,
+            text,
+            limit=limit,
+            exclude_session_ids=lineage,
+            exclude_sources=HIDDEN_SOURCES,
+            person_id=person_id,
+            see_all=see_all,
+            role_filter=_roles(role_filter),
+            embedder=embedder,
+        )
+        span.set("chinwag.recall.sessions", len(hits))
     if observe is not None:
         observe("search_seconds", time.monotonic() - started)
 

@@ -272,6 +272,17 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """Traces and metrics over OTLP (gateway.telemetry; needs the `otel` extra)."""
+
+    otlp_endpoint: str = option(
+        "",
+        "OTLP/HTTP base URL, e.g. http://127.0.0.1:4318 (/v1/traces, /v1/metrics appended); "
+        "empty: OTEL_EXPORTER_OTLP_ENDPOINT, else off",
+    )
+
+
+@dataclass(frozen=True)
 class PlatformAccess:
     """The keys every chat platform section understands besides its adapter's own: the gateway's
     access rules and overrides (Config.platform reads them as PlatformSettings)."""

@@ -28,6 +28,7 @@ from gateway.config.sections import (
     SchedulesConfig,
     SessionConfig,
     StorageConfig,
+    TelemetryConfig,
     TranscriptionConfig,
 )
 
@@ -82,6 +83,7 @@ class Config:
     platforms: dict[str, dict[str, Any]] = field(default_factory=dict)
     http: HttpConfig = section(HttpConfig)
     logging: LoggingConfig = section(LoggingConfig)
+    telemetry: TelemetryConfig = section(TelemetryConfig)
     # name -> the keys the file wrote (not None) for each platform section present in the file
     written: dict[str, frozenset[str]] = field(default_factory=dict)
     path: Path | None = None  # the file it came from (None: embedded defaults)

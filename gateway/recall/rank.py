@@ -52,6 +52,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gateway import telemetry
 from gateway.recall import answers, semantic
 from gateway.recall import read as recall_read
 from gateway.recall.dates import NEAR_DAYS, DateSpec
@@ -194,6 +195,7 @@ def _rank(
     table = _gather(conn, ask, meta)
     for stage in (_weigh_dates, _filter_visibility, _gather_meaning, _score_words, _rerank_passages, _weigh_own):
         stage(conn, ask, table)
+    telemetry.annotate("chinwag.recall.candidates", len(table.keep | table.vector_only.keys()))
     return _render(conn, ask, table, _fuse(conn, ask, table))
 
 

@@ -46,6 +46,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from gateway import telemetry
 from gateway.db import StorageFace
 from gateway.runtime.leases import ChatLeases, SoloLeases
 from gateway.runtime.metrics import Metrics
@@ -122,7 +123,14 @@ class Inbox:
         platform = msg.source.platform.value
         event_id = msg.message_id or f"anon-{secrets.token_hex(8)}"
         try:
-            entry = await self.db.ainbox_add(platform, event_id, chat_key, encode_message(msg), msg.timestamp)
+            entry = await self.db.ainbox_add(
+                platform,
+                event_id,
+                chat_key,
+                encode_message(msg),
+                msg.timestamp,
+                msg.trace.traceparent if msg.trace is not None else None,
+            )
         except Exception as exc:  # not stored: the adapter must not acknowledge it (5xx, no offset)
             if storage_fault(exc):
                 self.health.failed(exc)
@@ -164,7 +172,9 @@ class Inbox:
         out = []
         for row in rows:
             try:
-                out.append((row, decode_message(row["message"], row["id"])))
+                msg = decode_message(row["message"], row["id"])
+                msg.trace = telemetry.resumed(row.get("trace_context"))  # its trace goes on
+                out.append((row, msg))
             except (ValueError, KeyError, TypeError) as exc:  # written by a bug: skip it, never loop on it
                 log.error("inbox entry %s cannot be read (%s); marked done", row["id"], exc)
                 self.db.write(functools.partial(_finish_unreadable, int(row["id"])))
@@ -182,6 +192,7 @@ class _Unsent:
     send_key: str | None = None  # the row's idempotency key (Feishu, Discord)
     shown: list[str] = field(default_factory=list)  # messages already sent for it: edited, not sent again
     key: str | None = None  # the chat whose lease must be held here (replicas)
+    tries: int = 0  # sends tried so far (a span's `chinwag.retries`)
 
 
 class OutboxSends:
@@ -366,14 +377,18 @@ class Outbox:
         reply.send_key, reply.record = item.send_key, OutboxSends(self.db, item.row_id, adapter)
         earlier = list(item.shown)
         reply.adopt(earlier)
-        try:
-            ids = await reply.finish(item.text)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("sending a reply on %s failed; it is retried", source.platform.value)
-            item.shown = list(reply.message_ids)  # what did go out is edited on the retry, not sent again
-            return "failed"
+        with telemetry.send(source.platform.value, item.tries) as span:
+            item.tries += 1
+            try:
+                ids = await reply.finish(item.text)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sending a reply on %s failed; it is retried", source.platform.value)
+                item.shown = list(reply.message_ids)  # what did go out is edited on the retry, not sent again
+                span.set("chinwag.outcome", "failed")
+                return "failed"
+            span.set("chinwag.parts", len(ids) - len(earlier))
         if self.metrics is not None:
             for _ in range(len(ids) - len(earlier)):
                 self.metrics.inc("messages_out_total", {"platform": source.platform.value})
@@ -452,9 +467,10 @@ class Outbox:
         shown = json.loads(row["platform_ids"] or "[]")
         if row.get("sending") is not None and row["sending"] >= len(shown) and self.metrics is not None:
             self.metrics.inc("uncertain_sends_total", {"platform": source.platform.value})
-        return await self.deliver(
-            row["id"], source, row["text"], row["reply_to"], send_key=row.get("send_key"), shown=shown, key=chat_key
-        )
+        with telemetry.redelivery(row.get("trace_context"), source.platform.value):
+            return await self.deliver(
+                row["id"], source, row["text"], row["reply_to"], send_key=row.get("send_key"), shown=shown, key=chat_key
+            )
 
 
 def _chat(source: SessionSource) -> tuple:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from gateway import telemetry
 from gateway.runtime.metrics import Metrics
 from gateway.source import SessionSource
 from gateway.text import valid_text
@@ -67,17 +68,20 @@ class Outbound:
                 log.exception("answering on %s failed", msg.source.platform.value)
             return
         reply_to = msg.message_id if msg.source.chat_type != "dm" else None
-        for chunk in adapter.split(text):
-            try:
-                await adapter.send(msg.source, chunk, reply_to=reply_to)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sending a reply on %s failed", msg.source.platform.value)
-                return
-            if self.metrics is not None:
-                self.metrics.inc("messages_out_total", {"platform": msg.source.platform.value})
-            reply_to = None
+        with telemetry.send(msg.source.platform.value) as span:
+            for parts, chunk in enumerate(adapter.split(text), 1):
+                try:
+                    await adapter.send(msg.source, chunk, reply_to=reply_to)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("sending a reply on %s failed", msg.source.platform.value)
+                    span.set("chinwag.outcome", "failed")
+                    return
+                span.set("chinwag.parts", parts)
+                if self.metrics is not None:
+                    self.metrics.inc("messages_out_total", {"platform": msg.source.platform.value})
+                reply_to = None
 
     async def send_typing(self, source: SessionSource) -> None:
         adapter = self.adapters.get(source.platform.value)

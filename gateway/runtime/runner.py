@@ -33,6 +33,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Coroutine, Iterable, Iterator
 
 from agent.llm import ModelSettings
+from gateway import telemetry
 from gateway.commands import COMMANDS, CommandContext, ParsedCommand, command_menu, parse_command, run_command
 from gateway.commands.sessions import resume_choices
 from gateway.config.load import Config
@@ -230,7 +231,14 @@ class GatewayRunner:
     # -- intake ----------------------------------------------------------------------------------
     async def handle_inbound(self, msg: InboundMessage) -> None:
         """The adapters' callback: authorise, commit to the inbox, queue in the chat's lane.
-        Returns once the message is durable (platforms.base.MessageHandler); raises if it is not."""
+        Returns once the message is durable (platforms.base.MessageHandler); raises if it is not.
+        The root of the message's trace (gateway.telemetry) spans exactly that."""
+        with telemetry.inbound(msg.source.platform.value, msg.source.chat_type) as span:
+            span.set("chinwag.duplicate", False)
+            msg.trace = telemetry.message_trace()
+            await self._inbound(msg)
+
+    async def _inbound(self, msg: InboundMessage) -> None:
         source = msg.source
         platform = source.platform.value
         msg.text = valid_text(msg.text or "")  # everything after this stores, indexes and echoes it
@@ -240,6 +248,7 @@ class GatewayRunner:
             source, mentioned=msg.mentioned, reply_to_bot=msg.reply_to_bot, is_command=command is not None
         )
         if not decision.allowed:
+            telemetry.annotate("chinwag.outcome", "ignored")
             log.info("ignored message on %s chat %s: %s", platform, source.chat_id, decision.reason)
             if decision.addressed and source.chat_type == "dm":
                 with speaking(await self.language_of(msg.source)):
@@ -262,6 +271,7 @@ class GatewayRunner:
             log.warning("dropped message on %s: %s", platform, exc)
             return
         if not await self.intake.admit(key, msg):
+            telemetry.annotate("chinwag.duplicate", True)
             log.info("duplicate delivery of %s message %s refused", platform, msg.message_id)
             self.inc("duplicates_total", {"platform": platform})
 
@@ -300,6 +310,7 @@ class GatewayRunner:
             self.lanes[key] = lane
             self._lane_sources[key] = source
             self._idle.clear()
+        telemetry.queued(msg.trace)
         lane.push(msg)
 
     def _busy_mode(self, platform: str) -> str:
@@ -354,18 +365,26 @@ class GatewayRunner:
             return Job(msg, "turn", taken_up)
         if command.name == "stop":
             with self._fenced(lane.key), speaking(msg.reply_language):
-                await self.reply(msg, await self._stop_lane(lane, msg.source))
+                await self._command_now(lane, msg, command)
             return None
         spec = COMMANDS.get(command.name)
         if spec is not None and spec.at_once:
             with self._fenced(lane.key):
-                await self._run_command(lane, msg, command)
+                await self._command_now(lane, msg, command)
             return None
         if spec is not None and spec.immediate and self._may_skip_queue(lane, msg):
             with self._fenced(lane.key), speaking(msg.reply_language):  # the task takes the fence with it
-                self.spawn(self._run_command(lane, msg, command))
+                self.spawn(self._command_now(lane, msg, command))
             return None
         return Job(msg, "command", taken_up)
+
+    async def _command_now(self, lane: ChatLane, msg: InboundMessage, command: ParsedCommand) -> None:
+        """A command answered as it arrives, not in its turn in the lane (its trace has the turn all the same)."""
+        with telemetry.turn(msg.trace, {"chinwag.job": "command", "chinwag.outcome": "answered"}):
+            if command.name == "stop":
+                await self.reply(msg, await self._stop_lane(lane, msg.source))
+            else:
+                await self._run_command(lane, msg, command)
 
     @staticmethod
     def _may_skip_queue(lane: ChatLane, msg: InboundMessage) -> bool:
@@ -376,6 +395,10 @@ class GatewayRunner:
         return lane.busy and job is not None and job.kind == "turn" and not lane.in_order
 
     async def execute(self, lane: ChatLane, job: Job) -> None:
+        with telemetry.turn(job.msg.trace, {"chinwag.job": job.kind, "chinwag.outcome": "answered"}):
+            await self._job(lane, job)
+
+    async def _job(self, lane: ChatLane, job: Job) -> None:
         started = time.monotonic()
         try:
             # Every write of the job (a command's session move, a turn's messages, a reset on
@@ -383,6 +406,7 @@ class GatewayRunner:
             with self._fenced(lane.key), speaking(job.msg.reply_language):
                 await self._execute(lane, job)
         except asyncio.CancelledError:
+            telemetry.annotate("chinwag.outcome", "stopped")
             if not self._stopping:  # /stop or an interrupting message: this one is finished with
                 try:
                     with self._fenced(lane.key):
@@ -391,6 +415,7 @@ class GatewayRunner:
                     pass
             raise  # at shutdown it stays unfinished: the next start takes it up again
         except LeaseLost:
+            telemetry.annotate("chinwag.outcome", "elsewhere")
             log.info("chat %s is held by another replica now: this turn is dropped there", lane.key)
             self.inc("turns_fenced_total")
             self.intake.lease_lost(lane.key)
@@ -399,6 +424,7 @@ class GatewayRunner:
                 await self._after_storage_fault(lane, job, exc)
                 return
             log.exception("handling a message for %s failed", lane.key)
+            telemetry.annotate("chinwag.outcome", "failed")
             await self.reply(job.msg, gettext(job.msg.reply_language, ERROR_TEXT), outcome="failed")
         finally:
             if job.kind == "turn":  # (commands are timed in _run_command, those answered at once too)
@@ -443,6 +469,7 @@ class GatewayRunner:
         answer (the model may be called twice). `notify`: say so and offer /retry."""
         row = self.intake.interrupted.pop(msg.inbox_id or 0)
         if self.interrupted_mode == "notify":
+            telemetry.annotate("chinwag.outcome", "interrupted")
             self.inc("interrupted_turns_total", {"action": "notify"})
             await self.reply(msg, _(INTERRUPTED_TEXT, text=_excerpt(msg.text)), outcome="interrupted")
             return

@@ -40,6 +40,7 @@ from agent.compress import estimate_tokens, needs_compression, summarise
 from agent.llm import NOT_CONFIGURED_TEXT, ModelSettings, describe_error
 from agent.loop import EMPTY_REPLY_TEXT, db_fields
 from agent.tools import ToolContext
+from gateway import telemetry
 from gateway.config.load import Config
 from gateway.db import StorageFace
 from gateway.errors import LeaseLost
@@ -305,6 +306,7 @@ class TurnRunner:
         may be journaled. A request the model's context cannot hold is answered once more in a child
         session summarised to fit (`compressed`: this is that second try)."""
         session_id = entry.session_id
+        telemetry.annotate("chinwag.session_id", session_id)
         received = await self._receive(msg, text)
         session_agent = await self._agent_for(msg, session_id)
         self.cache.acquire(session_id)
@@ -353,6 +355,8 @@ class TurnRunner:
         if result.error is not None and self.model_settings.is_configured:
             self._model_failed()
         failed = result.error is not None
+        if failed:
+            telemetry.annotate("chinwag.outcome", "failed")
         await self._reply(msg, stream, record, result.text or "(no reply)", failed, lane.key)
         usage = result.usage
         if usage.prompt_tokens or usage.completion_tokens:  # after the reply: a count never holds it up
@@ -472,7 +476,9 @@ class TurnRunner:
         """Show the final text in the streamed reply (`failed`: keep what was shown, `text` under it);
         its message ids, or None when it could not be shown."""
         try:
-            ids = await (stream.fail(text) if failed else stream.finish(text))
+            with telemetry.send(msg.source.platform.value) as span:
+                ids = await (stream.fail(text) if failed else stream.finish(text))
+                span.set("chinwag.parts", len(ids))
         except asyncio.CancelledError:
             raise
         except Exception:  # as a failed send: logged, and the turn (already stored) stands

@@ -22,6 +22,7 @@ import gc
 import importlib
 import logging
 import math
+import os
 import signal
 import sqlite3
 import time
@@ -32,6 +33,7 @@ from typing import IO, Any, Callable
 import httpx2
 
 from agent.transcribe import Transcriber, TranscriptionSettings
+from gateway import telemetry
 from gateway.config.load import Config
 from gateway.db import SchemaTooNew, StorageFace, StorageUnavailable, StorageUnreachable, open_db
 from gateway.embeddings import EmbeddingSettings, EmbeddingUnavailable, make_embedder
@@ -190,6 +192,8 @@ class App:
         try:
             await self.runner.stop(timeout)
         finally:
+            # the last spans and a last metrics export, while the gauges can still read the database
+            await asyncio.to_thread(telemetry.stop)
             if self.maintenance is not None:
                 await self.maintenance.stop()
             if self.mcp is not None:
@@ -462,6 +466,15 @@ def build_app(
         # A session with a turn running is "busy": the store does not reset it under the turn.
         store = build_store(config, db, policies, clock, is_busy=cache.is_running)
         metrics = Metrics()
+        otlp = telemetry.endpoint(config.telemetry.otlp_endpoint, os.environ)
+        if otlp:  # (off: the SDK is never imported)
+            try:
+                telemetry.start(otlp, metrics)
+            except ImportError as exc:
+                raise AppError(
+                    f"telemetry to {otlp} needs the otel extra ({exc}): pip install 'chinwag[otel]'"
+                ) from None
+            opened.callback(telemetry.stop)
         health = StorageHealth(db)
         use_http = config.http.enabled if http is None else http
         ops = _build_ops(config, adapters, metrics, db, mcp, health) if use_http else None

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Iterable
 from urllib.parse import urlsplit
 
+from gateway import telemetry
 from gateway.redact import STANDARD_FIELDS, RedactingFilter, Redactor
 
 
@@ -34,6 +35,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        ids = telemetry.log_ids()  # the line's place in a trace, when telemetry is on (gateway.telemetry)
+        if ids is not None:
+            entry["trace_id"], entry["span_id"] = ids
         for name, value in vars(record).items():
             if name not in STANDARD_FIELDS and not name.startswith("_"):
                 entry[name] = value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)

@@ -9,6 +9,10 @@ A gauge whose reading is a query too slow for the event loop that renders /metri
 about 150 ms over 100k attachment rows, bench/media_bytes.py) is wrapped in `Sampled`:
 the scrape gets the last reading at once, and a stale one is refreshed in a worker thread.
 
+With telemetry on (gateway.telemetry), `mirror` hears every count and observation too and exports
+them over OTLP with the gauges (gateway.telemetry.otlp.MetricsMirror); None otherwise: one test of
+an attribute per recording.
+
 The names in `CHARTED` also keep the last hour in one-minute buckets (count, sum, max per minute,
 all labels together) for the web console's charts: 60 small records per name, no history store.
 """
@@ -19,7 +23,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Protocol
 
 PREFIX = "chinwag_"
 # Seconds: a gateway turn is milliseconds to minutes; searches milliseconds to seconds.
@@ -179,7 +183,20 @@ class Sampled:
         self._pool.shutdown(wait=True)
 
 
+class Mirror(Protocol):
+    """Where recordings are repeated (telemetry's OTLP export)."""
+
+    def inc(self, name: str, labels: Mapping[str, str] | None, by: float) -> None: ...
+
+    def observe(self, name: str, value: float, labels: Mapping[str, str] | None) -> None: ...
+
+    def gauge(self, name: str) -> None:
+        """A gauge `name` exists (its value is read at each export)."""
+
+
 class Metrics:
+    prefix = PREFIX
+
     def __init__(self, buckets: tuple[float, ...] = DEFAULT_BUCKETS, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
         self._clock = clock
@@ -190,6 +207,7 @@ class Metrics:
         self._gauges: dict[str, dict[LabelKey, float]] = {}
         self._gauge_fns: dict[str, Callable[[], float | Mapping[str, float]]] = {}
         self._histograms: dict[str, dict[LabelKey, _Histogram]] = {}
+        self.mirror: Mirror | None = None
 
     def _kind(self, name: str, kind: str) -> None:
         known = self._kinds.get(name) or KNOWN.get(name, (kind,))[0]
@@ -208,6 +226,8 @@ class Metrics:
             series[key] = series.get(key, 0) + by
             if name in self._series:
                 self._series[name].add(by, by, self._clock())
+        if self.mirror is not None:
+            self.mirror.inc(name, labels, by)
 
     def observe(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
         with self._lock:
@@ -219,11 +239,15 @@ class Metrics:
             series[key].observe(float(value))
             if name in self._series:
                 self._series[name].add(float(value), 1, self._clock())
+        if self.mirror is not None:
+            self.mirror.observe(name, value, labels)
 
     def set_gauge(self, name: str, value: float, labels: Mapping[str, str] | None = None) -> None:
         with self._lock:
             self._kind(name, "gauge")
             self._gauges.setdefault(name, {})[_key(labels)] = float(value)
+        if self.mirror is not None:
+            self.mirror.gauge(name)
 
     def set_gauge_fn(self, name: str, fn: Callable[[], float | Mapping[str, float]]) -> None:
         """`fn` is called at render time; it returns a number, or {label value: number} for a
@@ -231,6 +255,8 @@ class Metrics:
         with self._lock:
             self._kind(name, "gauge")
             self._gauge_fns[name] = fn
+        if self.mirror is not None:
+            self.mirror.gauge(name)
 
     def close(self) -> None:
         """Wait for the sampled gauges' readings in flight and stop their threads: they read the
@@ -242,6 +268,19 @@ class Metrics:
                 fn.close()
 
     # -- reading -----------------------------------------------------------------------------
+    @property
+    def buckets(self) -> tuple[float, ...]:
+        return self._buckets
+
+    def describe(self, name: str) -> str:
+        return KNOWN.get(name, ("", name.replace("_", " ")))[1]
+
+    def names(self, kind: str) -> list[str]:
+        """The metrics of `kind` (counter, gauge, histogram): the well-known and those recorded."""
+        with self._lock:
+            kinds = {name: known[0] for name, known in KNOWN.items()} | self._kinds
+        return sorted(name for name, k in kinds.items() if k == kind)
+
     def value(self, name: str, labels: Mapping[str, str] | None = None) -> float:
         """Current counter or gauge value (0 when never recorded); histograms: observation count."""
         with self._lock:
@@ -285,7 +324,7 @@ class Metrics:
         lines: list[str] = []
         for name in names:
             kind = self._kinds.get(name) or KNOWN[name][0]
-            help_text = KNOWN.get(name, ("", name.replace("_", " ")))[1]
+            help_text = self.describe(name)
             full = PREFIX + name
             lines.append(f"# HELP {full} {help_text}")
             lines.append(f"# TYPE {full} {kind}")

@@ -333,11 +333,17 @@ class StorageFace:
 
     # -- delivery: the inbox and the outbox (gateway/storage/inbox.py, outbox.py) ---------------
     async def ainbox_add(
-        self, platform: str, event_id: str, chat_key: str, message: str, received_at: float
+        self,
+        platform: str,
+        event_id: str,
+        chat_key: str,
+        message: str,
+        received_at: float,
+        trace_context: str | None = None,
     ) -> int | None:
         """Commit one inbound event; its entry id, or None for a redelivery (the dedup)."""
         return await self.awrite(
-            lambda conn, events: inbox.add(conn, platform, event_id, chat_key, message, received_at)
+            lambda conn, events: inbox.add(conn, platform, event_id, chat_key, message, received_at, trace_context)
         )
 
     async def ainbox_finish(self, entry_ids: Iterable[int], outcome: str = "answered") -> int:

@@ -32,16 +32,27 @@ def add(
     chat_key: str,
     message: str,
     received_at: float | None = None,
+    trace_context: str | None = None,
 ) -> int | None:
     """Store one inbound event; its row id, or None when (platform, event id) was seen before
-    (here, or in the pre-inbox `processed_events` table of an upgraded database)."""
+    (here, or in the pre-inbox `processed_events` table of an upgraded database). `trace_context`:
+    its trace's W3C traceparent (gateway.telemetry), so a later process's work on it links there."""
     # ON CONFLICT DO NOTHING RETURNING: the same statement on SQLite and on Postgres (no lastrowid there)
     row = conn.execute(
-        "INSERT INTO inbox (platform, event_id, chat_key, message, received_at) "
-        "SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS "
+        "INSERT INTO inbox (platform, event_id, chat_key, message, received_at, trace_context) "
+        "SELECT ?, ?, ?, ?, ?, ? WHERE NOT EXISTS "
         "(SELECT 1 FROM processed_events WHERE platform = ? AND event_id = ?) "
         "ON CONFLICT DO NOTHING RETURNING id",
-        (platform, event_id, chat_key, message, float(received_at or time.time()), platform, event_id),
+        (
+            platform,
+            event_id,
+            chat_key,
+            message,
+            float(received_at or time.time()),
+            trace_context,
+            platform,
+            event_id,
+        ),
     ).fetchone()
     return int(row[0]) if row else None
 

@@ -91,7 +91,11 @@ def record_parts(
 
 
 def unsent(conn: Conn) -> list[dict]:
-    rows = conn.execute("SELECT * FROM outbox WHERE sent_at IS NULL ORDER BY id")
+    """The replies not (fully) sent, oldest first, each with its inbox entry's `trace_context`."""
+    rows = conn.execute(
+        "SELECT o.*, i.trace_context FROM outbox o LEFT JOIN inbox i ON i.id = o.inbox_id "
+        "WHERE o.sent_at IS NULL ORDER BY o.id"
+    )
     return [dict(r) for r in rows]
 
 
@@ -99,7 +103,7 @@ def unsent_of_chat(conn: Conn, chat_key: str) -> list[dict]:
     """The unsent replies answering one chat's inbox entries (`chat_key` as the inbox has it),
     oldest first: what a replica taking the chat over sends before anything else."""
     rows = conn.execute(
-        "SELECT o.* FROM outbox o JOIN inbox i ON i.id = o.inbox_id "
+        "SELECT o.*, i.trace_context FROM outbox o JOIN inbox i ON i.id = o.inbox_id "
         "WHERE o.sent_at IS NULL AND i.chat_key = ? ORDER BY o.id",
         (chat_key,),
     )

@@ -176,6 +176,9 @@ SHARED_MIGRATIONS: list[str] = [
     # a person's own settings (DESIGN §17: the /language choice), keyed by the person's identity
     # on the platform (Feishu: union_id across apps); SQL in gateway.storage.people
     people.TABLE,
+    # traces (DESIGN §18): the inbound message's W3C traceparent, so a reply sent or a turn run by
+    # a later process is tied to the message's trace (gateway.telemetry)
+    "ALTER TABLE inbox ADD COLUMN trace_context text;",
 ]
 
 MIGRATIONS: list[Migration] = [
@@ -385,7 +388,7 @@ MIGRATIONS: list[Migration] = [
     INSERT INTO messages_fts (messages_fts, rank) VALUES ('automerge', 8);
     INSERT INTO messages_ident (messages_ident, rank) VALUES ('automerge', 8);
     """,
-    *SHARED_MIGRATIONS,  # v10 -> v14
+    *SHARED_MIGRATIONS,  # v10 -> v15
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,6 +15,7 @@ from typing import Awaitable, Callable, TypeVar
 
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter
 
+from gateway import telemetry
 from platforms.helpers import Backoff
 
 log = logging.getLogger("platforms.telegram")
@@ -35,6 +36,7 @@ async def call_with_retries(
             if attempt == attempts or wait > max_retry_after:
                 raise
             log.info("telegram: flood control, waiting %.1fs (attempt %d)", wait, attempt)
+            telemetry.rate_limited(wait)
             await asyncio.sleep(wait)
         except BadRequest:
             raise

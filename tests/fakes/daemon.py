@@ -42,6 +42,7 @@ class Daemon:
         platforms: Callable[[int], dict[str, Any]],
         storage: dict[str, Any] | None = None,
         mcp: dict[str, Any] | None = None,
+        sections: dict[str, Any] | None = None,  # more of config.yaml (e.g. telemetry, logging)
         **gateway: object,
     ) -> None:
         self.port = free_port()
@@ -56,6 +57,7 @@ class Daemon:
             config["storage"] = storage
         if mcp is not None:  # MCP servers for the agent (tests/tools/mcp)
             config["mcp"] = mcp
+        config.update(sections or {})
         (self.home / "config.yaml").write_text(json.dumps(config), encoding="utf-8")
         self.env = clean_env(
             tmp, OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k", CHINWAG_MODEL="fake-model", PYTHONFAULTHANDLER="1"

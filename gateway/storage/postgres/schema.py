@@ -292,7 +292,7 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER message_vectors_message_gone AFTER DELETE ON messages
         FOR EACH ROW EXECUTE FUNCTION message_vectors_message_gone();
     """,
-    *SHARED_MIGRATIONS,  # v7 -> v11, as SQLite's v10 -> v14
+    *SHARED_MIGRATIONS,  # v7 -> v12, as SQLite's v10 -> v15
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -6,16 +6,18 @@ out of reach; `podman run` needs cgroups, so buildah runs `chinwag --version` an
 run` inside the image, as its user, with the README's config mount and model variables. The turn
 goes to the fake model on 127.0.0.1: chroot isolation keeps the host's network.
 
-Choices, each for a measured reason (2 shared cores at load ~8):
+Choices, each for a measured reason (2 shared cores at load ~8-10):
 - debootstrap's root file system is kept as a tarball under ~/.cache/chinwag-ci/, named by suite,
-  architecture and packages: debootstrap takes about a minute, importing the tarball ~10 s;
+  architecture and packages: debootstrap and tar take one to two minutes, importing the tarball ~10 s;
 - podman's storage lives on tmpfs: vfs copies whole trees, and on the disk deleting the build's
-  working container (45 000 files) took 30-70 s of a 3-minute build, on tmpfs 2 s (peak ~1.5 GB);
+  working container (45 000 files) took 30-70 s of a 3-minute build, on tmpfs 2 s (peak ~1.1 GB);
 - `--layers=false`: vfs would copy the whole tree again for every layer kept;
 - the host's CA bundle is lent to the build's RUN steps (a volume, not part of the image) and the
   base's PIP_CERT points pip at it, so pip reaches PyPI wherever the host does, a TLS-inspecting
-  proxy included; the Dockerfile's pip cache mount is kept under ~/.cache/chinwag-ci/ (TMPDIR).
-Timings: `python -m pytest tests/deploy -q --durations=0`, cold (no cache) and warm.
+  proxy included; the Dockerfile's pip cache mount is kept under ~/.cache/chinwag-ci/ (TMPDIR), and
+  fills where the index's answers may be cached (a proxy that drops Cache-Control leaves it empty).
+Measured with `python -m pytest tests/deploy -q --durations=0`: cold (no cache) 3 min 44 s, warm
+1 min 43 s to 2 min 7 s, most of it pip installing the dependencies into the image.
 .ci/install-podman installs podman, buildah and debootstrap; nothing here skips.
 """
 
@@ -46,9 +48,12 @@ IMAGE = "localhost/chinwag:ci"
 STEP_TIMEOUT = 1800.0  # a hung step fails the test instead of CI's whole run
 
 
-def run(args: list[str], env: dict[str, str] | None = None) -> str:
+def run(args: list[str], tmpdir: Path | None = None) -> str:
+    """stdout of `args`, which must succeed; `tmpdir` is their TMPDIR."""
+    env = {**os.environ, "TMPDIR": str(tmpdir)} if tmpdir else None
     proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=STEP_TIMEOUT)
-    assert proc.returncode == 0, f"{' '.join(args[:4])} ... exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    said = (proc.stdout + proc.stderr)[-4000:]  # a failed build says why at its end
+    assert proc.returncode == 0, f"{' '.join(args[:6])} ... exited {proc.returncode}:\n{said}"
     return proc.stdout
 
 
@@ -75,6 +80,7 @@ def debian_rootfs(scratch: Path) -> Path:
     partial = tarball.with_suffix(f".{os.getpid()}.partial")
     run(["tar", "--numeric-owner", "-C", str(target), "-cf", str(partial), "."])
     partial.replace(tarball)  # whole or not at all, should two runs make it at once
+    shutil.rmtree(target)  # tmpfs: the build needs the room
     return tarball
 
 
@@ -117,9 +123,9 @@ def container() -> Iterator[Container]:
         storage = ["--root", str(scratch / "storage"), "--runroot", str(scratch / "run"), "--storage-driver", "vfs"]
         podman = [tool("podman"), *storage, "--tmpdir", str(scratch / "libpod"), "--events-backend", "none"]
         buildah = [tool("buildah"), *storage]
-        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # as the official images set it
+        search_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # as official images set it
         run(
-            [*podman, "import", "--change", f"ENV PATH={path}", "--change", f"ENV PIP_CERT={CA_BUNDLE}"]
+            [*podman, "import", "--change", f"ENV PATH={search_path}", "--change", f"ENV PIP_CERT={CA_BUNDLE}"]
             + [str(debian_rootfs(scratch)), BASE]
         )
         lend_ca = [f"--volume={CA_BUNDLE}:{CA_BUNDLE}:ro"] if CA_BUNDLE.is_file() else []
@@ -127,7 +133,7 @@ def container() -> Iterator[Container]:
         run(
             [*podman, "build", "--isolation", "chroot", "--layers=false", "--pull=never", "--format", "docker"]
             + [*lend_ca, "--build-arg", f"BASE={BASE}", "--tag", IMAGE, str(ROOT)],
-            env={**os.environ, "TMPDIR": str(CACHE / "buildah")},  # where buildah keeps cache mounts
+            tmpdir=CACHE / "buildah",  # where buildah keeps the Dockerfile's cache mount
         )
         name = run([*buildah, "from", "--pull=never", IMAGE]).strip()
         try:
@@ -136,10 +142,11 @@ def container() -> Iterator[Container]:
             run([*buildah, "rm", name])
 
 
-async def test_the_image_reports_its_version(container: Container) -> None:
+async def test_the_image_reports_its_version_as_its_own_user(container: Container) -> None:
     version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
     code, out, err = await container.run(["chinwag", "--version"])
     assert (code, out) == (0, f"chinwag {version}\n"), err
+    assert (await container.run(["id", "-un"]))[1] == "chinwag\n"  # not root
 
 
 async def test_a_piped_run_in_the_image_answers_from_the_model(container: Container, tmp_path: Path) -> None:

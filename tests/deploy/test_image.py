@@ -16,8 +16,8 @@ Choices, each for a measured reason (2 shared cores at load ~8-10):
   base's PIP_CERT points pip at it, so pip reaches PyPI wherever the host does, a TLS-inspecting
   proxy included; the Dockerfile's pip cache mount is kept under ~/.cache/chinwag-ci/ (TMPDIR), and
   fills where the index's answers may be cached (a proxy that drops Cache-Control leaves it empty).
-Measured with `python -m pytest tests/deploy -q --durations=0`: cold (no cache) 3 min 44 s, warm
-1 min 43 s to 2 min 7 s, most of it pip installing the dependencies into the image.
+Measured with `python -m pytest tests/deploy -q --durations=0`: cold (no cache) 2 min 34 s to 3 min 44 s,
+warm 1 min 43 s to 2 min 7 s, most of it pip installing the dependencies into the image.
 .ci/install-podman installs podman, buildah and debootstrap; nothing here skips.
 """
 

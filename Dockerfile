@@ -21,7 +21,8 @@ COPY gateway ./gateway
 COPY platforms ./platforms
 COPY agent ./agent
 COPY tools ./tools
-# the cache mount keeps pip's downloads between builds and out of the image
+# the cache mount keeps pip's downloads between builds and out of the image (BuildKit, the default
+# builder since Docker 23, and podman/buildah understand it)
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv /opt/chinwag \
     && pip install ".${EXTRAS:+[$EXTRAS]}" \

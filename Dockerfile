@@ -1,15 +1,17 @@
 # chinwag: `chinwag run` with config and data on a volume, as a non-root user.
-# BASE: any image with Python >= 3.11 and pip (e.g. a Debian base built with debootstrap where the
-# registry of base images is out of reach)
+# BASE: any image with Python >= 3.11 and its venv module: the official image by default, or a plain
+# Debian one (python3, python3-venv) where the registry of base images is out of reach. CI builds it so
+# (tests/deploy/test_image.py). chinwag goes into a venv: Debian's system Python refuses `pip install`
+# (PEP 668), and the venv's `python` is on PATH where Debian has only `python3`.
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 
 # CHINWAG_HTTP_HOST: the published port reaches the ops server (http.host in a config.yaml wins)
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
     CHINWAG_HOME=/data \
-    CHINWAG_HTTP_HOST=0.0.0.0
+    CHINWAG_HTTP_HOST=0.0.0.0 \
+    PATH=/opt/chinwag/bin:$PATH
 
 # EXTRAS=postgres for storage.backend: postgres (deploy/compose.yaml builds it so)
 ARG EXTRAS=""
@@ -19,7 +21,11 @@ COPY gateway ./gateway
 COPY platforms ./platforms
 COPY agent ./agent
 COPY tools ./tools
-RUN pip install ".${EXTRAS:+[$EXTRAS]}" \
+# the cache mount keeps pip's downloads between builds and out of the image (BuildKit, the default
+# builder since Docker 23, and podman/buildah understand it)
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/chinwag \
+    && pip install ".${EXTRAS:+[$EXTRAS]}" \
     && useradd --system --uid 10001 --home-dir /data --shell /usr/sbin/nologin chinwag \
     && mkdir -p /data && chown chinwag:chinwag /data
 

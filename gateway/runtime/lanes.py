@@ -13,7 +13,10 @@ decides (DESIGN.md §6):
 
 At most `max_pending` messages wait per chat; beyond that the person is told to wait. A short
 acknowledgement says what happened to a message that could not run at once, at most once per
-`ack_interval` seconds per chat. `/stop` is not queued: the runner handles it as it arrives.
+`ack_interval` seconds per chat. A queued message is acknowledged only when the running job is
+still running `ACK_GRACE` seconds later: a job is often only finishing (its reply already on the
+person's screen, its records committing), and "still working on your previous message" about a
+reply they can read is wrong. `/stop` is not queued: the runner handles it as it arrives.
 
 A lane with nothing to do removes itself, so idle chats cost nothing.
 """
@@ -33,6 +36,9 @@ log = logging.getLogger(__name__)
 
 BUSY_MODES = ("queue", "interrupt", "steer")
 ACK_INTERVAL = 30.0
+# A job's work after its reply is shown (the outbox record, the inbox entry done) takes
+# milliseconds on a quiet machine and was seen past a second at load 8; a longer wait is worth a word.
+ACK_GRACE = 2.0
 
 ACK_TEXT = {
     "queue": N_("Still working on your previous message; I'll answer this one right after."),
@@ -87,6 +93,7 @@ class ChatLane:
     in_order: bool = False  # every message waits its turn, read-only commands too (the terminal)
     clock: Callable[[], float] = field(default=lambda: 0.0)
     ack_interval: float = ACK_INTERVAL
+    ack_grace: float = ACK_GRACE
 
     inbox: deque[InboundMessage] = field(default_factory=deque)
     pending: deque[Job] = field(default_factory=deque)
@@ -224,13 +231,19 @@ class ChatLane:
             self.cancel_current()
             await self._ack(job.msg, "interrupt")
         elif self.busy:
-            await self._ack(job.msg, "queue")
+            await self._ack(job.msg, "queue", grace=self.ack_grace)
 
-    async def _ack(self, msg: InboundMessage, mode: str) -> None:
+    async def _ack(self, msg: InboundMessage, mode: str, grace: float = 0.0) -> None:
+        """Acknowledge `msg` (see the module doc); with `grace`, only if the running job is still
+        running that many seconds later."""
         if not self.busy_ack:
             return
         now = self.clock()
         if self.last_ack is not None and now - self.last_ack < self.ack_interval:
             return
-        self.last_ack = now
+        if grace and self.current is not None:
+            await asyncio.wait({self.current}, timeout=grace)
+            if not self.busy:
+                return
+        self.last_ack = self.clock()
         await self.host.notify(self, msg, _(ACK_TEXT[mode]))

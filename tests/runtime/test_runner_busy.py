@@ -56,6 +56,21 @@ async def test_queue_mode_runs_after_with_one_ack(tmp_path):
         assert gw.adapter.texts() == [ACK_TEXT["queue"], "first answer", "echo: two", "echo: three"]
 
 
+async def test_a_message_sent_as_the_running_job_ends_gets_no_ack(tmp_path):
+    """The reply is often on screen while its job is still finishing: a message typed then is not
+    told "still working on your previous message"; it is simply answered next."""
+    async with Gateway(tmp_path, **busy("queue")) as gw:
+        release = asyncio.Event()
+        gw.fake.push(Reply(text="first answer", wait=release))
+        await gw.adapter.inject("one")
+        await gw.fake.wait_requests(1)
+        await gw.adapter.inject("two")
+        await asyncio.sleep(0.1)  # "two" is queued behind the running turn, within the grace
+        release.set()
+        await gw.runner.drain()
+        assert gw.adapter.texts() == ["first answer", "echo: two"]
+
+
 async def test_ack_repeats_only_after_30_seconds(tmp_path):
     async with Gateway(tmp_path, **busy("queue", max_pending=10)) as gw:
         gw.fake.gate = asyncio.Event()

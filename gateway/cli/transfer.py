@@ -244,6 +244,9 @@ def _postgres_dsn(args: argparse.Namespace) -> str:
     return dsn
 
 
+DIFFERING_SHOWN = 10  # skipped sessions that differ, named one a line (--json has them all)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Copy every session of one backend into the other (gateway/storage/postgres/copy.py), with
     a progress bar, then print both sides' counts."""
@@ -275,6 +278,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     finally:
         lite.close()
         pg.close()
+    differing = [{"session_id": sid, names[0]: here, names[1]: there} for sid, here, there in report.differing]
     if args.json:
         print_json(
             {
@@ -283,26 +287,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 "messages": report.messages,
                 "keys": report.keys,
                 "skipped": list(report.skipped),
+                "verified": report.sessions,
+                "differing": differing,
                 names[0]: {"sessions": report.source_counts[0], "messages": report.source_counts[1]},
                 names[1]: {"sessions": report.target_counts[0], "messages": report.target_counts[1]},
                 "notes": notes,
             }
         )
-        return 0
+        return 1 if differing else 0
     print(
         f"copied {report.sessions} session(s), {report.messages} message(s), {report.keys} chat key(s) to {args.to}"
         + (f"; skipped {len(report.skipped)} already there" if report.skipped else "")
     )
     print(f"  {names[0]}: {report.source_counts[0]} sessions, {report.source_counts[1]} messages")
     print(f"  {names[1]}: {report.target_counts[0]} sessions, {report.target_counts[1]} messages")
-    print(
-        "  every copied session verified: same messages and conversation on both sides"
-        + (
-            f" (the totals above differ: the {len(report.skipped)} skipped session(s) were not compared)"
-            if report.skipped
-            else ""
-        )
-    )
+    if report.sessions:
+        print(f"  verified: the {report.sessions} copied session(s) hold the same messages on both sides")
+    if report.skipped:
+        print(_skipped_line(report.skipped, report.differing, names))
     for note, result in notes.items():
         print(
             f"  {note}: "
@@ -310,7 +312,23 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 result, "differs on the target: kept (`chinwag memory export|import --force` chooses)"
             )
         )
-    return 0
+    return 1 if differing else 0
+
+
+def _skipped_line(skipped: list[str], differing: list[tuple[str, int, int]], names: tuple[str, str]) -> str:
+    """What --skip-existing left alone, compared by message count: the sessions that differ are named
+    (they grew on the source after an earlier copy), since the totals above count them too."""
+    if not differing:
+        return f"  the {len(skipped)} skipped session(s) hold as many messages on both sides"
+    shown = differing[:DIFFERING_SHOWN]
+    lines = [
+        f"  {len(differing)} of the {len(skipped)} skipped session(s) differ from {names[0]} "
+        f"(delete them on {names[1]} and run migrate again to copy them afresh):"
+    ]
+    lines += [f"    {sid}: {here} messages on {names[0]}, {there} on {names[1]}" for sid, here, there in shown]
+    if len(differing) > len(shown):
+        lines.append(f"    … and {len(differing) - len(shown)} more (--json lists all)")
+    return "\n".join(lines)
 
 
 def _carry_notes(home: Home, pg: Any, to_postgres: bool) -> dict[str, str]:

@@ -6,8 +6,10 @@ so the copy obeys the same checks as `sessions import` and needs no SQL of eithe
 routing entries (chat -> current session) follow, so each chat continues its conversation on the
 new backend. A batch of sessions is one transaction on the target. Each batch is verified as it
 lands: every session copied holds, on the target, as many messages as on the source, and as many
-in the conversation. Message ids are the target's own (an import appends), as `sessions import`
-does. Run it with the daemon stopped: what is written meanwhile is not copied.
+in the conversation. A session skipped because the target has it already (resuming a copy) is
+compared by its message count, so a session that grew on the source since the first copy is named,
+never counted as verified. Message ids are the target's own (an import appends), as `sessions
+import` does. Run it with the daemon stopped: what is written meanwhile is not copied.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class CopyReport:
     sessions: int = 0
     messages: int = 0
     skipped: list[str] = field(default_factory=list)  # already on the target (skip_existing)
+    differing: list[tuple[str, int, int]] = field(default_factory=list)  # skipped: (id, source, target messages)
     keys: int = 0
     source_counts: tuple[int, int] = (0, 0)  # (sessions, messages) on the source
     target_counts: tuple[int, int] = (0, 0)  # ... on the target afterwards
@@ -47,11 +50,17 @@ def copy_sessions(
         batch = ids[start : start + BATCH]
         records = [source.export_session(sid) for sid in batch]
         fresh = [r for r in records if target.get_session(r["session"]["id"]) is None]
-        report.skipped += [r["session"]["id"] for r in records if r not in fresh]
-        if not skip_existing and report.skipped:
+        skipped = [r for r in records if r not in fresh]
+        if not skip_existing and skipped:
             raise ImportRecordError(
-                1, f"session {report.skipped[0]} already exists on the target (use --skip-existing)"
+                1, f"session {skipped[0]['session']['id']} already exists on the target (use --skip-existing)"
             )
+        for record in skipped:
+            sid = record["session"]["id"]
+            report.skipped.append(sid)
+            there = len(target.get_messages(sid, include_inactive=True))
+            if there != len(record["messages"]):
+                report.differing.append((sid, len(record["messages"]), there))
         target.import_records(fresh, skip_existing=skip_existing)
         for record in fresh:
             _verify(record, target)

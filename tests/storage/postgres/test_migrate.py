@@ -2,6 +2,7 @@
 (hidden ones with their flags) and chat key arrives, the counts are printed and agree, a second
 run without --skip-existing refuses in a sentence, and the way back gives the same records."""
 
+import json
 from pathlib import Path
 
 from gateway.db import SessionDB, new_session_id
@@ -64,3 +65,56 @@ async def test_migrate_to_postgres_and_back(tmp_path: Path, pg_dsn: str, postgre
 async def test_migrate_without_a_dsn_says_where_to_give_one(tmp_path: Path) -> None:
     code, out, err = await chinwag(["sessions", "migrate", "--to", "postgres"], clean_env(tmp_path))
     assert code == 2 and "no Postgres DSN: give --dsn, set CHINWAG_PG_DSN" in err
+
+
+async def test_skip_existing_names_the_skipped_sessions_that_differ(
+    tmp_path: Path, pg_dsn: str, postgres_server
+) -> None:
+    """Issue 28 item 15: a session that grew on the source after the first copy is skipped by
+    --skip-existing; the report must not call everything verified while the totals differ."""
+    home = tmp_path / "home"
+    with SessionDB(home / "state.db") as lite:
+        ids = fill(lite)
+    env = clean_env(tmp_path, CHINWAG_PG_DSN=pg_dsn)
+    code, out, err = await chinwag(["sessions", "migrate", "--to", "postgres"], env)
+    assert code == 0 and "verified" in out, err
+    with SessionDB(home / "state.db") as lite:
+        for i in range(2):  # the daemon kept running: 4 more messages after the copy
+            lite.append_message(ids[2], "user", f"later question {i}")
+            lite.append_message(ids[2], "assistant", f"later answer {i}")
+        extra = new_session_id()
+        lite.create_session(extra, "telegram", user_id="u9")
+        lite.append_message(extra, "user", "a new conversation")
+    code, out, err = await chinwag(["sessions", "migrate", "--to", "postgres", "--skip-existing"], env)
+    assert code == 1, out + err
+    assert "copied 1 session(s), 1 message(s)" in out and "skipped 7 already there" in out
+    assert "sqlite: 8 sessions, 75 messages" in out and "postgres: 8 sessions, 71 messages" in out
+    assert "every copied session verified" not in out
+    assert "verified: the 1 copied session(s) hold the same messages on both sides" in out
+    assert f"{ids[2]}: 14 messages on sqlite, 10 on postgres" in out
+    assert "1 of the 7 skipped session(s) differ from sqlite" in out
+
+    code, out, err = await chinwag(["sessions", "migrate", "--to", "postgres", "--skip-existing", "--json"], env)
+    report = json.loads(out)
+    assert code == 1 and report["verified"] == 0
+    assert report["differing"] == [{"session_id": ids[2], "sqlite": 14, "postgres": 10}]
+
+
+async def test_stats_on_postgres_shows_only_what_postgres_has(tmp_path: Path, pg_dsn: str, postgres_server) -> None:
+    """Issue 28 item 15: no write-ahead log of chinwag's own and no transcript files on Postgres, so
+    `sessions stats` does not report them (as 0, they read as facts)."""
+    home = tmp_path / "home"
+    with SessionDB(home / "state.db") as lite:
+        fill(lite)
+    env = clean_env(tmp_path, CHINWAG_PG_DSN=pg_dsn)
+    code, out, err = await chinwag(["sessions", "migrate", "--to", "postgres"], env)
+    assert code == 0, err
+    (home / "config.yaml").write_text("storage:\n  backend: postgres\n  postgres:\n    dsn: ${CHINWAG_PG_DSN}\n")
+    code, out, err = await chinwag(["sessions", "stats", "--json"], env)
+    assert code == 0, err
+    stats = json.loads(out)
+    assert stats["sessions"] == 7 and stats["messages"] == 70 and stats["db_bytes"] > 0
+    assert not {"wal_bytes", "transcripts", "transcript_bytes"} & set(stats)
+    code, out, err = await chinwag(["sessions", "stats"], env)
+    assert code == 0 and "database" not in err
+    assert "wal bytes" not in out and "transcripts" not in out and "db bytes" in out

@@ -387,14 +387,10 @@ class ConsoleRoutes:
         form = await request.post()
         token, target = form.get("token"), auth.safe_next(str(form.get("next") or ""))
         if not isinstance(token, str) or not self.access.token_ok(token):
+            typed = isinstance(token, str) and token.strip()
+            error = _("That token is not right.") if typed else _("Enter the console token (http.console_token).")
             return await self._render(
-                request,
-                "login.html",
-                status=401,
-                page="login",
-                logged_in=False,
-                next=target,
-                error=_("That token is not right."),
+                request, "login.html", status=401, page="login", logged_in=False, next=target, error=error
             )
         response = web.HTTPFound(target)
         response.set_cookie(

@@ -24,6 +24,7 @@ from gateway.db import SessionDB, StorageFace, TitleTaken
 from gateway.errors import ImportRecordError
 from gateway.storage.home import Home, home_from_args
 from gateway.storage.media import MediaStore
+from gateway.storage.postgres.copy import FilesReport, copy_files
 from gateway.storage.transfer import MediaExport, MediaImport, check_record, files_present, has_hidden_messages
 
 
@@ -70,7 +71,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if target is not None and target.exists() and not args.force:
             raise CliError(f"{target} exists; --force replaces it")
         messages = 0
-        files = MediaExport(MediaStore(home.root / "media")) if args.with_media else None
+        files = MediaExport(MediaStore(home.root / "media", shared=db.shared_files())) if args.with_media else None
         with Progress(len(ids), "export") as bar, _export_stream(target) as out:
             for n, sid in enumerate(ids, 1):
                 record = db.export_session(sid)
@@ -185,7 +186,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     files = MediaImport(store) if args.with_media else None
     lines = _read_media_lines(args.file, files) if files else _read_lines(args.file)
     with open_store(args, mirrors=True, create=True) as (_, db, mirrors):
+        store.shared = db.shared_files()  # Postgres: the replicas read the files from the database
         try:
+            if files and store.shared is not None:  # before the rows that name them, as on disk
+                copy_files(files.received, store, to_database=True)
             records, line_of = parse_import(lines, db, args.skip_existing)
             fresh = [r for r in records if db.get_session(r["session"]["id"]) is None]
             if worth_telling(len(records)):  # one transaction: no progress to show while it runs
@@ -271,6 +275,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 source, target, skip_existing=args.skip_existing, progress=lambda done, total: bar.update(done)
             )
         notes = _carry_notes(home, pg, to_postgres=args.to == "postgres")
+        files = copy_files(source.referenced_media(), _shared_store(home, pg), to_database=args.to == "postgres")
     except TitleTaken as exc:
         raise CliError(f"title {exc.title!r} is already used on the target by session {exc.holder or '?'}") from None
     except (ImportRecordError, CopyMismatch) as exc:
@@ -292,6 +297,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 names[0]: {"sessions": report.source_counts[0], "messages": report.source_counts[1]},
                 names[1]: {"sessions": report.target_counts[0], "messages": report.target_counts[1]},
                 "notes": notes,
+                "files": {
+                    "copied": files.copied,
+                    "bytes": files.bytes,
+                    "already": files.already,
+                    "missing": files.missing,
+                },
             }
         )
         return 1 if differing else 0
@@ -305,6 +316,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"  verified: the {report.sessions} copied session(s) hold the same messages on both sides")
     if report.skipped:
         print(_skipped_line(report.skipped, report.differing, names))
+    print(_files_line(files, home))
     for note, result in notes.items():
         print(
             f"  {note}: "
@@ -313,6 +325,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             )
         )
     return 1 if differing else 0
+
+
+def _files_line(files: FilesReport, home: Home) -> str:
+    parts = [f"copied {files.copied} ({human_bytes(files.bytes)})"] if files.copied or not files.already else []
+    if files.already:
+        parts.append(f"{files.already} already there")
+    if files.missing:
+        parts.append(f"{len(files.missing)} kept by a row but not in {home.root / 'media'} or the database")
+    return "  files: " + "; ".join(parts)
+
+
+def _shared_store(home: Home, db: StorageFace) -> MediaStore:
+    """The home's media/ with the database's copy of the files (Postgres)."""
+    return MediaStore(home.root / "media", sys.maxsize, shared=db.shared_files())  # capped where they came from
 
 
 def _skipped_line(skipped: list[str], differing: list[tuple[str, int, int]], names: tuple[str, str]) -> str:

@@ -34,7 +34,7 @@ from gateway.storage import (
 )
 from gateway.storage.conn import Conn, Dialect
 from gateway.storage.events import CommitEvent, Events
-from gateway.storage.media import AttachmentRow
+from gateway.storage.media import AttachmentRow, SharedFiles
 from gateway.storage.queries import Session
 from gateway.storage.schema import IN_CONVERSATION
 
@@ -577,6 +577,11 @@ class StorageFace:
 
     def media_bytes(self) -> int:
         return int(self.read(media.stored_bytes))
+
+    def shared_files(self) -> SharedFiles | None:
+        """The database's copy of the attachments' files, for replicas that share no disk (None: the
+        home's media/ is the only copy)."""
+        return None
 
     def drop_oldest_media(self, over_bytes: int) -> list[str]:
         """Let go of the oldest files of ended sessions until `over_bytes` are freed (the rows stay,

@@ -10,14 +10,19 @@ in the conversation. A session skipped because the target has it already (resumi
 compared by its message count, so a session that grew on the source since the first copy is named,
 never counted as verified. Message ids are the target's own (an import appends), as `sessions
 import` does. Run it with the daemon stopped: what is written meanwhile is not copied.
+
+The attachments' files follow (`copy_files`): into the database's copy, which replicas read since
+they share no disk (gateway/storage/postgres/files.py), or from it into the home's media/. A file
+a row keeps but neither side has is counted, not an error: the row says what was sent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from gateway.errors import ImportRecordError
+from gateway.storage.media import MediaStore
 
 BATCH = 100  # sessions per target transaction
 
@@ -87,3 +92,38 @@ def _verify(record: dict[str, Any], target: Any) -> None:
     in_conversation = sum(1 for m in record["messages"] if m.get("active", 1))
     if (target.get_session(sid) or {}).get("message_count") != in_conversation:
         raise CopyMismatch(f"session {sid}: the conversation's message count differs on the target")
+
+
+@dataclass
+class FilesReport:
+    copied: int = 0
+    bytes: int = 0
+    already: int = 0  # on the target before
+    missing: list[str] = field(default_factory=list)  # kept by a row, on neither side
+
+
+def copy_files(hashes: Iterable[str], store: MediaStore, *, to_database: bool) -> FilesReport:
+    """Copy the files `hashes` name between the home's media/ and the database's copy (`store` is
+    the home's, with the database as its shared copy): into the database when `to_database`, else
+    into the home. One file in memory at a time."""
+    shared = store.shared
+    if shared is None:
+        raise ValueError("copy_files needs a store with the database's copy")
+    report = FilesReport()
+    for sha in sorted(set(hashes)):
+        on_target = shared.has(sha) if to_database else store.path_for(sha).is_file()
+        if on_target:
+            report.already += 1
+            continue
+        try:
+            if to_database:
+                data = store.path_for(sha).read_bytes()
+                shared.put(sha, data)
+            else:
+                data = store.read(sha)  # fetched into media/
+        except FileNotFoundError:
+            report.missing.append(sha)
+            continue
+        report.copied += 1
+        report.bytes += len(data)
+    return report

@@ -36,6 +36,7 @@ from gateway.storage.fts import ident_text
 from gateway.storage.postgres import notes
 from gateway.storage.postgres.connection import Connection, configure, own
 from gateway.storage.postgres.dialect import DATABASE_BYTES, POSTGRES
+from gateway.storage.postgres.files import DatabaseFiles
 from gateway.storage.postgres.schema import current_version, migrate
 from gateway.storage.postgres.tokens import words_vector
 from gateway.storage.schema import MESSAGE_FIELDS
@@ -202,6 +203,9 @@ class PostgresSessionDB(StorageFace):
     def stats(self) -> dict:
         # no wal_bytes: the server's write-ahead log is its own business, not chinwag's to report
         return {"path": self.path, **self.read(queries.stats)}
+
+    def shared_files(self) -> DatabaseFiles:
+        return DatabaseFiles(self)
 
     def disk_usage(self) -> dict[str, int]:
         return {"db_bytes": int(self._point(lambda conn: conn.execute(DATABASE_BYTES).fetchone()[0]))}

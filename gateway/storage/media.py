@@ -118,7 +118,7 @@ class MediaStore:
                     digest.update(chunk)
                     await asyncio.to_thread(out.write, chunk)
                 await asyncio.to_thread(_flush_and_sync, out)
-            return await asyncio.to_thread(self._place, tmp, digest.hexdigest(), size)
+            return await asyncio.to_thread(lambda: self._share(self._place(tmp, digest.hexdigest(), size)))
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -126,6 +126,9 @@ class MediaStore:
     def save_bytes(self, data: bytes) -> StoredFile:
         if len(data) > self.max_bytes:
             raise MediaTooLarge(len(data), self.max_bytes)
+        return self._share(self._write(data))
+
+    def _write(self, data: bytes) -> StoredFile:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=self.root)
         try:
@@ -145,9 +148,13 @@ class MediaStore:
             os.chmod(tmp, 0o600)
             os.replace(tmp, final)  # same filesystem: atomic
             _fsync_dir(final.parent)
-        if self.shared is not None and not self.shared.has(sha256):
-            self.shared.put(sha256, final.read_bytes())  # before any row names it, as the file on disk
         return StoredFile(sha256, size)
+
+    def _share(self, stored: StoredFile) -> StoredFile:
+        """Put a file just kept here into the shared copy too, before any row names it."""
+        if self.shared is not None and not self.shared.has(stored.sha256):
+            self.shared.put(stored.sha256, self.path_for(stored.sha256).read_bytes())
+        return stored
 
     def local(self, sha256: str) -> Path:
         """The file on this disk, fetched from the shared copy when only the database has it.
@@ -158,18 +165,7 @@ class MediaStore:
         data = self.shared.get(sha256)
         if data is None:
             raise FileNotFoundError(path)
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=self.root)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            final = self.path_for(sha256)
-            final.parent.mkdir(exist_ok=True, mode=0o700)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, final)  # a cache: no fsync, the database holds the file
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        self._write(data)  # no cap: the file was capped where it came in
         return path
 
     def read(self, sha256: str) -> bytes:

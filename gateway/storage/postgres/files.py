@@ -8,10 +8,10 @@ per replica. A file is keyed by its SHA-256, as on disk: writing it twice is a n
 attachment references goes at the sweep (upkeep), once older than the sweep's grace, as the files on
 disk do: the attachment row may commit after its file.
 
-Measured (/tmp one-off over tests/storage/postgres/server.py, durable server, 2 shared cores, 20
-photos of 5 MB): keeping one took 63 ms on disk alone and 160 ms with its row here (in a worker
-thread, off the event loop); the first read on a replica without it 167 ms, then 1.2 ms from its
-cache, which is why the cache stays.
+Measured (`python -m bench.media_shared`: 20 photos of 5 MB, durable server, 2 shared cores):
+keeping one took 48 ms (p50) on disk alone and 125 ms with its row here (in a worker thread, off
+the event loop); the first read on a replica without it 109 ms, then 1.0 ms from its cache, which
+is why the cache stays.
 """
 
 from __future__ import annotations

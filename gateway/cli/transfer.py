@@ -4,8 +4,9 @@ Export writes JSONL (one session per line, optionally the files' bytes before th
 stdout or to a file that appears only when the export completed. Import validates every line
 before anything is written (gateway.storage.transfer.check_record, the format's one validator),
 then writes in one transaction, whose refusal (a title already taken) is named by line. Migrate
-copies a home between SQLite and Postgres (gateway/storage/postgres/copy.py) and verifies both
-sides' counts.
+copies a home between SQLite and Postgres (gateway/storage/postgres/copy.py), the attachments'
+files with it, and verifies both sides' counts. On Postgres the files also go to and come from
+the database's copy, which the replicas read (gateway/storage/postgres/files.py).
 """
 
 from __future__ import annotations

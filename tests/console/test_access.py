@@ -175,11 +175,12 @@ async def test_a_wrong_token_is_told_apart_from_a_missing_one(serve, corpus) -> 
 
 async def test_the_login_page_offers_nothing_behind_the_login(serve, corpus) -> None:
     """Issue 28 item 14: no navigation, search box or JSON link on the login page (each only leads
-    back to it)."""
+    back to it); the language switch stays (it is public: the login page is read in it)."""
     served = await serve(console_token=TOKEN)
     async with served.session() as http:
         async with http.get("/console/login") as resp:
             page = await resp.text()
     assert resp.status == 200 and 'name="token"' in page
-    assert "<nav" not in page and "quick-search" not in page and "/api/v1/" not in page
-    assert 'href="/console/search"' not in page
+    assert "quick-search" not in page and "/api/v1/" not in page
+    assert not any(f'href="/console/{p}"' in page for p in ("search", "schedules", "status"))
+    assert 'class="languages"' in page

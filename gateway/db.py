@@ -218,6 +218,12 @@ class SessionDB(StorageFace):
     def stats(self) -> dict:
         return {"path": self.path, **queries.stats(self._reader()), "wal_bytes": self.wal_bytes()}
 
+    def disk_usage(self) -> dict[str, int]:
+        """The file's size and its log's (a stat each: no page is read)."""
+        if self.path == ":memory:":
+            return {"db_bytes": 0, "wal_bytes": 0}
+        return {"db_bytes": os.path.getsize(self.path), "wal_bytes": self.wal_bytes()}
+
 
 class StorageUnavailable(RuntimeError):
     """The configured database cannot be opened (unreachable server, bad DSN, driver missing)."""

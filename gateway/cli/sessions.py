@@ -240,9 +240,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_store(args) as (home, db, _m):
         stats = db.stats()
-        files = list(home.sessions_dir.glob("*.jsonl")) if home.sessions_dir.is_dir() else []
-        stats["transcripts"] = len(files)
-        stats["transcript_bytes"] = sum(f.stat().st_size for f in files)
+        if db.mirrors_in_home:  # files a Postgres home may hold from before a migrate are no measure of it
+            files = list(home.sessions_dir.glob("*.jsonl")) if home.sessions_dir.is_dir() else []
+            stats["transcripts"] = len(files)
+            stats["transcript_bytes"] = sum(f.stat().st_size for f in files)
         stats["sources"] = db.count_by_source()
         stats["media_bytes"] = db.media_bytes()
         embedder = _embedder(args)

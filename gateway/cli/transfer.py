@@ -4,8 +4,9 @@ Export writes JSONL (one session per line, optionally the files' bytes before th
 stdout or to a file that appears only when the export completed. Import validates every line
 before anything is written (gateway.storage.transfer.check_record, the format's one validator),
 then writes in one transaction, whose refusal (a title already taken) is named by line. Migrate
-copies a home between SQLite and Postgres (gateway/storage/postgres/copy.py) and verifies both
-sides' counts.
+copies a home between SQLite and Postgres (gateway/storage/postgres/copy.py), the attachments'
+files with it, and verifies both sides' counts. On Postgres the files also go to and come from
+the database's copy, which the replicas read (gateway/storage/postgres/files.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gateway.db import SessionDB, StorageFace, TitleTaken
 from gateway.errors import ImportRecordError
 from gateway.storage.home import Home, home_from_args
 from gateway.storage.media import MediaStore
+from gateway.storage.postgres.copy import FilesReport, copy_files
 from gateway.storage.transfer import MediaExport, MediaImport, check_record, files_present, has_hidden_messages
 
 
@@ -70,7 +72,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if target is not None and target.exists() and not args.force:
             raise CliError(f"{target} exists; --force replaces it")
         messages = 0
-        files = MediaExport(MediaStore(home.root / "media")) if args.with_media else None
+        files = MediaExport(MediaStore(home.root / "media", shared=db.shared_files())) if args.with_media else None
         with Progress(len(ids), "export") as bar, _export_stream(target) as out:
             for n, sid in enumerate(ids, 1):
                 record = db.export_session(sid)
@@ -185,7 +187,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     files = MediaImport(store) if args.with_media else None
     lines = _read_media_lines(args.file, files) if files else _read_lines(args.file)
     with open_store(args, mirrors=True, create=True) as (_, db, mirrors):
+        store.shared = db.shared_files()  # Postgres: the replicas read the files from the database
         try:
+            if files and store.shared is not None:  # before the rows that name them, as on disk
+                copy_files(files.received, store, to_database=True)
             records, line_of = parse_import(lines, db, args.skip_existing)
             fresh = [r for r in records if db.get_session(r["session"]["id"]) is None]
             if worth_telling(len(records)):  # one transaction: no progress to show while it runs
@@ -244,6 +249,9 @@ def _postgres_dsn(args: argparse.Namespace) -> str:
     return dsn
 
 
+DIFFERING_SHOWN = 10  # skipped sessions that differ, named one a line (--json has them all)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Copy every session of one backend into the other (gateway/storage/postgres/copy.py), with
     a progress bar, then print both sides' counts."""
@@ -268,6 +276,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 source, target, skip_existing=args.skip_existing, progress=lambda done, total: bar.update(done)
             )
         notes = _carry_notes(home, pg, to_postgres=args.to == "postgres")
+        files = copy_files(source.referenced_media(), _shared_store(home, pg), to_database=args.to == "postgres")
     except TitleTaken as exc:
         raise CliError(f"title {exc.title!r} is already used on the target by session {exc.holder or '?'}") from None
     except (ImportRecordError, CopyMismatch) as exc:
@@ -275,6 +284,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     finally:
         lite.close()
         pg.close()
+    differing = [{"session_id": sid, names[0]: here, names[1]: there} for sid, here, there in report.differing]
     if args.json:
         print_json(
             {
@@ -283,26 +293,31 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 "messages": report.messages,
                 "keys": report.keys,
                 "skipped": list(report.skipped),
+                "verified": report.sessions,
+                "differing": differing,
                 names[0]: {"sessions": report.source_counts[0], "messages": report.source_counts[1]},
                 names[1]: {"sessions": report.target_counts[0], "messages": report.target_counts[1]},
                 "notes": notes,
+                "files": {
+                    "copied": files.copied,
+                    "bytes": files.bytes,
+                    "already": files.already,
+                    "missing": files.missing,
+                },
             }
         )
-        return 0
+        return 1 if differing else 0
     print(
         f"copied {report.sessions} session(s), {report.messages} message(s), {report.keys} chat key(s) to {args.to}"
         + (f"; skipped {len(report.skipped)} already there" if report.skipped else "")
     )
     print(f"  {names[0]}: {report.source_counts[0]} sessions, {report.source_counts[1]} messages")
     print(f"  {names[1]}: {report.target_counts[0]} sessions, {report.target_counts[1]} messages")
-    print(
-        "  every copied session verified: same messages and conversation on both sides"
-        + (
-            f" (the totals above differ: the {len(report.skipped)} skipped session(s) were not compared)"
-            if report.skipped
-            else ""
-        )
-    )
+    if report.sessions:
+        print(f"  verified: the {report.sessions} copied session(s) hold the same messages on both sides")
+    if report.skipped:
+        print(_skipped_line(report.skipped, report.differing, names))
+    print(_files_line(files, home))
     for note, result in notes.items():
         print(
             f"  {note}: "
@@ -310,7 +325,37 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 result, "differs on the target: kept (`chinwag memory export|import --force` chooses)"
             )
         )
-    return 0
+    return 1 if differing else 0
+
+
+def _files_line(files: FilesReport, home: Home) -> str:
+    parts = [f"copied {files.copied} ({human_bytes(files.bytes)})"] if files.copied or not files.already else []
+    if files.already:
+        parts.append(f"{files.already} already there")
+    if files.missing:
+        parts.append(f"{len(files.missing)} kept by a row but not in {home.root / 'media'} or the database")
+    return "  files: " + "; ".join(parts)
+
+
+def _shared_store(home: Home, db: StorageFace) -> MediaStore:
+    """The home's media/ with the database's copy of the files (Postgres)."""
+    return MediaStore(home.root / "media", sys.maxsize, shared=db.shared_files())  # capped where they came from
+
+
+def _skipped_line(skipped: list[str], differing: list[tuple[str, int, int]], names: tuple[str, str]) -> str:
+    """What --skip-existing left alone, compared by message count: the sessions that differ are named
+    (they grew on the source after an earlier copy), since the totals above count them too."""
+    if not differing:
+        return f"  the {len(skipped)} skipped session(s) hold as many messages on both sides"
+    shown = differing[:DIFFERING_SHOWN]
+    lines = [
+        f"  {len(differing)} of the {len(skipped)} skipped session(s) differ from {names[0]} "
+        f"(delete them on {names[1]} and run migrate again to copy them afresh):"
+    ]
+    lines += [f"    {sid}: {here} messages on {names[0]}, {there} on {names[1]}" for sid, here, there in shown]
+    if len(differing) > len(shown):
+        lines.append(f"    … and {len(differing) - len(shown)} more (--json lists all)")
+    return "\n".join(lines)
 
 
 def _carry_notes(home: Home, pg: Any, to_postgres: bool) -> dict[str, str]:

@@ -133,6 +133,8 @@ class Access:
             bearer = self.bearer_ok(request)
             if not (bearer or self.cookie_ok(request)):
                 if is_api(path):
+                    if request.headers.get("Authorization"):  # one was sent: say it is wrong, not missing
+                        return deny(request, 401, "that console token is not right (Authorization: Bearer <token>)")
                     return deny(request, 401, "a console token is required (Authorization: Bearer <token>)")
                 target = request.path_qs if request.method in SAFE_METHODS else "/console/"
                 raise web.HTTPFound(f"/console/login?next={quote(target, safe='/')}")

@@ -7,9 +7,12 @@ escaped. No raw HTML passes, no attribute holds message text except an http(s)/m
 
 The subset is what models and people write in chats: fenced code blocks (``` with a language),
 inline `code`, **bold**, *italic* / _italic_, ~~strike~~, [links](https://…) and bare URLs,
-# headings, - / * / 1. lists, > quotes, and paragraphs with their line breaks kept. Anything else
-shows as the text it is. Inline formatting is skipped on a line longer than INLINE_MAX (it is
-shown escaped, as is): the lazy emphasis patterns can rescan a long line once per opening marker,
+# headings, - / * / 1. lists, > quotes, tables (a header row, a |---|:-:| delimiter row with as
+many cells, alignment as a class: the CSP allows no style attribute), and paragraphs with their
+line breaks kept. A table cell splits at a pipe outside code spans (`a|b` stays whole, as people
+mean it; GitHub would split it); `\\|` is a pipe in the text. Anything else shows as the text
+it is. Inline formatting is skipped on a line longer than INLINE_MAX (it is shown escaped, as
+is): the lazy emphasis patterns can rescan a long line once per opening marker,
 and one pasted 4 MB log line must not stall the page.
 """
 
@@ -25,6 +28,7 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 BULLET = re.compile(r"^\s{0,3}[-*+]\s+(.*)$")
 NUMBERED = re.compile(r"^\s{0,3}(\d{1,9})[.)]\s+(.*)$")
 QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
+TABLE_DELIMITER = re.compile(r"^\s{0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 # on escaped text: [label](url) with an allowed scheme, then bare URLs, then emphasis
 LINK = re.compile(r"\[([^\[\]\n]{1,500})\]\(((?:https?://|mailto:)[^\s()<>]{1,2000})\)")
@@ -84,6 +88,72 @@ def _paragraph(lines: list[str]) -> str:
     return "<p>" + "<br>\n".join(inline(line) for line in lines) + "</p>"
 
 
+def table_cells(line: str) -> list[str]:
+    """A table row's cells: split at pipes outside code spans, `\\|` kept as a pipe, the outer
+    pipes optional."""
+    row = line.strip()
+    cells: list[str] = []
+    cell: list[str] = []
+    i = 0
+    while i < len(row):
+        char = row[i]
+        if char == "\\" and row[i + 1 : i + 2] == "|":
+            cell.append("|")
+            i += 2
+            continue
+        if char == "`":
+            run = len(row[i:]) - len(row[i:].lstrip("`"))
+            close = row.find("`" * run, i + run)
+            if close != -1:
+                cell.append(row[i : close + run])
+                i = close + run
+                continue
+        if char == "|":
+            cells.append("".join(cell))
+            cell = []
+        else:
+            cell.append(char)
+        i += 1
+    cells.append("".join(cell))
+    if row.startswith("|"):
+        cells = cells[1:]
+    if row.endswith("|") and not row.endswith("\\|") and cells:
+        cells = cells[:-1]
+    return [c.strip() for c in cells]
+
+
+def _table_line(line: str) -> bool:
+    """A line that may be a table row: a pipe in it, and no longer than INLINE_MAX (a longer one is
+    shown as escaped text, and table_cells' search for closing backticks is kept short)."""
+    return "|" in line and len(line) <= INLINE_MAX and bool(line.strip())
+
+
+def _alignment(delimiter: str) -> str:
+    cell = delimiter.strip()
+    if cell.startswith(":") and cell.endswith(":"):
+        return ' class="center"'
+    return ' class="right"' if cell.endswith(":") else ""
+
+
+def _table(header: list[str], aligns: list[str], rows: list[list[str]]) -> str:
+    def row(cells: list[str], tag: str) -> str:
+        cells = (cells + [""] * len(aligns))[: len(aligns)]  # as many cells as the header: pad or drop
+        return "<tr>" + "".join(f"<{tag}{a}>{inline(c)}</{tag}>" for c, a in zip(cells, aligns)) + "</tr>"
+
+    body = "".join(row(cells, "td") for cells in rows)
+    return f"<table><thead>{row(header, 'th')}</thead><tbody>{body}</tbody></table>"
+
+
+def _table_head(lines: list[str], i: int) -> tuple[list[str], list[str]] | None:
+    """(header cells, alignments) when a table starts at line i, else None."""
+    if not _table_line(lines[i]) or i + 1 >= len(lines) or not TABLE_DELIMITER.match(lines[i + 1]):
+        return None
+    header, delimiters = table_cells(lines[i]), table_cells(lines[i + 1])
+    if len(header) != len(delimiters):
+        return None
+    return header, [_alignment(d) for d in delimiters]
+
+
 def render(text: str | None) -> Markup:
     """Message text as safe HTML."""
     if not text:
@@ -134,6 +204,16 @@ def render(text: str | None) -> Markup:
                 i += 1
             tag = "ol" if ordered else "ul"
             out.append(f"<{tag}>" + "".join(f"<li>{item}</li>" for item in items) + f"</{tag}>")
+            continue
+        table = _table_head(lines, i)
+        if table:
+            flush()
+            i += 2
+            rows: list[list[str]] = []
+            while i < len(lines) and _table_line(lines[i]):
+                rows.append(table_cells(lines[i]))
+                i += 1
+            out.append(_table(*table, rows))
             continue
         if QUOTE.match(line):
             flush()

@@ -19,7 +19,6 @@ costs what the first one does (bench/console.py), where OFFSET would re-read eve
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass, replace
@@ -373,13 +372,6 @@ def export_jsonl(db: StorageFace, session_id: str) -> str | None:
     return json.dumps(record, ensure_ascii=False) + "\n"
 
 
-def _file_size(path: str) -> int | None:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return None
-
-
 def schedules(db: StorageFace, include_finished: bool) -> dict[str, Any]:
     """Everyone's scheduled jobs by next run (the console is the operator's); finished one-offs
     only when asked."""
@@ -409,7 +401,7 @@ def status(
         "agent_cache": _count(metrics, "agent_cache_size"),
         "mirror_backlog": _count(metrics, "mirror_backlog"),
         "parked_replies": _count(metrics, "outbox_parked"),  # replies the platform keeps refusing (gateway.delivery)
-        "storage": {"path": db.path, "db_bytes": _file_size(db.path), "wal_bytes": _file_size(db.path + "-wal") or 0},
+        "storage": {"path": db.path, **db.disk_usage()},  # on Postgres: the database's size, no log of ours
         "last_hour": {
             "minutes": [p["minute"] for p in turns] or [p["minute"] for p in series("messages_in_total")],
             "messages_in": [p["count"] for p in series("messages_in_total")],

@@ -174,7 +174,7 @@ class ConsoleRoutes:
         self.access = access
         self.metrics = metrics
         self.adapters = adapters
-        self.media = media  # the app's file store; None: no file is served (on Postgres, db.path is a DSN)
+        self.media = media  # the app's file store (its database copy on Postgres); None: no file is served
         self.templates = make_templates()
 
     def mount(self, app: web.Application) -> None:
@@ -310,8 +310,8 @@ class ConsoleRoutes:
             raise web.HTTPNotFound(text="no such file in this session")
         if self.media is None:
             raise web.HTTPNotFound(text="this server keeps no files")
-        path = self.media.path_for(sha)
         try:
+            path = await asyncio.to_thread(self.media.local, sha)  # fetched once from the shared copy
             with open(path, "rb") as fh:
                 head = fh.read(16)
         except FileNotFoundError:
@@ -387,14 +387,10 @@ class ConsoleRoutes:
         form = await request.post()
         token, target = form.get("token"), auth.safe_next(str(form.get("next") or ""))
         if not isinstance(token, str) or not self.access.token_ok(token):
+            typed = isinstance(token, str) and token.strip()
+            error = _("That token is not right.") if typed else _("Enter the console token (http.console_token).")
             return await self._render(
-                request,
-                "login.html",
-                status=401,
-                page="login",
-                logged_in=False,
-                next=target,
-                error=_("That token is not right."),
+                request, "login.html", status=401, page="login", logged_in=False, next=target, error=error
             )
         response = web.HTTPFound(target)
         response.set_cookie(

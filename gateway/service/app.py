@@ -176,7 +176,7 @@ class App:
             self.db,
             storage.retention_days,
             storage.maintenance_hours * 3600,
-            media=MediaStore(self.config.home / "media", self.config.media.max_bytes),
+            media=media_store(self.config, self.db),
             media_total_bytes=self.config.media.max_total_bytes,
         )
         self.maintenance.start()
@@ -340,7 +340,7 @@ def build_runner(
         model_settings=model,
         access=access,
         config=config,
-        media=build_media_intake(config),
+        media=build_media_intake(config, db),
         tool_status=tool_status_enabled(config),
         metrics=metrics,
     )
@@ -381,13 +381,19 @@ def build_mcp(config: Config) -> McpTools:
     return McpTools(settings, vision=vision_enabled(config.model.vision, config.model.name))
 
 
-def build_media_intake(config: Config) -> MediaIntake:
-    """Attachments: files under home/media/ (capped at media.max_bytes each), voice through
-    transcription.* when it names a model, images to the model when model.vision allows."""
+def media_store(config: Config, db: StorageFace) -> MediaStore:
+    """The attachments' files: home/media/ (each capped at media.max_bytes), and the database's copy
+    where replicas share no disk (gateway/storage/postgres/files.py)."""
+    return MediaStore(config.home / "media", config.media.max_bytes, shared=db.shared_files())
+
+
+def build_media_intake(config: Config, db: StorageFace) -> MediaIntake:
+    """Attachments: files kept in `media_store`, voice through transcription.* when it names a
+    model, images to the model when model.vision allows."""
     t = config.transcription
     transcriber = Transcriber(TranscriptionSettings(t.base_url, t.api_key, t.model)) if t.enabled else None
     return MediaIntake(
-        MediaStore(config.home / "media", config.media.max_bytes),
+        media_store(config, db),
         transcriber=transcriber,
         vision=vision_enabled(config.model.vision, config.model.name),
     )
@@ -591,7 +597,7 @@ def _build_ops(
         webhooks=webhooks,
         db=db,
         storage_report=health.report,
-        media=MediaStore(config.home / "media", config.media.max_bytes),
+        media=media_store(config, db),
         console_token=config.http.console_token or None,
         tool_servers=mcp.states if mcp.settings.servers else None,
         idle_timeout=config.http.idle_timeout_seconds,

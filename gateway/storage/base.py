@@ -34,7 +34,7 @@ from gateway.storage import (
 )
 from gateway.storage.conn import Conn, Dialect
 from gateway.storage.events import CommitEvent, Events
-from gateway.storage.media import AttachmentRow
+from gateway.storage.media import AttachmentRow, SharedFiles
 from gateway.storage.queries import Session
 from gateway.storage.schema import IN_CONVERSATION
 
@@ -61,6 +61,7 @@ class StorageFace:
     backend: str
     dialect: Dialect  # what this database spells its own way (its connections carry the same)
     notes_in_database = False  # MEMORY.md / USER.md: files in the home, or rows (postgres/notes.py)
+    mirrors_in_home = True  # transcripts and sessions.json beside the database (none on Postgres: DESIGN §14)
     message_select = "SELECT * FROM messages"  # a message row as the face returns it
     path: str
 
@@ -99,6 +100,11 @@ class StorageFace:
 
     def stats(self) -> dict:
         """Counts and sizes for `sessions stats` (the backend's own measures)."""
+        raise NotImplementedError
+
+    def disk_usage(self) -> dict[str, int]:
+        """What the database takes on disk now, read cheaply (the console's status page asks every
+        few seconds): db_bytes, and wal_bytes where chinwag keeps a log of its own (SQLite)."""
         raise NotImplementedError
 
     def __enter__(self) -> "StorageFace":
@@ -571,6 +577,11 @@ class StorageFace:
 
     def media_bytes(self) -> int:
         return int(self.read(media.stored_bytes))
+
+    def shared_files(self) -> SharedFiles | None:
+        """The database's copy of the attachments' files, for replicas that share no disk (None: the
+        home's media/ is the only copy)."""
+        return None
 
     def drop_oldest_media(self, over_bytes: int) -> list[str]:
         """Let go of the oldest files of ended sessions until `over_bytes` are freed (the rows stay,

@@ -9,6 +9,11 @@ row names it. Files whose rows are gone (a deleted or pruned session, a crash be
 and its commit) are removed by `sweep`, which upkeep runs; a file younger than `SWEEP_GRACE` is
 left alone because its row may not be committed yet.
 
+Where the replicas share no disk (Postgres), the database keeps each file too (`SharedFiles`,
+gateway/storage/postgres/files.py) and `home/media/` is this process's cache of it: a save writes
+both, a read takes the local file and fetches only what is missing (once), a removal and the sweep
+clear both. On SQLite there is no shared copy: the directory is the store.
+
 The size cap is checked twice: against the size the platform declares (before any byte is
 fetched) and while reading, so a platform that under-declares, or declares nothing, still cannot
 fill the disk.
@@ -23,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Iterable, Protocol
 
 from gateway.storage.conn import Conn
 
@@ -59,12 +64,31 @@ class AttachmentRow:
     platform_file_id: str | None = None
 
 
-class MediaStore:
-    """The files under `home/media/`, by hash."""
+class SharedFiles(Protocol):
+    """The database's copy of the files, which every replica reads (the face's shared_files())."""
 
-    def __init__(self, root: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def put(self, sha256: str, data: bytes) -> None: ...
+
+    def get(self, sha256: str) -> bytes | None: ...
+
+    def has(self, sha256: str) -> bool: ...
+
+    def remove(self, sha256s: Iterable[str]) -> int: ...
+
+    def sweep(self, older_than: float) -> int:
+        """Remove the files no kept attachment references, stored before `older_than`."""
+        ...
+
+
+class MediaStore:
+    """The files under `home/media/`, by hash; with `shared`, also in the database the replicas share."""
+
+    def __init__(
+        self, root: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, shared: SharedFiles | None = None
+    ) -> None:
         self.root = Path(root)
         self.max_bytes = int(max_bytes)
+        self.shared = shared
 
     def path_for(self, sha256: str) -> Path:
         if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
@@ -94,7 +118,7 @@ class MediaStore:
                     digest.update(chunk)
                     await asyncio.to_thread(out.write, chunk)
                 await asyncio.to_thread(_flush_and_sync, out)
-            return await asyncio.to_thread(self._place, tmp, digest.hexdigest(), size)
+            return await asyncio.to_thread(lambda: self._share(self._place(tmp, digest.hexdigest(), size)))
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -102,6 +126,9 @@ class MediaStore:
     def save_bytes(self, data: bytes) -> StoredFile:
         if len(data) > self.max_bytes:
             raise MediaTooLarge(len(data), self.max_bytes)
+        return self._share(self._write(data))
+
+    def _write(self, data: bytes) -> StoredFile:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=self.root)
         try:
@@ -123,13 +150,38 @@ class MediaStore:
             _fsync_dir(final.parent)
         return StoredFile(sha256, size)
 
+    def _share(self, stored: StoredFile) -> StoredFile:
+        """Put a file just kept here into the shared copy too, before any row names it."""
+        if self.shared is not None and not self.shared.has(stored.sha256):
+            self.shared.put(stored.sha256, self.path_for(stored.sha256).read_bytes())
+        return stored
+
+    def local(self, sha256: str) -> Path:
+        """The file on this disk, fetched from the shared copy when only the database has it.
+        FileNotFoundError when neither does."""
+        path = self.path_for(sha256)
+        if path.is_file() or self.shared is None:
+            return path
+        data = self.shared.get(sha256)
+        if data is None:
+            raise FileNotFoundError(path)
+        self._write(data)  # no cap: the file was capped where it came in
+        return path
+
     def read(self, sha256: str) -> bytes:
-        return self.path_for(sha256).read_bytes()
+        return self.local(sha256).read_bytes()
 
     def exists(self, sha256: str) -> bool:
-        return self.path_for(sha256).is_file()
+        return self.path_for(sha256).is_file() or (self.shared is not None and self.shared.has(sha256))
 
     def remove(self, sha256s: Iterable[str]) -> int:
+        """Remove these files (here and from the shared copy); returns how many were on this disk."""
+        shas = list(sha256s)
+        if self.shared is not None:
+            self.shared.remove(shas)
+        return self._unlink(shas)
+
+    def _unlink(self, sha256s: Iterable[str]) -> int:
         removed = 0
         for sha in sha256s:
             try:
@@ -154,10 +206,14 @@ class MediaStore:
                 yield path.name, st.st_size, st.st_mtime
 
     def sweep(self, referenced: set[str], now: float | None = None) -> int:
-        """Remove files no row references, older than the grace period. Returns how many."""
+        """Remove files no row references, older than the grace period (on this disk, and the
+        shared copy's). Returns how many."""
         now = time.time() if now is None else now
         stale = [sha for sha, _, mtime in self.files() if sha not in referenced and now - mtime > SWEEP_GRACE]
-        return self.remove(stale)
+        removed = self._unlink(stale)
+        if self.shared is not None:  # decided in the database itself, against the rows committed there
+            removed += self.shared.sweep(now - SWEEP_GRACE)
+        return removed
 
 
 def _flush_and_sync(out: Any) -> None:

@@ -37,7 +37,7 @@ from gateway.storage.events import (
     WriteOp,
 )
 from gateway.storage.media import AttachmentRow, insert_attachments
-from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX
+from gateway.storage.schema import MESSAGE_FIELDS, ROLES, SESSION_FIELDS, TITLE_MAX, VISIBLE
 from gateway.text import valid_or_none, valid_text
 
 MAX_CONTENT_CHARS = 4_000_000
@@ -107,8 +107,24 @@ def check_message(role: str, content: Any, fields: dict[str, Any]) -> tuple[str 
         if isinstance(value, str):
             row[name] = valid_text(value)
     row["timestamp"] = float(row["timestamp"] or time.time())
-    preview = " ".join(content.split())[:PREVIEW_CHARS] if role == "user" and content else None
-    return content, row, preview
+    return content, row, preview_of(content) if role == "user" else None
+
+
+def preview_of(content: str | None) -> str | None:
+    """A session's preview from its first user message: one line, PREVIEW_CHARS at most."""
+    line = " ".join((content or "").split())
+    return line[:PREVIEW_CHARS] or None
+
+
+def refresh_preview(conn: Conn, session_id: str) -> None:
+    """Set the preview from the first user message still in the session: what /undo took back (or
+    an import brought in hidden) must not stay on the lists (issue 28 item 12)."""
+    first = conn.execute(
+        f"SELECT content FROM messages WHERE session_id = ? AND role = 'user' AND {VISIBLE} "
+        "AND content IS NOT NULL AND content <> '' ORDER BY id LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    conn.execute("UPDATE sessions SET preview = ? WHERE id = ?", (preview_of(first[0]) if first else None, session_id))
 
 
 # -- sessions -------------------------------------------------------------------------------------
@@ -240,6 +256,8 @@ def _hide(conn: Conn, events: Events, session_id: str, where: str, params: tuple
             f"UPDATE sessions SET message_count = {conn.dialect.greatest}(0, message_count - ?) WHERE id = ?",
             (changed, session_id),
         )
+        if not compacted:  # undone: gone from the session, and from its preview
+            refresh_preview(conn, session_id)
         events.append(SessionRewritten(session_id))
     return changed
 

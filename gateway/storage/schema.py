@@ -159,7 +159,9 @@ WINDOW_OF_HIDDEN_MESSAGE = """\
 
 # From SQLite's v10 and Postgres's v7 on, both databases take the same migrations: the SQL is
 # written once, in type names each reads alike (SQLite gives bigint and integer INTEGER affinity,
-# double precision REAL, text TEXT).
+# double precision REAL, text TEXT). Postgres has one of its own after them (v13, media_files), so a
+# migration both take from now on is appended to each backend's MIGRATIONS itself, not to this
+# list (Postgres databases at v13 have passed the place its spread would give it).
 SHARED_MIGRATIONS: list[str] = [
     # delivery under faults (DESIGN §11): a reply's idempotency key (Feishu `uuid`, Discord `nonce`),
     # the part being sent (a restart knows which sends are uncertain) and the streamed reply's

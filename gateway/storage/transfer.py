@@ -257,6 +257,7 @@ def import_op(
                     flagged = True
                     conn.execute("UPDATE messages SET active = ?, compacted = ? WHERE id = ?", (*flags, message_id))
             if flagged:  # the MessageAppended events carried the default flags
+                rows.refresh_preview(conn, sid)
                 events.append(SessionRewritten(sid))
             conn.execute(
                 "UPDATE sessions SET ended_at = ?, end_reason = ?, input_tokens = COALESCE(?, 0), "

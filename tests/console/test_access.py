@@ -154,3 +154,33 @@ async def test_no_secret_is_rendered(serve, corpus) -> None:
             async with http.get(path) as resp:
                 assert resp.status == 200
                 assert TOKEN not in await resp.text(), path
+
+
+async def test_a_wrong_token_is_told_apart_from_a_missing_one(serve, corpus) -> None:
+    """Issue 28 item 14: the person who typed a token learns it is wrong, not that one is needed."""
+    served = await serve(console_token=TOKEN)
+    async with served.session(headers={"Origin": served.url}) as http:
+        async with http.get("/api/v1/sessions") as resp:
+            missing = (await resp.json())["error"]
+        async with http.get("/api/v1/sessions", headers={"Authorization": "Bearer nope"}) as resp:
+            wrong = (await resp.json())["error"]
+            assert resp.status == 401
+        assert "required" in missing and "not right" in wrong and missing != wrong
+        async with http.post("/console/login", data={"token": "  ", "next": "/console/"}) as resp:
+            blank = await resp.text()
+            assert resp.status == 401 and "Enter the console token" in blank and "not right" not in blank
+        async with http.post("/console/login", data={"token": "nope", "next": "/console/"}) as resp:
+            assert resp.status == 401 and "That token is not right" in await resp.text()
+
+
+async def test_the_login_page_offers_nothing_behind_the_login(serve, corpus) -> None:
+    """Issue 28 item 14: no navigation, search box or JSON link on the login page (each only leads
+    back to it); the language switch stays (it is public: the login page is read in it)."""
+    served = await serve(console_token=TOKEN)
+    async with served.session() as http:
+        async with http.get("/console/login") as resp:
+            page = await resp.text()
+    assert resp.status == 200 and 'name="token"' in page
+    assert "quick-search" not in page and "/api/v1/" not in page
+    assert not any(f'href="/console/{p}"' in page for p in ("search", "schedules", "status"))
+    assert 'class="languages"' in page

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from gateway.db import new_session_id
 from tests.console.conftest import BASE, DAY
@@ -294,3 +297,16 @@ async def test_rename_follows_the_chat_title_rules(serve, db, corpus) -> None:
         async with http.patch(f"/api/v1/sessions/{sid}", json={"title": "12345"}) as resp:
             assert resp.status == 400 and "only a number" in (await resp.json())["error"]
         assert db.get_session(sid)["title"] != "12345"
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_status_on_postgres_reports_the_database_not_a_file(serve, db) -> None:
+    """Issue 28 item 14: "0 B write-ahead log" and "database —" on Postgres (db.path is a DSN)."""
+    served = await serve(media=None)
+    status, body, _ = await get_json(served, "/api/v1/status")
+    assert status == 200 and body["storage"]["db_bytes"] > 0 and "wal_bytes" not in body["storage"]
+    async with served.session() as http:
+        async with http.get("/console/status") as resp:
+            page = await resp.text()
+    assert "write-ahead log" not in page and "database —" not in page
+    assert re.search(r'<span class="n">[\d.]+ [KMG]?B</span> database', page)

@@ -136,4 +136,37 @@ def test_snippet_ranges_point_into_the_snippet() -> None:
 def test_chart_scales_and_escapes() -> None:
     svg = str(charts.line_chart('a "chart" <x>', [charts.Series("in <b>", [0, 1, 3] + [0] * 57)]))
     assert svg.startswith("<svg") and "<b>" not in svg and "&lt;b&gt;" in svg and "style=" not in svg
-    assert charts.nice_ceiling(3) == 5 and charts.nice_ceiling(0) == 1 and charts.nice_ceiling(0.12) == 0.2
+    assert charts.nice_step(3) == 5 and charts.nice_step(0.12) == 0.2 and charts.nice_step(7.4) == 10
+
+
+def y_labels(svg: str) -> list[str]:
+    return re.findall(r'text-anchor="end"[^>]*>([^<]*)</text>', svg)
+
+
+def test_chart_axis_speaks_one_unit_in_round_steps() -> None:
+    """Issue 28 item 14: the latency axis read "0 ms" to "5 s" in quarters (1.25 s, 3.75 s)."""
+    slow = str(charts.line_chart("Turn latency", [charts.Series("slowest", [4.2] + [0.0] * 59)], unit="s"))
+    assert y_labels(slow) == ["0 s", "1 s", "2 s", "3 s", "4 s", "5 s"]
+    fast = str(charts.line_chart("Turn latency", [charts.Series("slowest", [0.3] + [0.0] * 59)], unit="s"))
+    assert y_labels(fast) == ["0 ms", "100 ms", "200 ms", "300 ms"]
+    idle = str(charts.line_chart("Turn latency", [charts.Series("slowest", [0.0] * 60)], unit="s"))
+    assert y_labels(idle) == ["0 s", "0.2 s", "0.4 s", "0.6 s", "0.8 s", "1 s"]
+    counts = str(charts.line_chart("Messages", [charts.Series("in", [0.0] * 60)]))
+    assert y_labels(counts) == ["0", "1"]  # no fractions of a message
+    busy = str(charts.line_chart("Messages", [charts.Series("in", [0.0] * 59 + [37.0])]))
+    assert y_labels(busy) == ["0", "10", "20", "30", "40"]
+
+
+def test_markdown_tables_render_as_tables_and_stay_escaped() -> None:
+    """Issue 28 item 14: a model's table showed as raw pipes."""
+    out = str(
+        markdown.render(
+            "Compare:\n| name | size |\n|:-----|-----:|\n| `a|b` | **3** |\n| <b>x</b> | 4 \\| 5 |\n\nafter"
+        )
+    )
+    assert "<p>Compare:</p>" in out and "<p>after</p>" in out
+    assert '<table><thead><tr><th>name</th><th class="right">size</th></tr></thead><tbody>' in out
+    assert '<tr><td><code>a|b</code></td><td class="right"><strong>3</strong></td></tr>' in out
+    assert '<tr><td>&lt;b&gt;x&lt;/b&gt;</td><td class="right">4 | 5</td></tr></tbody></table>' in out
+    # pipes without a delimiter row are text, not a table
+    assert "<table" not in str(markdown.render("a | b\nc | d"))

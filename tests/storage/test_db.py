@@ -237,6 +237,31 @@ def test_conversation_undo_retry(db):
     assert q2 and a1
 
 
+def test_preview_is_what_the_session_still_says(db):
+    """Issue 28 item 12: a session's preview (lists: sessions list, /resume, the console) is its first
+    user message still in it; /undo of that message takes the preview with it."""
+    db.create_session("s", "local")
+    db.append_message("s", "user", "my  bank password is hunter2")
+    db.append_message("s", "assistant", "noted")
+    db.append_message("s", "user", "second thought")
+    assert db.get_session("s")["preview"] == "my bank password is hunter2"
+    db.rewind("s", 1)  # only the second exchange: the first message stays, and the preview
+    assert db.get_session("s")["preview"] == "my bank password is hunter2"
+    db.rewind("s", 1)
+    assert db.get_session("s")["preview"] is None
+    assert [r["preview"] for r in db.list_sessions_rich()] == [None]
+    db.append_message("s", "user", "  what is the weather ")
+    assert db.get_session("s")["preview"] == "what is the weather"
+    q = db.append_message("s", "user", "ask again")
+    db.append_message("s", "assistant", "retried away")
+    db.supersede_after("s", q)  # /retry keeps the question (and the replaced answer stays findable)
+    assert db.get_session("s")["preview"] == "what is the weather"
+    record = db.export_session("s")
+    record["session"]["id"] = "copy"
+    db.import_records([record])  # the undone first message travels hidden, as it was
+    assert db.get_session("copy")["preview"] == "what is the weather"
+
+
 def test_delete_removes_index_rows_and_reparents(db):
     db.create_session("root", "local")
     db.create_session("mid", "local", parent_session_id="root")

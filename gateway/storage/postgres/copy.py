@@ -6,16 +6,23 @@ so the copy obeys the same checks as `sessions import` and needs no SQL of eithe
 routing entries (chat -> current session) follow, so each chat continues its conversation on the
 new backend. A batch of sessions is one transaction on the target. Each batch is verified as it
 lands: every session copied holds, on the target, as many messages as on the source, and as many
-in the conversation. Message ids are the target's own (an import appends), as `sessions import`
-does. Run it with the daemon stopped: what is written meanwhile is not copied.
+in the conversation. A session skipped because the target has it already (resuming a copy) is
+compared by its message count, so a session that grew on the source since the first copy is named,
+never counted as verified. Message ids are the target's own (an import appends), as `sessions
+import` does. Run it with the daemon stopped: what is written meanwhile is not copied.
+
+The attachments' files follow (`copy_files`): into the database's copy, which replicas read since
+they share no disk (gateway/storage/postgres/files.py), or from it into the home's media/. A file
+a row keeps but neither side has is counted, not an error: the row says what was sent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from gateway.errors import ImportRecordError
+from gateway.storage.media import MediaStore
 
 BATCH = 100  # sessions per target transaction
 
@@ -29,6 +36,7 @@ class CopyReport:
     sessions: int = 0
     messages: int = 0
     skipped: list[str] = field(default_factory=list)  # already on the target (skip_existing)
+    differing: list[tuple[str, int, int]] = field(default_factory=list)  # skipped: (id, source, target messages)
     keys: int = 0
     source_counts: tuple[int, int] = (0, 0)  # (sessions, messages) on the source
     target_counts: tuple[int, int] = (0, 0)  # ... on the target afterwards
@@ -47,11 +55,17 @@ def copy_sessions(
         batch = ids[start : start + BATCH]
         records = [source.export_session(sid) for sid in batch]
         fresh = [r for r in records if target.get_session(r["session"]["id"]) is None]
-        report.skipped += [r["session"]["id"] for r in records if r not in fresh]
-        if not skip_existing and report.skipped:
+        skipped = [r for r in records if r not in fresh]
+        if not skip_existing and skipped:
             raise ImportRecordError(
-                1, f"session {report.skipped[0]} already exists on the target (use --skip-existing)"
+                1, f"session {skipped[0]['session']['id']} already exists on the target (use --skip-existing)"
             )
+        for record in skipped:
+            sid = record["session"]["id"]
+            report.skipped.append(sid)
+            there = len(target.get_messages(sid, include_inactive=True))
+            if there != len(record["messages"]):
+                report.differing.append((sid, len(record["messages"]), there))
         target.import_records(fresh, skip_existing=skip_existing)
         for record in fresh:
             _verify(record, target)
@@ -78,3 +92,38 @@ def _verify(record: dict[str, Any], target: Any) -> None:
     in_conversation = sum(1 for m in record["messages"] if m.get("active", 1))
     if (target.get_session(sid) or {}).get("message_count") != in_conversation:
         raise CopyMismatch(f"session {sid}: the conversation's message count differs on the target")
+
+
+@dataclass
+class FilesReport:
+    copied: int = 0
+    bytes: int = 0
+    already: int = 0  # on the target before
+    missing: list[str] = field(default_factory=list)  # kept by a row, on neither side
+
+
+def copy_files(hashes: Iterable[str], store: MediaStore, *, to_database: bool) -> FilesReport:
+    """Copy the files `hashes` name between the home's media/ and the database's copy (`store` is
+    the home's, with the database as its shared copy): into the database when `to_database`, else
+    into the home. One file in memory at a time."""
+    shared = store.shared
+    if shared is None:
+        raise ValueError("copy_files needs a store with the database's copy")
+    report = FilesReport()
+    for sha in sorted(set(hashes)):
+        on_target = shared.has(sha) if to_database else store.path_for(sha).is_file()
+        if on_target:
+            report.already += 1
+            continue
+        try:
+            if to_database:
+                data = store.path_for(sha).read_bytes()
+                shared.put(sha, data)
+            else:
+                data = store.read(sha)  # fetched into media/
+        except FileNotFoundError:
+            report.missing.append(sha)
+            continue
+        report.copied += 1
+        report.bytes += len(data)
+    return report

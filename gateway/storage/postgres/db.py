@@ -35,7 +35,8 @@ from gateway.storage.events import Events
 from gateway.storage.fts import ident_text
 from gateway.storage.postgres import notes
 from gateway.storage.postgres.connection import Connection, configure, own
-from gateway.storage.postgres.dialect import POSTGRES
+from gateway.storage.postgres.dialect import DATABASE_BYTES, POSTGRES
+from gateway.storage.postgres.files import DatabaseFiles
 from gateway.storage.postgres.schema import current_version, migrate
 from gateway.storage.postgres.tokens import words_vector
 from gateway.storage.schema import MESSAGE_FIELDS
@@ -52,6 +53,7 @@ class PostgresSessionDB(StorageFace):
     backend = "postgres"
     dialect = POSTGRES
     notes_in_database = True  # MEMORY.md / USER.md are rows here (notes.py): replicas share them
+    mirrors_in_home = False  # replicas share no disk: no transcript files, no sessions.json
     message_select = _SELECT_MESSAGE
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
@@ -199,4 +201,11 @@ class PostgresSessionDB(StorageFace):
             return int(current_version(Connection(raw)))
 
     def stats(self) -> dict:
-        return {"path": self.path, **self.read(queries.stats), "wal_bytes": self.wal_bytes()}
+        # no wal_bytes: the server's write-ahead log is its own business, not chinwag's to report
+        return {"path": self.path, **self.read(queries.stats)}
+
+    def shared_files(self) -> DatabaseFiles:
+        return DatabaseFiles(self)
+
+    def disk_usage(self) -> dict[str, int]:
+        return {"db_bytes": int(self._point(lambda conn: conn.execute(DATABASE_BYTES).fetchone()[0]))}

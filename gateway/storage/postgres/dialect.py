@@ -35,6 +35,7 @@ _TABLES_BYTES = (
     "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.relkind = 'r' AND n.nspname = current_schema()"
 )
+DATABASE_BYTES = "SELECT pg_database_size(current_database())"
 
 
 SERIALIZE_LOCK = 0x53434844  # the first key of `serialize`'s advisory locks: "SCHD"
@@ -90,7 +91,7 @@ class PostgresDialect:
         count = lambda sql: conn.execute(sql).fetchone()[0]
         words, idents = "pg_relation_size('idx_messages_words')", "pg_relation_size('idx_messages_idents')"
         return {
-            "db_bytes": int(count("SELECT pg_database_size(current_database())")),
+            "db_bytes": int(count(DATABASE_BYTES)),
             "bytes_by_part": {
                 "word_index": int(count(f"SELECT {words}")),
                 "substring_index": int(count(f"SELECT {idents}")),

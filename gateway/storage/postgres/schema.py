@@ -293,6 +293,20 @@ MIGRATIONS: list[str] = [
         FOR EACH ROW EXECUTE FUNCTION message_vectors_message_gone();
     """,
     *SHARED_MIGRATIONS,  # v7 -> v12, as SQLite's v10 -> v15
+    # v12 -> v13, Postgres's own: the attachments' files, which replicas share no disk to keep
+    # (gateway/storage/postgres/files.py; on SQLite they are files under home/media/ only).
+    # EXTERNAL: photos and audio are compressed already; TOAST stores them without trying again.
+    # A shared migration added after this one is listed here by name, after it: a database at v13
+    # has passed the place the spread above would give it.
+    """
+    CREATE TABLE media_files (
+        sha256 text PRIMARY KEY,
+        bytes bigint NOT NULL,
+        data bytea NOT NULL,
+        created_at double precision NOT NULL
+    );
+    ALTER TABLE media_files ALTER COLUMN data SET STORAGE EXTERNAL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -143,7 +143,7 @@ def test_a_message_its_attachments_and_its_after_records_commit_together(db, pos
     (att,) = db.attachments_of([mid])[mid]
     assert (att["sha256"], att["platform_file_id"], att["dropped"]) == ("c" * 64, "file-1", False)
     assert db.session_attachment(sid, "c" * 64)["file_name"] == "p.jpg"
-    assert db.media_bytes() == 3 and db.stats()["wal_bytes"] == 0
+    assert db.media_bytes() == 3 and "wal_bytes" not in db.stats()  # no log of chinwag's own here
 
     record = db.export_session(sid)  # the attachment travels with its message
     assert [a["sha256"] for a in record["messages"][0]["attachments"]] == ["c" * 64]

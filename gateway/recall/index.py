@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+import time
+from typing import Any, Callable, NamedTuple
 
 from gateway.storage import vectors
 from gateway.storage.base import StorageFace
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 
 BATCH = 128  # messages read per step
 RETRY_SECONDS = (5.0, 30.0, 120.0)  # waits after failed steps (the last repeats)
+# An open window waits this long after its session's newest message before it is embedded as it
+# is: a person answers a reply within a minute or two, so most windows fill first and are embedded
+# once; recall leaves the asker's own current session out, and finds the rest by words meanwhile.
+QUIET_SECONDS = 120.0
 
 
 def forget_other_models(db: StorageFace, model: str) -> int:
@@ -51,21 +56,31 @@ def forget_other_models(db: StorageFace, model: str) -> int:
             return total
 
 
-def index_step(db: StorageFace, embedder: Any, batch: int = BATCH) -> int:
-    """Embed the windows of the next `batch` messages; returns how many messages the watermark
-    advanced over (0: nothing left). Raises when the embedder fails (nothing is stored then)."""
+class Step(NamedTuple):
+    advanced: int  # messages the watermark moved over, or 1 when windows were stored (0: nothing to do now)
+    due: float | None  # when the first open window left waiting is quiet enough to embed
+
+
+def index_step(
+    db: StorageFace, embedder: Any, batch: int = BATCH, quiet_seconds: float = 0.0, now: float | None = None
+) -> Step:
+    """Embed the windows of the next `batch` messages. With `quiet_seconds`, an open window whose
+    session spoke less than that before `now` waits for more messages (see the module docstring).
+    Raises when the embedder fails (nothing is stored then)."""
     model = str(embedder.model)
-    windows, upto, before = db.read(
-        lambda conn: (*vectors.pending_windows(conn, model, batch), vectors.progress(conn, model))
+    quiet_before = (time.time() if now is None else now) - quiet_seconds if quiet_seconds > 0 else None
+    (windows, upto, waiting_since), before = db.read(
+        lambda conn: (vectors.pending_windows(conn, model, batch, quiet_before), vectors.progress(conn, model))
     )
-    if upto == before:
-        return 0
+    due = None if waiting_since is None else waiting_since + quiet_seconds
+    if not windows and upto == before:
+        return Step(0, due)
     blobs = [vectors.quantise(v) for v in embedder.embed([w.text for w in windows], "passage")] if windows else []
     if len(blobs) != len(windows):
         raise ValueError(f"embedder returned {len(blobs)} vectors for {len(windows)} windows")
     if not db.write(vectors.store_op(model, windows, blobs, upto, before)):
-        return 1  # the watermark moved back meanwhile (an undo): read again
-    return max(1, upto - before)
+        return Step(1, due)  # the watermark moved back meanwhile (an undo): read again
+    return Step(max(1, upto - before), due)
 
 
 def backfill(
@@ -77,7 +92,7 @@ def backfill(
     forget_other_models(db, model)
     total = db.read(lambda conn: vectors.backlog(conn, model))
     done = 0
-    while index_step(db, embedder, batch):
+    while index_step(db, embedder, batch).advanced:
         left = db.read(lambda conn: vectors.backlog(conn, model))
         done = max(done, total - left)
         if progress is not None:
@@ -103,8 +118,10 @@ class BackgroundIndexer:
         batch: int = BATCH,
         poll_seconds: float | None = None,
         retry_seconds: tuple[float, ...] = RETRY_SECONDS,
+        quiet_seconds: float = QUIET_SECONDS,
     ) -> None:
         self.db, self.embedder, self.batch = db, embedder, batch
+        self.quiet_seconds = quiet_seconds
         self.poll_seconds = poll_seconds  # None: woken by this process's commits only
         self.retry_seconds = retry_seconds
         self._wake = threading.Event()
@@ -144,12 +161,15 @@ class BackgroundIndexer:
         except Exception as exc:  # a closed database at shutdown, a full disk: try again on the next wake
             log.warning("embedding index: could not drop old vectors: %s", exc)
         self._wake.set()
+        due: float | None = None  # an open window waiting for its session to go quiet
         while not self._stop.is_set():
-            self._wake.wait(self.poll_seconds)
+            self._wake.wait(self._timeout(due))
             self._wake.clear()
             while not self._stop.is_set():
                 try:
-                    if not index_step(self.db, self.embedder, self.batch):
+                    step = index_step(self.db, self.embedder, self.batch, self.quiet_seconds)
+                    due = step.due
+                    if not step.advanced:
                         break
                     if self.failures > len(self.retry_seconds):
                         log.warning("embedding index: the embedder works again")
@@ -160,6 +180,13 @@ class BackgroundIndexer:
                     self._say_failed(exc)
                     if self._stop.wait(self.retry_seconds[min(self.failures, len(self.retry_seconds)) - 1]):
                         return
+
+    def _timeout(self, due: float | None) -> float | None:
+        """How long to sleep when no commit wakes us: until the poll, or until a waiting window is due."""
+        if due is None:
+            return self.poll_seconds
+        wait = max(0.0, due - time.time()) + 0.01  # just past due: the window is quiet by then
+        return wait if self.poll_seconds is None else min(wait, self.poll_seconds)
 
     def _say_failed(self, exc: Exception) -> None:
         """The first few failures one by one; then once that it keeps failing (an endpoint with no

@@ -15,8 +15,11 @@ SQL below runs on both backends):
   model. Triggers drop a window when one of its messages is deleted or taken back by /undo and
   send the watermark back, so what is left of the window is embedded again.
 
-A window still open (fewer than WINDOW messages, the session may go on) is stored too, and is
-re-embedded with its new messages when the session grows: recall never waits for a window to fill.
+A window still open (fewer than WINDOW messages, the session may go on) is stored too once its
+session is quiet (`pending_windows`' `quiet_before`; the indexer's QUIET_SECONDS), and is embedded
+again with its new messages if the session goes on; while it waits, the watermark stays before it
+and recall finds its messages by their words. The read past the watermark skips messages a stored
+window covers, so a waiting window does not make the others be read again.
 A model change is a new `model` value: its backlog starts at 0, and rows of other models are
 replaced as the indexer goes (ranking only reads rows of the model in use).
 """
@@ -89,7 +92,7 @@ def _window_text(rows: list[tuple[int, str, str, float]]) -> str:
 class Pending(NamedTuple):
     windows: list[Window]  # to embed now
     upto: int  # where the watermark moves once they are stored
-    waiting_since: float | None  # the oldest newest-message time of the open windows left to wait
+    waiting_since: float | None  # the earliest last word among the sessions whose open window waits
 
 
 def pending_windows(conn: Conn, model: str, max_messages: int, quiet_before: float | None = None) -> Pending:

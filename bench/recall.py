@@ -384,10 +384,10 @@ def _split_name(split: str) -> str:
 
 def _print_table(title: str, tallies: dict[str, Tally], rows: list[tuple[str, str]], keys: tuple[str, ...]) -> None:
     print(title)
-    print(f"{'':<52}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty")
+    print(f"{'':<54}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty")
     for label, key in rows:
         if key in tallies:
-            print(f"{label:<52}{tallies[key].row(keys)}")
+            print(f"{label:<54}{tallies[key].row(keys)}")
 
 
 def bench_locomo(misses: int, split: str, semantic: list[str]) -> dict[str, Tally]:

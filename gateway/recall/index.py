@@ -28,8 +28,8 @@ every message its session added (1 + 2 + 3 + 4 messages embedded for a window of
 keeps up), 2.5x the work of full windows under steady traffic; it now waits for its session to go
 quiet (`python bench/recall.py --only none --drain 240`: 240 LoCoMo turns at 20/s into 6 sessions,
 load ~6: 600 messages embedded in 82.6 s = 2.9 messages/s before, 240 in 24.6 s = 9.7 messages/s
-after, 3.4x; more than 2.5x as a call of one full window costs less than four calls of its growing
-prefixes). 20 messages/s still needs about a free core more than a machine at load 6 gives.
+after, 3.4x; at load ~2.3: 7.1 -> 16.6 messages/s, 2.3x; above 2.5x when calls cost more than their
+tokens). 20 messages/s still needs more free CPU than a machine at load 2-6 gives.
 """
 
 from __future__ import annotations

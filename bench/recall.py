@@ -64,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.stats import percentile
 from gateway.db import SessionDB
 from gateway.recall.rank import find_sessions
+from gateway.recall.weights import DEFAULT_WEIGHTS, RankWeights
 from gateway.storage.fts import parse_query
 
 
@@ -357,13 +358,21 @@ def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, tuple[
     return out, closers
 
 
+NO_MEANING_STAGE = ", no meaning stage"  # a ranker's twin without the meaning entrants: the baseline they add to
+WITHOUT_MEANING_STAGE = RankWeights(meaning_leaders=0)
+
+
 def _rankers(db: SessionDB, semantic: list[str]):
     extra, closers = semantic_rankers(db, semantic)
-    names = ["lexical", *extra]
+    names = ["lexical", *(n for name in extra for n in (name, name + NO_MEANING_STAGE))]
 
     def run(name: str, text: str, person: str | None, scoped: bool, now: float | None = None) -> list[str]:
-        embedder, store = (None, db) if name == "lexical" else extra[name]
-        hits = find_sessions(store, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder, now=now)
+        base = name.removesuffix(NO_MEANING_STAGE)
+        embedder, store = (None, db) if base == "lexical" else extra[base]
+        weights = WITHOUT_MEANING_STAGE if base != name else DEFAULT_WEIGHTS
+        hits = find_sessions(
+            store, text, limit=5, see_all=not scoped, person_id=person, embedder=embedder, now=now, weights=weights
+        )
         return [h.session_id for h in hits]
 
     return names, run, closers, extra
@@ -375,10 +384,10 @@ def _split_name(split: str) -> str:
 
 def _print_table(title: str, tallies: dict[str, Tally], rows: list[tuple[str, str]], keys: tuple[str, ...]) -> None:
     print(title)
-    print(f"{'':<44}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty")
+    print(f"{'':<54}" + "  ".join(f"{k:>5}" for k in keys) + "      n  empty")
     for label, key in rows:
         if key in tallies:
-            print(f"{label:<44}{tallies[key].row(keys)}")
+            print(f"{label:<54}{tallies[key].row(keys)}")
 
 
 def bench_locomo(misses: int, split: str, semantic: list[str]) -> dict[str, Tally]:
@@ -563,7 +572,7 @@ def bench_locomo_plus(semantic: list[str]) -> None:
     rows = [
         (f"trigger, {scope}, {name}", f"{name}|{scope}")
         for scope in ("scoped", "pooled")
-        for name in ("lexical", *(f"+{n}" for n in semantic), *(f"cosine {n}" for n in semantic))
+        for name in (*names, *(f"cosine {n}" for n in semantic))
     ]
     _print_table(
         "LoCoMo-Plus (dev: pairs in the LoCoMo dev conversations; scoped = the asker's sessions)", tallies, rows, keys
@@ -875,6 +884,66 @@ def bench_cost(sizes: list[int], runs: int) -> None:
     )
 
 
+class CountingEmbedder:
+    """The local model, counting the messages in the windows it is given (a line each)."""
+
+    def __init__(self, local: Any) -> None:
+        self.local, self.model, self.messages = local, local.model, 0
+
+    def embed(self, texts: list[str], kind: str) -> list[list[float]]:
+        self.messages += sum(len(t.split("\n")) for t in texts)
+        return self.local.embed(texts, kind)
+
+
+def bench_drain(n_messages: int, sessions: int = 6, rate: float = 20.0) -> None:
+    """The indexer's drain rate under steady traffic: `n_messages` LoCoMo turns arrive at `rate` a
+    second (a virtual clock) into `sessions` talking at once, and the indexer steps after each one
+    (it keeps up); messages/s = messages / the seconds spent in its steps. Once as before (every open
+    window embedded again with each message, quiet_seconds 0) and once waiting for quiet windows."""
+    from gateway.embeddings import LocalEmbedder
+    from gateway.recall.index import QUIET_SECONDS, index_step
+
+    convs = json.loads((data_dir() / "locomo-dev.json").read_text())
+    turns = [
+        t.get("text") or ""
+        for k, v in convs[0]["conversation"].items()
+        if k.startswith("session_") and isinstance(v, list)
+        for t in v
+    ][:n_messages]
+    local = LocalEmbedder()
+    local.embed(turns[:4], "passage")  # load and warm
+    print(f"\nembedding drain: {len(turns)} messages at {rate:.0f}/s into {sessions} sessions, the indexer keeping up")
+    results = {}
+    for label, quiet in (
+        ("re-embedding each open window", 0.0),
+        (f"open windows wait {QUIET_SECONDS:.0f} s", QUIET_SECONDS),
+    ):
+        embedder = CountingEmbedder(local)
+        with tempfile.TemporaryDirectory() as tmp, SessionDB(Path(tmp) / "drain.db") as db:
+            start, spent = 1.7e9, 0.0
+            for n in range(sessions):
+                db.create_session(f"s{n}", "telegram", user_id="a", started_at=start)
+            load = os.getloadavg()[0]
+            for i, text in enumerate(turns):
+                now = start + i / rate
+                db.append_message(f"s{i % sessions}", ("user", "assistant")[i // sessions % 2], text, timestamp=now)
+                t = time.perf_counter()
+                while index_step(db, embedder, quiet_seconds=quiet, now=now).advanced:
+                    pass
+                spent += time.perf_counter() - t
+            t = time.perf_counter()  # the stream stops: the open windows left are embedded once quiet
+            while index_step(db, embedder, quiet_seconds=quiet, now=now + quiet + 1).advanced:
+                pass
+            spent += time.perf_counter() - t
+        results[label] = len(turns) / spent
+        print(
+            f"  {label}: {embedder.messages} messages embedded for {len(turns)} in {spent:.1f} s = "
+            f"{len(turns) / spent:.1f} messages/s (load average {load:.1f} -> {os.getloadavg()[0]:.1f})"
+        )
+    before, after = results.values()
+    print(f"  drain rate after / before: {after / before:.2f}x")
+
+
 SPEED_QUERIES = [
     "How did we fix the docker network timeout last time?",
     "feature flag rollback",
@@ -1034,6 +1103,13 @@ def main() -> None:
         metavar="N",
         help="also measure recall of answers planted in a synthetic store of N messages",
     )
+    parser.add_argument(
+        "--drain",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the indexer's drain rate (messages/s) under steady traffic of N messages, with the local model",
+    )
     args = parser.parse_args()
     semantic = [s.strip() for s in args.semantic.split(",") if s.strip()]
     global EMBED_CACHE
@@ -1054,6 +1130,8 @@ def main() -> None:
         bench_needles(args.needles)
     if args.cost:
         bench_cost([int(x) for x in args.cost.split(",") if x.strip()], args.runs)
+    if args.drain:
+        bench_drain(args.drain)
     if args.speed_db:
         bench_speed_db(args.speed_db, args.runs, args.query or SPEED_QUERIES)
 

@@ -3,11 +3,13 @@ the tables, gateway/embeddings.py the embedders).
 
 - `index_step`: read the next BATCH messages past the watermark, embed their windows in one call,
   store them and move the watermark in one write. The embedding call runs outside any
-  transaction, so neither readers nor the writer wait on the model.
+  transaction, so neither readers nor the writer wait on the model. A window still open waits
+  until its session has said nothing for QUIET_SECONDS (or fills), so under steady traffic each
+  window is embedded once, not with every message its session adds.
 - `backfill`: steps until the backlog is empty, reporting progress (`chinwag sessions embed`).
 - `BackgroundIndexer`: a thread woken after each commit (a commit listener), working in batches;
   a failing endpoint is retried with back-off (said one by one the first few times, then once),
-  and recall stays lexical for what is not embedded.
+  and recall stays lexical for what is not embedded. It also wakes when a waiting window is due.
   With `poll_seconds` it also looks every so often: on Postgres the replicas share one backlog and
   one of them embeds it (gateway/service/app.py), while the others' commits reach no listener here.
   It can be stopped and started again (a leadership lost and won back).
@@ -21,16 +23,21 @@ Measured with the local model on this 2-core machine (`python bench/recall.py --
 call, and a larger batch only spills its activations out of the cache). So 20 messages/s (5
 windows/s) needs ~1.3 free cores, which a machine at load 8-10 does not give it (0.6-2 windows/s
 measured): a busy store falls behind and catches up when it is quiet (the backlog is in /metrics),
-and recall ranks what is not embedded yet by its words. Not done, the lever left: an open window
-is embedded again with every message its session adds (1 + 2 + 3 + 4 messages embedded for a
-window of 4 when the indexer keeps up), 2.5x the work of full windows under steady traffic.
+and recall ranks what is not embedded yet by its words. An open window was embedded again with
+every message its session added (1 + 2 + 3 + 4 messages embedded for a window of 4 when the indexer
+keeps up), 2.5x the work of full windows under steady traffic; it now waits for its session to go
+quiet (`python bench/recall.py --only none --drain 240`: 240 LoCoMo turns at 20/s into 6 sessions,
+load ~6: 600 messages embedded in 82.6 s = 2.9 messages/s before, 240 in 24.6 s = 9.7 messages/s
+after, 3.4x; at load ~2.3: 7.1 -> 16.6 messages/s, 2.3x; above 2.5x when calls cost more than their
+tokens). 20 messages/s still needs more free CPU than a machine at load 2-6 gives.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+import time
+from typing import Any, Callable, NamedTuple
 
 from gateway.storage import vectors
 from gateway.storage.base import StorageFace
@@ -39,6 +46,10 @@ log = logging.getLogger(__name__)
 
 BATCH = 128  # messages read per step
 RETRY_SECONDS = (5.0, 30.0, 120.0)  # waits after failed steps (the last repeats)
+# An open window waits this long after its session's newest message before it is embedded as it
+# is: a person answers a reply within a minute or two, so most windows fill first and are embedded
+# once; recall leaves the asker's own current session out, and finds the rest by words meanwhile.
+QUIET_SECONDS = 120.0
 
 
 def forget_other_models(db: StorageFace, model: str) -> int:
@@ -51,21 +62,31 @@ def forget_other_models(db: StorageFace, model: str) -> int:
             return total
 
 
-def index_step(db: StorageFace, embedder: Any, batch: int = BATCH) -> int:
-    """Embed the windows of the next `batch` messages; returns how many messages the watermark
-    advanced over (0: nothing left). Raises when the embedder fails (nothing is stored then)."""
+class Step(NamedTuple):
+    advanced: int  # messages the watermark moved over, or 1 when windows were stored (0: nothing to do now)
+    due: float | None  # when the first open window left waiting is quiet enough to embed
+
+
+def index_step(
+    db: StorageFace, embedder: Any, batch: int = BATCH, quiet_seconds: float = 0.0, now: float | None = None
+) -> Step:
+    """Embed the windows of the next `batch` messages. With `quiet_seconds`, an open window whose
+    session spoke less than that before `now` waits for more messages (see the module docstring).
+    Raises when the embedder fails (nothing is stored then)."""
     model = str(embedder.model)
-    windows, upto, before = db.read(
-        lambda conn: (*vectors.pending_windows(conn, model, batch), vectors.progress(conn, model))
+    quiet_before = (time.time() if now is None else now) - quiet_seconds if quiet_seconds > 0 else None
+    (windows, upto, waiting_since), before = db.read(
+        lambda conn: (vectors.pending_windows(conn, model, batch, quiet_before), vectors.progress(conn, model))
     )
-    if upto == before:
-        return 0
+    due = None if waiting_since is None else waiting_since + quiet_seconds
+    if not windows and upto == before:
+        return Step(0, due)
     blobs = [vectors.quantise(v) for v in embedder.embed([w.text for w in windows], "passage")] if windows else []
     if len(blobs) != len(windows):
         raise ValueError(f"embedder returned {len(blobs)} vectors for {len(windows)} windows")
     if not db.write(vectors.store_op(model, windows, blobs, upto, before)):
-        return 1  # the watermark moved back meanwhile (an undo): read again
-    return max(1, upto - before)
+        return Step(1, due)  # the watermark moved back meanwhile (an undo): read again
+    return Step(max(1, upto - before), due)
 
 
 def backfill(
@@ -77,7 +98,7 @@ def backfill(
     forget_other_models(db, model)
     total = db.read(lambda conn: vectors.backlog(conn, model))
     done = 0
-    while index_step(db, embedder, batch):
+    while index_step(db, embedder, batch).advanced:
         left = db.read(lambda conn: vectors.backlog(conn, model))
         done = max(done, total - left)
         if progress is not None:
@@ -103,8 +124,10 @@ class BackgroundIndexer:
         batch: int = BATCH,
         poll_seconds: float | None = None,
         retry_seconds: tuple[float, ...] = RETRY_SECONDS,
+        quiet_seconds: float = QUIET_SECONDS,
     ) -> None:
         self.db, self.embedder, self.batch = db, embedder, batch
+        self.quiet_seconds = quiet_seconds
         self.poll_seconds = poll_seconds  # None: woken by this process's commits only
         self.retry_seconds = retry_seconds
         self._wake = threading.Event()
@@ -144,12 +167,15 @@ class BackgroundIndexer:
         except Exception as exc:  # a closed database at shutdown, a full disk: try again on the next wake
             log.warning("embedding index: could not drop old vectors: %s", exc)
         self._wake.set()
+        due: float | None = None  # an open window waiting for its session to go quiet
         while not self._stop.is_set():
-            self._wake.wait(self.poll_seconds)
+            self._wake.wait(self._timeout(due))
             self._wake.clear()
             while not self._stop.is_set():
                 try:
-                    if not index_step(self.db, self.embedder, self.batch):
+                    step = index_step(self.db, self.embedder, self.batch, self.quiet_seconds)
+                    due = step.due
+                    if not step.advanced:
                         break
                     if self.failures > len(self.retry_seconds):
                         log.warning("embedding index: the embedder works again")
@@ -160,6 +186,13 @@ class BackgroundIndexer:
                     self._say_failed(exc)
                     if self._stop.wait(self.retry_seconds[min(self.failures, len(self.retry_seconds)) - 1]):
                         return
+
+    def _timeout(self, due: float | None) -> float | None:
+        """How long to sleep when no commit wakes us: until the poll, or until a waiting window is due."""
+        if due is None:
+            return self.poll_seconds
+        wait = max(0.0, due - time.time()) + 0.01  # just past due: the window is quiet by then
+        return wait if self.poll_seconds is None else min(wait, self.poll_seconds)
 
     def _say_failed(self, exc: Exception) -> None:
         """The first few failures one by one; then once that it keeps failing (an endpoint with no

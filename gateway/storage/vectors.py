@@ -15,8 +15,11 @@ SQL below runs on both backends):
   model. Triggers drop a window when one of its messages is deleted or taken back by /undo and
   send the watermark back, so what is left of the window is embedded again.
 
-A window still open (fewer than WINDOW messages, the session may go on) is stored too, and is
-re-embedded with its new messages when the session grows: recall never waits for a window to fill.
+A window still open (fewer than WINDOW messages, the session may go on) is stored too once its
+session is quiet (`pending_windows`' `quiet_before`; the indexer's QUIET_SECONDS), and is embedded
+again with its new messages if the session goes on; while it waits, the watermark stays before it
+and recall finds its messages by their words. The read past the watermark skips messages a stored
+window covers, so a waiting window does not make the others be read again.
 A model change is a new `model` value: its backlog starts at 0, and rows of other models are
 replaced as the indexer goes (ranking only reads rows of the model in use).
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from gateway.storage.conn import Conn
 
@@ -82,52 +85,70 @@ def stored(conn: Conn, model: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def _window_text(rows: list[tuple[int, str, str]]) -> str:
-    return "\n".join(f"{role}: {(content or '')[:MESSAGE_CHARS]}" for _, role, content in rows)
+def _window_text(rows: list[tuple[int, str, str, float]]) -> str:
+    return "\n".join(f"{role}: {(content or '')[:MESSAGE_CHARS]}" for _, role, content, _ in rows)
 
 
-def pending_windows(conn: Conn, model: str, max_messages: int) -> tuple[list[Window], int]:
-    """The windows to embed for the next (at most) `max_messages` messages past the watermark, and
-    the id the watermark moves to once they are stored. A session's open window is rebuilt with
-    its new messages."""
+class Pending(NamedTuple):
+    windows: list[Window]  # to embed now
+    upto: int  # where the watermark moves once they are stored
+    waiting_since: float | None  # the earliest last word among the sessions whose open window waits
+
+
+def pending_windows(conn: Conn, model: str, max_messages: int, quiet_before: float | None = None) -> Pending:
+    """The windows to embed for the next (at most) `max_messages` messages past the watermark that
+    no stored window covers yet. A session's open window is rebuilt with its new messages; with
+    `quiet_before`, an open window whose newest message is later than that waits (its session is
+    still talking, and will likely fill it), and the watermark stays before it."""
     upto = progress(conn, model)
     rows = conn.execute(
-        f"""SELECT id, session_id, role, content FROM messages
+        f"""SELECT id, session_id, role, content, timestamp FROM messages
             WHERE id > ? AND role IN ('user', 'assistant') AND {_VISIBLE}
+            AND id > coalesce((SELECT last_id FROM message_vectors WHERE message_vectors.session_id =
+                messages.session_id AND {conn.dialect.model_filter} = ? ORDER BY first_id DESC LIMIT 1), 0)
             ORDER BY id LIMIT ?""",
-        (upto, max_messages),
+        (upto, model, max_messages),
     ).fetchall()
     if not rows:
-        return [], upto
+        return Pending([], upto, None)
     new_upto = int(rows[-1][0])
-    by_session: dict[str, list[tuple[int, str, str]]] = {}
-    for mid, sid, role, content in rows:
+    by_session: dict[str, list[tuple[int, str, str, float]]] = {}
+    for mid, sid, role, content, ts in rows:
         if (content or "").strip():
-            by_session.setdefault(sid, []).append((int(mid), role, content))
+            by_session.setdefault(sid, []).append((int(mid), role, content, float(ts)))
     windows: list[Window] = []
+    waiting: list[Window] = []
+    waiting_since: float | None = None
+    hold = new_upto
     for sid, fresh in by_session.items():
         last = conn.execute(
             "SELECT first_id, last_id FROM message_vectors WHERE session_id = ? AND model = ? "
             "ORDER BY first_id DESC LIMIT 1",
             (sid, model),
         ).fetchone()
-        covered = int(last[1]) if last else 0
-        fresh = [r for r in fresh if r[0] > covered]
-        if not fresh:
-            continue
         if last is not None:  # the last stored window may still be open: take its messages back in
             earlier = conn.execute(
-                f"""SELECT id, role, content FROM messages
+                f"""SELECT id, role, content, timestamp FROM messages
                     WHERE session_id = ? AND id >= ? AND id <= ? AND role IN ('user', 'assistant')
                     AND {_VISIBLE} AND content IS NOT NULL AND trim(content) != '' ORDER BY id""",
-                (sid, int(last[0]), covered),
+                (sid, int(last[0]), int(last[1])),
             ).fetchall()
             if 0 < len(earlier) < WINDOW:
-                fresh = [(int(i), r, c) for i, r, c in earlier] + fresh
+                fresh = [(int(i), r, c, float(t)) for i, r, c, t in earlier] + fresh
         for start in range(0, len(fresh), WINDOW):
             chunk = fresh[start : start + WINDOW]
-            windows.append(Window(sid, chunk[0][0], chunk[-1][0], _window_text(chunk), len(chunk)))
-    return windows, new_upto
+            window = Window(sid, chunk[0][0], chunk[-1][0], _window_text(chunk), len(chunk))
+            newest = max(r[3] for r in chunk)
+            if len(chunk) < WINDOW and quiet_before is not None and newest > quiet_before:
+                waiting.append(window)
+                waiting_since = newest if waiting_since is None else min(waiting_since, newest)
+                hold = min(hold, min(r[0] for r in chunk if r[0] > (int(last[1]) if last else 0)) - 1)
+            else:
+                windows.append(window)
+    if waiting and not windows and len(rows) == max_messages:
+        # the whole batch is open windows still talking: holding would read the same batch again
+        return Pending(waiting, new_upto, None)
+    return Pending(windows, hold, waiting_since)
 
 
 def store_op(model: str, windows: list[Window], vectors: list[bytes], upto: int, expected_upto: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -194,6 +195,65 @@ def test_the_background_indexer_embeds_what_is_committed(db, endpoint):
     indexer.start()
     try:
         add(db, "a", ["car one", "car two", "car three"])
+        wait_until_blocking(lambda: stats(db, embedder.model)["backlog"] == 0, 20)
+        assert len(windows(db, embedder.model)) == 1
+    finally:
+        indexer.stop()
+
+
+def embedded_messages(endpoint) -> list[int]:
+    """Messages in each text the endpoint was asked to embed (a window's text is a line a message)."""
+    return [len(text.split("\n")) for r in endpoint.fake.embedding_requests for text in r["input"]]
+
+
+def test_a_steady_stream_embeds_each_window_once(db, endpoint):
+    # three sessions talking at once, a message a second, the indexer keeping up after each one
+    embedder = endpoint.embedder()
+    start = 1.7e9
+    for sid in "abc":
+        db.create_session(sid, "telegram", user_id="tom", started_at=start)
+    for i in range(24):
+        now = start + i
+        db.append_message("abc"[i % 3], "user" if i // 3 % 2 == 0 else "assistant", f"car talk {i}", timestamp=now)
+        while index_step(db, embedder, quiet_seconds=120.0, now=now).advanced:
+            pass
+    assert embedded_messages(endpoint) == [4] * 6  # re-embedding each open window: 1 + 2 + 3 + 4 a window
+    assert [w[2] - w[1] for w in windows(db, embedder.model)] == [9] * 6  # 4 messages, 3 apart in id
+    assert stats(db, embedder.model)["backlog"] == 0
+
+
+def test_a_quiet_open_window_gets_its_vector_after_the_debounce_and_is_found_by_words_meanwhile(db, endpoint):
+    embedder = endpoint.embedder()
+    add(db, "old", ["my wife needs the car", "take the bus"], started=1.6e9)
+    start = 1.7e9
+    ids = add(db, "new", ["the prius broke down", "sorry to hear"], started=start)  # timestamps start, start + 1
+    step = index_step(db, embedder, quiet_seconds=120.0, now=start + 60)
+    assert step.advanced and step.due == start + 1 + 120  # the quiet window of "old" only
+    assert [w[0] for w in windows(db, embedder.model)] == ["old"]
+    assert stats(db, embedder.model)["backlog"] == 2
+    assert not index_step(db, embedder, quiet_seconds=120.0, now=start + 120).advanced
+    hits = find_sessions(db, "what broke down, the prius?", embedder=embedder, see_all=True)
+    assert [h.session_id for h in hits][:1] == ["new"]  # no vector yet: the words find it
+    assert index_step(db, embedder, quiet_seconds=120.0, now=start + 121).advanced
+    assert [(w[0], w[1], w[2]) for w in windows(db, embedder.model)][1:] == [("new", ids[0], ids[1])]
+    assert stats(db, embedder.model)["backlog"] == 0
+
+
+def test_a_batch_of_nothing_but_talking_sessions_is_embedded_rather_than_read_again(db, endpoint):
+    embedder = endpoint.embedder()
+    for sid in "abcd":
+        add(db, sid, [f"car {sid}"])
+    assert index_step(db, embedder, batch=4, quiet_seconds=120.0, now=1.7e9).advanced
+    assert len(windows(db, embedder.model)) == 4
+
+
+def test_the_background_indexer_embeds_a_quiet_open_window_with_no_commit_to_wake_it(db, endpoint):
+    embedder = endpoint.embedder()
+    indexer = BackgroundIndexer(db, embedder, quiet_seconds=0.3)
+    indexer.start()
+    try:
+        db.create_session("a", "telegram", user_id="tom")
+        db.append_message("a", "user", "car one", timestamp=time.time())
         wait_until_blocking(lambda: stats(db, embedder.model)["backlog"] == 0, 20)
         assert len(windows(db, embedder.model)) == 1
     finally:

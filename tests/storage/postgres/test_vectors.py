@@ -48,7 +48,7 @@ def test_two_replicas_storing_the_same_batch_store_it_once(pg_dsn: str) -> None:
         for text in ["did you meet anyone?", "a woman at the cafe"]:
             first.append_message("s", "user", text)
         model = "m"
-        windows, upto = first.read(lambda conn: vectors.pending_windows(conn, model, 100))
+        windows, upto, _ = first.read(lambda conn: vectors.pending_windows(conn, model, 100))
         blobs = [vectors.quantise(concept_embedding(w.text)) for w in windows]
         with psycopg.connect(pg_dsn) as raw:  # the first replica's commit, held open
             assert vectors.store_op(model, windows, blobs, upto, 0)(Connection(raw), [])
@@ -82,7 +82,10 @@ async def test_one_replica_embeds_the_shared_backlog_and_another_takes_over(pg_d
     dbs = [PostgresSessionDB(pg_dsn) for _ in range(3)]
     writer = dbs[2]  # a third replica's commits: they reach no commit listener of the other two
     leases = [SharedLeases(db, pg_dsn) for db in dbs[:2]]
-    indexers = [BackgroundIndexer(db, served.embedder(), poll_seconds=EMBED_POLL_SECONDS) for db in dbs[:2]]
+    # quiet_seconds 0: each message's window at once (the debounce has its own tests in test_semantic.py)
+    indexers = [
+        BackgroundIndexer(db, served.embedder(), poll_seconds=EMBED_POLL_SECONDS, quiet_seconds=0.0) for db in dbs[:2]
+    ]
     model = str(indexers[0].embedder.model)
     try:
         for lease, indexer in zip(leases, indexers):

@@ -47,7 +47,6 @@ def parse_message_key(key: str) -> tuple[str | None, int]:
     return (chat or None), int(mid)
 
 
-
 def update_to_inbound(
     update: Update,
     raw: dict[str, Any],

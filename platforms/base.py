@@ -18,7 +18,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable, Coroutine, Literal, Protocol
 
 from gateway.language import Language
 from gateway.source import Platform, SessionSource
@@ -230,6 +230,7 @@ class PlatformAdapter(abc.ABC):
         self._ready = False
         self._ready_detail = "not started"
         self.last_alive: float | None = None
+        self._background: set[asyncio.Task] = set()  # `_spawn`ed work, held until done
 
     # -- lifecycle -------------------------------------------------------------------------
     @abc.abstractmethod
@@ -286,6 +287,19 @@ class PlatformAdapter(abc.ABC):
         platform file id), for a message taken up after a restart. Default: not possible (the
         person is told the file could not be downloaded; its name and the text are kept)."""
         return None
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """Run `work` in the background (held here: the loop keeps only a weak reference to a task)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _cancel_spawned(self) -> None:
+        """On stop: cancel what `_spawn` started and wait for it to unwind."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     def pacer(self, name: str, limit: int, window: float) -> EditPacer:
         """This adapter's pacer `name` (made on first use): replies in one chat share its budget."""

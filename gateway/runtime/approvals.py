@@ -7,8 +7,9 @@ answer is running in it, as `/stop` is); bare, they answer this person's oldest 
 chat, with an id that request. In a group only the person whose turn it is, or an admin, may
 answer. No answer within `mcp.approval_timeout_seconds` is a denial. The decision goes back to the
 turn (journaled with the call: gateway.runtime.mcp_calls) and the turn goes on either way; the
-question is then settled where the adapter can show it (`settle_choice`: Feishu's card says what was
-decided, its buttons gone).
+question is then settled where the adapter can show it (`settle_choice`: Feishu's card, Telegram's
+and Discord's message say what was decided, their buttons gone; in the background, so a slow or
+rate-limited platform never holds up the call).
 
 Pending requests live in memory: a turn waiting for an answer is a running turn, and a crash
 reruns the turn, which asks again (nothing was sent to the server before the answer).

@@ -289,6 +289,7 @@ class DiscordAdapter(PlatformAdapter):
         if self._watchdog:
             await self._watchdog.stop()
             self._watchdog = None
+        await self._cancel_spawned()
         if self.client is not None:
             await self.client.close()
         await cancel_and_wait(self._task)
@@ -644,6 +645,23 @@ class DiscordAdapter(PlatformAdapter):
             raise RuntimeError(f"discord send to {channel.id} failed: {exc.status} {exc.text}") from exc
         self._sent_ids.put(sent.id, True)
         return [str(sent.id)]
+
+    async def settle_choice(self, source: SessionSource, message_ids: list[str], text: str) -> None:
+        # In the background: discord.py sleeps through a 429, which must not hold up the tool call
+        # the decision lets run.
+        self._spawn(self._settle(source, message_ids, text))
+
+    async def _settle(self, source: SessionSource, message_ids: list[str], text: str) -> None:
+        """The question becomes `text` without its buttons (`view=None` sends no components),
+        paced with the channel's streamed replies (the same budget)."""
+        pacer, key = self.pacer("channel", *CHANNEL_PACE), str(source.thread_id or source.chat_id)
+        for message_id in message_ids:
+            await pacer.wait(key)
+            pacer.record(key)
+            try:
+                await self._channel(source).get_partial_message(int(message_id)).edit(content=text, view=None)
+            except Exception as exc:  # the answer to the press (or the timeout's result) still says it
+                log.warning("discord: question %s not settled: %s", message_id, exc)
 
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         if self.message_length(text) > DISCORD_LIMIT:

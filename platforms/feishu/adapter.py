@@ -114,7 +114,6 @@ class FeishuAdapter(PlatformAdapter):
         self.bot_name: str | None = None
         self._on_message: MessageHandler | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task] = set()
         self._sent_ids = _Lru()  # messages the bot sent (for reply_to_bot)
         self._parents = _Lru()  # replied-to message id -> sent by this bot? (looked up)
         self._chains: dict[str, asyncio.Task] = {}  # chat -> its latest delivery (keeps order)
@@ -160,10 +159,7 @@ class FeishuAdapter(PlatformAdapter):
         if self._supervisor:
             await self._supervisor
             self._supervisor = None
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._cancel_spawned()
         self.set_ready(False, "stopped")
 
     async def _load_bot_info(self, wait: float) -> None:
@@ -195,12 +191,6 @@ class FeishuAdapter(PlatformAdapter):
                 return
             except asyncio.TimeoutError:
                 pass
-
-    def _spawn(self, coro: Any) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # -- long connection ---------------------------------------------------------------------------
     async def _supervise(self) -> None:

@@ -61,7 +61,7 @@ from platforms.telegram.calls import (
 from platforms.telegram.format import to_markdown_v2
 from platforms.telegram.inbound import file_opener, message_key, parse_message_key, update_to_inbound
 from platforms.telegram.settings import TelegramSettings
-from platforms.telegram.stream import telegram_reply
+from platforms.telegram.stream import pacer_for, telegram_reply
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,6 @@ class TelegramAdapter(PlatformAdapter):
         self._failed: set[int] = set()  # polled updates the gateway could not store: poll them again
         self._loop_task: asyncio.Task | None = None
         self._watchdog: Watchdog | None = None
-        self._tasks: set[asyncio.Task] = set()
         self._commands: dict[str, str] = {}
         self._bot_id: int | None = None
         self._standby = False  # replicas: another replica polls; this one only sends (lead())
@@ -262,8 +261,7 @@ class TelegramAdapter(PlatformAdapter):
             self._watchdog = None
         await cancel_and_wait(self._loop_task)
         self._loop_task = None
-        for task in list(self._tasks):
-            await cancel_and_wait(task)
+        await self._cancel_spawned()
         await self._shutdown_app()
         self.set_ready(False, "stopped")
 
@@ -464,9 +462,7 @@ class TelegramAdapter(PlatformAdapter):
         return inbound
 
     def _answer_press(self, query_id: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._call(lambda: self.bot.answer_callback_query(query_id)))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._call(lambda: self.bot.answer_callback_query(query_id)))
 
     def reopen(self, msg: InboundMessage, attachment: Attachment) -> Callable[[], AsyncIterator[bytes]] | None:
         file_id = attachment.platform_file_id
@@ -549,6 +545,22 @@ class TelegramAdapter(PlatformAdapter):
         msg = await self._call(lambda: self.bot.send_message(chat_id, text, reply_markup=keyboard, **kwargs))
         return [message_key(msg.chat_id, msg.message_id)]
 
+    async def settle_choice(self, source: SessionSource, message_ids: list[str], text: str) -> None:
+        # In the background: a flood wait (seconds) must not hold up the tool call the decision lets run.
+        self._spawn(self._settle(source, message_ids, text))
+
+    async def _settle(self, source: SessionSource, message_ids: list[str], text: str) -> None:
+        """The question becomes `text`: editMessageText without `reply_markup` drops the keyboard.
+        Paced with the chat's streamed replies (the same per-chat budget)."""
+        pacer, key = pacer_for(self, source), str(source.chat_id)
+        for message_id in message_ids:
+            await pacer.wait(key)
+            pacer.record(key)
+            try:  # plain, as the question went
+                await self._edit_chunk(source, message_id, text, markup=False)
+            except Exception as exc:  # the answer to the press (or the timeout's result) still says it
+                log.warning("telegram: question %s not settled: %s", message_id, brief(exc))
+
     async def edit(self, source: SessionSource, message_id: str, text: str) -> None:
         chunks = self.split(text) or [text]
         try:
@@ -604,9 +616,7 @@ class TelegramAdapter(PlatformAdapter):
     def bot_commands(self, commands: dict[str, str]) -> None:
         self._commands = dict(commands)
         if self._app is not None and self._bot_id is not None:
-            task = asyncio.get_running_loop().create_task(self._push_commands_logged())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._push_commands_logged())
 
     async def _push_commands_logged(self) -> None:
         try:

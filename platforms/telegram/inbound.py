@@ -15,7 +15,7 @@ import logging
 import re
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from telegram import Message, MessageEntity, Update
+from telegram import MaybeInaccessibleMessage, Message, MessageEntity, Update
 
 from gateway.source import Platform, SessionSource
 from platforms.base import Attachment, AttachmentKind, InboundMessage
@@ -34,8 +34,15 @@ def message_key(chat_id: int | str, message_id: int | str) -> str:
     return f"{chat_id}:{message_id}"
 
 
+def press_key(query_id: str, pressed: MaybeInaccessibleMessage) -> str:
+    """A button press's id: the callback query's (a redelivered update is the same press), then the
+    pressed message's key, so a reply to the press goes under the question pressed."""
+    return f"press:{query_id}:{message_key(pressed.chat.id, pressed.message_id)}"
+
+
 def parse_message_key(key: str) -> tuple[str | None, int]:
-    """Inverse of `message_key`; also accepts a bare Telegram message id."""
+    """Inverse of `message_key`; also accepts a bare Telegram message id, and a press's id (its
+    number is the pressed message's: `press_key`)."""
     chat, _, mid = str(key).rpartition(":")
     return (chat or None), int(mid)
 
@@ -133,8 +140,7 @@ def _button_press(update: Update, raw: dict[str, Any]) -> InboundMessage | None:
         thread_id=str(thread) if thread else None,
         chat_name=chat.title or chat.full_name,
     )
-    # the press's own id is its event id (a redelivered update is the same press)
-    return InboundMessage(source=source, text=query.data, message_id=f"press:{query.id}", mentioned=True, raw=raw)
+    return InboundMessage(source=source, text=query.data, message_id=press_key(query.id, held), mentioned=True, raw=raw)
 
 
 def message_attachments(msg: Message, fetch: FetchFile | None) -> list[Attachment]:

@@ -668,6 +668,7 @@ class FakeDiscord:
                 return _json({"message": "Invalid Form Body", "code": 50035}, 400)
         data = self.message_payload(channel_id, self.bot_user, content, reply_to=reply_to)
         data["request"] = body  # what the client sent (allowed_mentions etc.), for assertions
+        data["components"] = (body or {}).get("components") or []
         if nonce is not None:
             data["nonce"] = nonce
             if (body or {}).get("enforce_nonce"):
@@ -688,6 +689,8 @@ class FakeDiscord:
         if len(content) > 2000:
             return _json({"message": "Invalid Form Body", "code": 50035}, 400)
         message["content"] = content
+        if "components" in (body or {}):  # as on Discord, an edit that leaves them out keeps them
+            message["components"] = body["components"]
         message["edited_timestamp"] = _iso()
         self.edits.append({"id": str(message_id), "content": content})
         return _json({k: v for k, v in message.items() if k != "request"})

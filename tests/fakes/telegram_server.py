@@ -7,9 +7,9 @@ method names case-insensitive) and answers in the Bot API envelope
 Implemented: getMe, getUpdates (long poll with timeout and offsets; 409 while a webhook is set;
 an older poll is terminated with 409 when a newer one arrives), sendMessage (MarkdownV2 really
 parsed: unescaped reserved characters and unclosed entities give the real 400 "can't parse
-entities"; 4096 UTF-16 unit limit after entity parsing), editMessageText, sendChatAction,
-setMyCommands, deleteWebhook, setWebhook (updates are then POSTed to the webhook URL with the
-secret header), getWebhookInfo.
+entities"; 4096 UTF-16 unit limit after entity parsing), editMessageText (without `reply_markup` it
+drops the inline keyboard, as Telegram does), sendChatAction, setMyCommands, deleteWebhook,
+setWebhook (updates are then POSTed to the webhook URL with the secret header), getWebhookInfo.
 
 Flood control (opt in with `pace_chats=True`): like Telegram, a chat takes about one message or
 edit a second (private) and one per 3 s (groups) -- sendMessage, editMessageText and deleteMessage
@@ -559,7 +559,8 @@ class FakeTelegram:
             raise ApiError(400, "Bad Request: message to edit not found")
         rendered = self._render(str(p.get("text") or ""), p.get("parse_mode"))
         stored = self.messages[key]
-        if stored.get("text") == rendered:
+        markup = _json(p.get("reply_markup"))  # absent: like Telegram, the edit drops the inline keyboard
+        if stored.get("text") == rendered and stored.get("reply_markup") == markup:
             raise ApiError(
                 400,
                 "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message",
@@ -567,6 +568,10 @@ class FakeTelegram:
         stored.update(
             text=rendered, edit_date=int(time.time()), _raw_text=p.get("text"), _parse_mode=p.get("parse_mode")
         )
+        if markup is None:
+            stored.pop("reply_markup", None)
+        else:
+            stored["reply_markup"] = markup
         return {k: v for k, v in stored.items() if not k.startswith("_")}
 
     async def _api_deletemessage(self, p: dict) -> bool:

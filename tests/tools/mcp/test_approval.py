@@ -3,12 +3,14 @@ waits; `/approve` and `/deny` are answered while it runs (ahead of the chat's qu
 the request's id; in a group only the person whose turn it is, or an admin, may answer; no answer
 in time is a denial; the decision is journaled with the call and the turn goes on. On Telegram the
 question carries inline buttons, on Discord message components (the real adapters against the
-fakes), and a press answers it."""
+fakes), and a press answers it; once decided (or timed out) the question shows the outcome, its
+buttons gone."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import pytest
 
@@ -113,58 +115,115 @@ async def test_tools_lists_what_the_agent_may_use_with_approval_marked(tmp_path:
         assert "fake.echo: Say the text back." in lines
 
 
-@pytest.mark.parametrize(
-    "language_code, question_text, labels",
-    [
-        (None, 'Run fake.count {"label": "t"}? /approve 1 or /deny 1', ("Approve", "Deny")),
-        ("zh-hans", '要运行 fake.count {"label": "t"} 吗？发送 /approve 1 批准，或 /deny 1 拒绝。', ("批准", "拒绝")),
-    ],
-)
-async def test_telegram_inline_buttons_approve_through_the_real_adapter(
-    tmp_path: Path, language_code: str | None, question_text: str, labels: tuple[str, str]
-) -> None:
+@asynccontextmanager
+async def telegram_gateway(tmp_path: Path, counter: Path, **mcp: Any) -> AsyncIterator[tuple[Gateway, FakeTelegram]]:
+    """A gateway on the real Telegram adapter against the fake; Ann (42) may talk, in any chat."""
     telegram = await FakeTelegram().start()
     section = {
         "token": telegram.token,
         "base_url": telegram.base_url,
         "poll_timeout": 1,
         "allowed_users": ["42"],
+        "require_mention": False,
     }
-    counter = tmp_path / "calls.txt"
     server = stdio_server(counter, require_approval=True)
     try:
         async with Gateway(
             tmp_path,
             adapter=TelegramAdapter(section),  # type: ignore[arg-type]
             platforms={"telegram": section},
-            mcp={"servers": {"fake": server}},
+            mcp={"servers": {"fake": server}, **mcp},
         ) as gw:
             assert gw.fake is not None
-            script_count(gw, "t")
-            ann = {**FakeTelegram.user(42, "Ann", "ann"), **({"language_code": language_code} if language_code else {})}
-            chat = telegram.private_chat(ann)
-            telegram.push_message(chat, ann, "count t")
-
-            def question() -> list[dict[str, Any]]:
-                return [m for m in telegram.sent(42) if m.get("reply_markup")]
-
-            (held,) = await wait_until(question, 30)
-            assert held["text"] == question_text  # in the language of the person's app
-            buttons = held["reply_markup"]["inline_keyboard"][0]
-            assert [(b["text"], b["callback_data"]) for b in buttons] == [
-                (labels[0], "/approve 1"),
-                (labels[1], "/deny 1"),
-            ]
-            assert calls(counter) == []
-            telegram.press(held, ann, buttons[0]["callback_data"])
-            await wait_until(lambda: any(m["text"] == "result: counted t" for m in telegram.sent(42)), 30)
-            assert calls(counter) == ["t"]
-            await wait_until(lambda: telegram.answered_presses == ["1"])  # the button stopped spinning
+            yield gw, telegram
     finally:
         await telegram.stop()
 
 
-async def test_discord_buttons_approve_through_the_real_adapter(tmp_path: Path) -> None:
+async def telegram_question(telegram: FakeTelegram, chat_id: int) -> dict[str, Any]:
+    """The approval question the bot sent to `chat_id` (the message with buttons), once it is there."""
+    (held,) = await wait_until(lambda: [m for m in telegram.sent(chat_id) if m.get("reply_markup")], 30)
+    return held
+
+
+async def telegram_settled(telegram: FakeTelegram, question: dict[str, Any], text: str) -> None:
+    """Waits until the question shows `text`, its buttons gone."""
+    key = (question["chat"]["id"], question["message_id"])
+    await wait_until(
+        lambda: telegram.messages[key]["text"] == text and "reply_markup" not in telegram.messages[key], 30
+    )
+
+
+@pytest.mark.parametrize(
+    "language_code, question_text, labels, approved",
+    [
+        (None, 'Run fake.count {"label": "t"}? /approve 1 or /deny 1', ("Approve", "Deny"), "Approved"),
+        (
+            "zh-hans",
+            '要运行 fake.count {"label": "t"} 吗？发送 /approve 1 批准，或 /deny 1 拒绝。',
+            ("批准", "拒绝"),
+            "已批准",
+        ),
+    ],
+)
+async def test_telegram_inline_buttons_approve_through_the_real_adapter(
+    tmp_path: Path, language_code: str | None, question_text: str, labels: tuple[str, str], approved: str
+) -> None:
+    counter = tmp_path / "calls.txt"
+    async with telegram_gateway(tmp_path, counter) as (gw, telegram):
+        script_count(gw, "t")
+        ann = {**FakeTelegram.user(42, "Ann", "ann"), **({"language_code": language_code} if language_code else {})}
+        chat = telegram.private_chat(ann)
+        telegram.push_message(chat, ann, "count t")
+        held = await telegram_question(telegram, 42)
+        assert held["text"] == question_text  # in the language of the person's app
+        buttons = held["reply_markup"]["inline_keyboard"][0]
+        assert [(b["text"], b["callback_data"]) for b in buttons] == [
+            (labels[0], "/approve 1"),
+            (labels[1], "/deny 1"),
+        ]
+        assert calls(counter) == []
+        telegram.press(held, ann, buttons[0]["callback_data"])
+        await wait_until(lambda: any(m["text"] == "result: counted t" for m in telegram.sent(42)), 30)
+        assert calls(counter) == ["t"]
+        await wait_until(lambda: telegram.answered_presses == ["1"])  # the button stopped spinning
+        sep = ": " if language_code is None else "："
+        await telegram_settled(telegram, held, approved + sep + 'fake.count {"label": "t"}')
+
+
+async def test_telegram_a_press_in_a_group_is_answered_under_the_question(tmp_path: Path) -> None:
+    """The press's callback query id ("1") is no message number: the message numbered 1 in the
+    group is Ann's "count g", which the answer must not go under."""
+    async with telegram_gateway(tmp_path, tmp_path / "calls.txt") as (gw, telegram):
+        script_count(gw, "g")
+        ann = FakeTelegram.user(42, "Ann", "ann")
+        group = telegram.group_chat(-500, "Team")
+        asking = telegram.push_message(group, ann, "count g")
+        held = await telegram_question(telegram, -500)
+        telegram.press(held, ann, "/approve 1")
+        text = 'Approved: fake.count {"label": "g"}'
+        question_id = held["message_id"]
+        (answer,) = await wait_until(
+            lambda: [m for m in telegram.sent(-500) if m["text"] == text and m["message_id"] != question_id], 30
+        )
+        assert answer["reply_to_message"]["message_id"] == question_id != asking["message_id"]
+        await telegram_settled(telegram, held, text)
+
+
+async def test_telegram_a_question_nobody_answers_is_settled_as_not_approved_in_time(tmp_path: Path) -> None:
+    counter = tmp_path / "calls.txt"
+    async with telegram_gateway(tmp_path, counter, approval_timeout_seconds=1) as (gw, telegram):
+        script_count(gw, "n")
+        ann = FakeTelegram.user(42, "Ann", "ann")
+        telegram.push_message(telegram.private_chat(ann), ann, "count n")
+        held = await telegram_question(telegram, 42)
+        await telegram_settled(telegram, held, 'Not approved in time: fake.count {"label": "n"}')
+        assert calls(counter) == []
+
+
+@asynccontextmanager
+async def discord_gateway(tmp_path: Path, counter: Path, **mcp: Any) -> AsyncIterator[tuple[Gateway, FakeDiscord]]:
+    """A gateway on the real Discord adapter against the fake (guild 500, channel 600); Ann (42) may talk."""
     discord = FakeDiscord(heartbeat_interval_ms=500)
     discord.add_guild(500, "Team")
     discord.add_text_channel(500, 600, "general")
@@ -177,28 +236,55 @@ async def test_discord_buttons_approve_through_the_real_adapter(tmp_path: Path) 
         "allowed_users": ["42"],
         "require_mention": False,
     }
-    counter = tmp_path / "calls.txt"
     adapter = DiscordAdapter(section)
     try:
         async with Gateway(
             tmp_path,
             adapter=adapter,  # type: ignore[arg-type]
             platforms={"discord": section},
-            mcp={"servers": {"fake": stdio_server(counter, require_approval=True)}},
+            mcp={"servers": {"fake": stdio_server(counter, require_approval=True)}, **mcp},
         ) as gw:
             assert gw.fake is not None
             await wait_until(lambda: adapter.health().ready, 30)
-            script_count(gw, "d")
-            ann = discord.user(42, "ann")
-            await discord.user_says(600, ann, "count d")
-            (held,) = await wait_until(lambda: [m for m in discord.sent if m["request"].get("components")], 30)
-            buttons = held["request"]["components"][0]["components"]
-            assert [(b["label"], b["custom_id"]) for b in buttons] == [("Approve", "/approve 1"), ("Deny", "/deny 1")]
-            bob_press = await discord.press(held, discord.user(43, "bob"), "/approve 1")  # not allowed to talk
-            assert calls(counter) == []
-            await discord.press(held, ann, "/approve 1")
-            await wait_until(lambda: any(m["content"] == "result: counted d" for m in discord.sent), 30)
-            assert calls(counter) == ["d"]
-            assert discord.interactions[bob_press]["responses"]  # acknowledged, nothing more
+            yield gw, discord
     finally:
         await discord.stop()
+
+
+async def discord_question(discord: FakeDiscord) -> dict[str, Any]:
+    (held,) = await wait_until(lambda: [m for m in discord.sent if m["request"].get("components")], 30)
+    return held
+
+
+async def discord_settled(discord: FakeDiscord, question: dict[str, Any], text: str) -> None:
+    """Waits until the question shows `text`, its buttons gone."""
+    stored = discord.messages[int(question["id"])]
+    await wait_until(lambda: stored["content"] == text and stored["components"] == [], 30)
+
+
+async def test_discord_buttons_approve_through_the_real_adapter(tmp_path: Path) -> None:
+    counter = tmp_path / "calls.txt"
+    async with discord_gateway(tmp_path, counter) as (gw, discord):
+        script_count(gw, "d")
+        ann = discord.user(42, "ann")
+        await discord.user_says(600, ann, "count d")
+        held = await discord_question(discord)
+        buttons = held["request"]["components"][0]["components"]
+        assert [(b["label"], b["custom_id"]) for b in buttons] == [("Approve", "/approve 1"), ("Deny", "/deny 1")]
+        bob_press = await discord.press(held, discord.user(43, "bob"), "/approve 1")  # not allowed to talk
+        assert calls(counter) == []
+        await discord.press(held, ann, "/approve 1")
+        await wait_until(lambda: any(m["content"] == "result: counted d" for m in discord.sent), 30)
+        assert calls(counter) == ["d"]
+        assert discord.interactions[bob_press]["responses"]  # acknowledged, nothing more
+        await discord_settled(discord, held, 'Approved: fake.count {"label": "d"}')
+
+
+async def test_discord_a_question_nobody_answers_is_settled_as_not_approved_in_time(tmp_path: Path) -> None:
+    counter = tmp_path / "calls.txt"
+    async with discord_gateway(tmp_path, counter, approval_timeout_seconds=1) as (gw, discord):
+        script_count(gw, "n")
+        await discord.user_says(600, discord.user(42, "ann"), "count n")
+        held = await discord_question(discord)
+        await discord_settled(discord, held, 'Not approved in time: fake.count {"label": "n"}')
+        assert calls(counter) == []

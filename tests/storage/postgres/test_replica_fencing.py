@@ -22,6 +22,7 @@ from gateway.storage.postgres.connection import Connection
 from gateway.storage.postgres.db import PostgresSessionDB
 from tests.fakes.chat_adapter import ChatAdapter
 from tests.fakes.gateway_harness import make_config
+from tests.fakes.loopback import wait_until
 from tests.fakes.openai_server import FakeOpenAI
 
 pytestmark = pytest.mark.slow  # left out of a quick local run (`pytest -m "not slow"`); CI runs it
@@ -134,6 +135,40 @@ async def test_an_entry_committed_late_with_a_lower_id_is_run_though_its_wake_up
             await runner.leases.settled()
             await runner.drain()
             assert adapter.texts() == ["echo: hello", "echo: admitted on A", "echo: admitted on B"]
+        finally:
+            await runner.stop()
+
+
+async def test_a_turn_refused_for_a_lease_lost_keeps_the_queue_the_lease_claimed_again_read(db, pg_dsn, tmp_path):
+    """Postgres restarted under a turn: the registry's session ended (every lease given up), the
+    replica registered again and claimed the chat anew, its take-up queuing the chat's open entries
+    behind the turn. The turn's commit is refused (it was fenced with the old lease); that must not
+    drop the queue the new lease read, as it did: nothing read those entries again while the chat
+    stayed here (or only when its next message came, after a reply of another that had survived)."""
+    async with FakeOpenAI() as fake:
+        runner, adapter = replica(tmp_path, db, pg_dsn, fake)
+        await runner.start()
+        try:
+            await adapter.inject("hello")
+            await runner.drain()
+            key = runner.store.key_for(adapter.source("100", "100", "dm"))
+            leases = runner.leases
+            registered = leases.replica_id
+            fake.gate = asyncio.Event()
+            await adapter.inject("first")  # its turn waits for the model, fenced with the lease held now
+            await fake.wait_requests(2)
+            with psycopg.connect(pg_dsn, autocommit=True) as admin:  # the registry's session ends
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
+                    (replicas.REPLICA_LOCKS,),
+                )
+            await wait_until(lambda: leases.replica_id not in ("", registered), 30)  # registered again
+            assert not leases.holds(key)
+            await adapter.inject("second")  # claims the chat again: both open entries are queued
+            await wait_until(lambda: leases.holds(key) and runner.queue_depth() == 2, 30)
+            fake.gate.set()  # the turn's commit is refused: its lease is gone
+            await runner.drain()
+            assert adapter.texts() == ["echo: hello", "echo: first", "echo: second"]
         finally:
             await runner.stop()
 

@@ -184,7 +184,8 @@ class SoloIntake(Intake):
 
 class SharedIntake(Intake):
     """Replicas: the `LeaseHost` of the leases (see the module doc). A turn whose lease went
-    elsewhere is dropped at its next commit (LeaseLost); its chat's queue here is dropped too."""
+    elsewhere is dropped at its next commit (LeaseLost); its chat's queue here is dropped when the
+    leases give the lease up (`lease_lost`), not by that turn: the chat may be held here again."""
 
     def __init__(self, host: IntakeHost, leases: ChatLeases) -> None:
         super().__init__(host, leases)

@@ -17,7 +17,7 @@ on the mode (one process per home, or replicas on Postgres): the runner hands bo
 `Intake` (gateway.runtime.intake), one object per mode, and only routes. On replicas every write of
 a chat's job, and of a reply or a drop outside one, commits only while this replica holds the
 chat: the runner sets the chat's fence around it (gateway.storage.fence); a turn whose lease went
-elsewhere is dropped at its next commit (LeaseLost) and its chat's queue here with it.
+elsewhere is dropped at its next commit (LeaseLost); its chat's queue here goes when the lease does.
 """
 
 from __future__ import annotations
@@ -358,7 +358,10 @@ class GatewayRunner:
     async def accept(self, lane: ChatLane, msg: InboundMessage) -> Job | None:
         if not await self.intake.accepted(msg):
             return None
-        msg.reply_language = await self.language_of(msg.source)
+        # A storage fault here waits for storage, as a job's does: the lane holds the chat's later
+        # messages meanwhile. Dropping the message let them overtake it (and on replicas nothing
+        # read its entry again while the lease stayed here).
+        msg.reply_language = await self.health.committed(lambda: self.language_of(msg.source))
         command = parse_command(msg.text)
         taken_up = self.intake.taken_up(msg)
         if command is None:
@@ -415,10 +418,13 @@ class GatewayRunner:
                     pass
             raise  # at shutdown it stays unfinished: the next start takes it up again
         except LeaseLost:
+            # The chat's queue is left to the leases (they drop it when they give the lease up): the
+            # chat may be held here again by now (the registry lost and regained across a Postgres
+            # restart), and that queue is then the new lease's, read by its take-up. Dropping it
+            # here lost those entries while the chat stayed here.
             telemetry.annotate("chinwag.outcome", "elsewhere")
-            log.info("chat %s is held by another replica now: this turn is dropped there", lane.key)
+            log.info("chat %s: this turn's lease was given up; its holder now runs the message", lane.key)
             self.inc("turns_fenced_total")
-            self.intake.lease_lost(lane.key)
         except Exception as exc:
             if storage_fault(exc):
                 await self._after_storage_fault(lane, job, exc)

@@ -72,7 +72,7 @@ class StorageHealth:
     async def committed(self, write: Callable[[], Awaitable[T]]) -> T:
         """`write()`'s result, run again after each storage fault once storage commits again: for a
         write that must not be given up (a turn's message while its reply is on screen, the record
-        of a part already sent). A fault reported for a commit that did happen (a connection lost
+        of a part already sent), or a read a chat's next message waits behind (its language). A fault reported for a commit that did happen (a connection lost
         during COMMIT) makes the retry write it twice; the inbox and outbox marks it carries are
         idempotent, a conversation message would be doubled."""
         while True:

@@ -42,6 +42,15 @@ def count(db: PostgresSessionDB, sql: str, *args: Any) -> int:
     return int(db.read(lambda c: c.execute(sql, args).fetchone()[0]))
 
 
+async def held_after_hello(runner: Any, adapter: ChatAdapter) -> str:
+    """The key of the chat "hello" was answered in; this replica holds it."""
+    await adapter.inject("hello")
+    await runner.drain()
+    key = runner.store.key_for(adapter.source("100", "100", "dm"))
+    assert runner.leases.holds(key)
+    return key
+
+
 async def taken_over(db: PostgresSessionDB, dsn: str, key: str) -> replicas.Registry:
     """Another replica claims `key` (its lease expired unnoticed: this one has not beaten since)."""
     other = replicas.Registry(dsn)
@@ -112,10 +121,7 @@ async def test_an_entry_committed_late_with_a_lower_id_is_run_though_its_wake_up
         runner, adapter = replica(tmp_path, db, pg_dsn, fake)
         await runner.start()
         try:
-            await adapter.inject("hello")
-            await runner.drain()
-            key = runner.store.key_for(adapter.source("100", "100", "dm"))
-            assert runner.leases.holds(key)
+            key = await held_after_hello(runner, adapter)
 
             with psycopg.connect(pg_dsn) as raw:  # B's admission: its id now, its commit later
                 late = adapter.message("admitted on B")
@@ -149,9 +155,7 @@ async def test_a_turn_refused_for_a_lease_lost_keeps_the_queue_the_lease_claimed
         runner, adapter = replica(tmp_path, db, pg_dsn, fake)
         await runner.start()
         try:
-            await adapter.inject("hello")
-            await runner.drain()
-            key = runner.store.key_for(adapter.source("100", "100", "dm"))
+            key = await held_after_hello(runner, adapter)
             leases = runner.leases
             registered = leases.replica_id
             fake.gate = asyncio.Event()

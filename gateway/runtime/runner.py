@@ -423,7 +423,7 @@ class GatewayRunner:
             # restart), and that queue is then the new lease's, read by its take-up. Dropping it
             # here lost those entries while the chat stayed here.
             telemetry.annotate("chinwag.outcome", "elsewhere")
-            log.info("chat %s: this turn's lease was given up; its holder now runs the message", lane.key)
+            log.info("chat %s: its lease was given up: this turn is dropped here (its holder runs it)", lane.key)
             self.inc("turns_fenced_total")
         except Exception as exc:
             if storage_fault(exc):

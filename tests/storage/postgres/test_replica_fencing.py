@@ -51,6 +51,18 @@ async def held_after_hello(runner: Any, adapter: ChatAdapter) -> str:
     return key
 
 
+async def registry_lost_and_regained(leases: SharedLeases, dsn: str) -> None:
+    """The replica's registry session ends, as at a server restart: every lease is given up; returns
+    once it has registered again."""
+    registered = leases.replica_id
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
+            (replicas.REPLICA_LOCKS,),
+        )
+    await wait_until(lambda: leases.replica_id not in ("", registered), 30)
+
+
 async def taken_over(db: PostgresSessionDB, dsn: str, key: str) -> replicas.Registry:
     """Another replica claims `key` (its lease expired unnoticed: this one has not beaten since)."""
     other = replicas.Registry(dsn)
@@ -156,25 +168,54 @@ async def test_a_turn_refused_for_a_lease_lost_keeps_the_queue_the_lease_claimed
         await runner.start()
         try:
             key = await held_after_hello(runner, adapter)
-            leases = runner.leases
-            registered = leases.replica_id
             fake.gate = asyncio.Event()
             await adapter.inject("first")  # its turn waits for the model, fenced with the lease held now
             await fake.wait_requests(2)
-            with psycopg.connect(pg_dsn, autocommit=True) as admin:  # the registry's session ends
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
-                    (replicas.REPLICA_LOCKS,),
-                )
-            await wait_until(lambda: leases.replica_id not in ("", registered), 30)  # registered again
-            assert not leases.holds(key)
+            await registry_lost_and_regained(runner.leases, pg_dsn)
+            assert not runner.leases.holds(key)
             await adapter.inject("second")  # claims the chat again: both open entries are queued
-            await wait_until(lambda: leases.holds(key) and runner.queue_depth() == 2, 30)
+            await wait_until(lambda: runner.leases.holds(key) and runner.queue_depth() == 2, 30)
             fake.gate.set()  # the turn's commit is refused: its lease is gone
             await runner.drain()
             assert adapter.texts() == ["echo: hello", "echo: first", "echo: second"]
         finally:
             await runner.stop()
+
+
+async def test_a_message_being_accepted_when_its_chats_lease_went_does_not_run_before_older_ones(pg_dsn, tmp_path):
+    """The chat's queue is dropped when its lease goes (the registry lost at a Postgres restart)
+    while the lane waits to accept a message (its reader's language, read while storage fails).
+    That message must go with the queue: it used to be queued once accepted, and ran under the
+    lease claimed again ahead of the older entries that lease's take-up read (and ran twice)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:  # for the connections made from now on
+        admin.execute(f"ALTER DATABASE {admin.info.dbname} SET lock_timeout = '300ms'")
+    db = PostgresSessionDB(pg_dsn)
+    async with FakeOpenAI() as fake:
+        runner, adapter = replica(tmp_path, db, pg_dsn, fake)
+        await runner.start()
+        try:
+            key = await held_after_hello(runner, adapter)
+            fake.gate = asyncio.Event()
+            await adapter.inject("running")  # its turn waits for the model
+            await fake.wait_requests(2)
+            await adapter.inject("waiting")  # accepted, queued behind it
+            await wait_until(lambda: runner.queue_depth() == 1, 30)
+            with psycopg.connect(pg_dsn) as locker:
+                locker.execute("LOCK TABLE person_settings IN ACCESS EXCLUSIVE MODE")
+                await adapter.inject("accepting")  # its lane waits for storage to read the language
+                await wait_until(lambda: runner.health.failing, 30)
+                await registry_lost_and_regained(runner.leases, pg_dsn)
+                assert not runner.leases.holds(key) and runner.queue_depth() == 0
+                await adapter.inject("after")  # claims the chat again: its open entries are read
+                await wait_until(lambda: runner.leases.holds(key) and runner.queue_depth() == 4, 30)
+                locker.rollback()  # storage works again
+            fake.gate.set()
+            await runner.drain()
+            answers = [text for text in adapter.texts() if text.startswith("echo: ")]  # (not the busy notice)
+            assert answers == ["echo: hello", "echo: running", "echo: waiting", "echo: accepting", "echo: after"]
+        finally:
+            await runner.stop()
+            db.close()
 
 
 class NoChats:

@@ -104,6 +104,7 @@ class ChatLane:
     steered: deque[InboundMessage] = field(default_factory=deque)
     last_ack: float | None = None
     closed: bool = False  # the process is stopping: the running job ends, nothing else starts
+    drops: int = 0  # times what waits was dropped (`drop_waiting`): a message accepted across one goes too
     worker: asyncio.Task | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -143,6 +144,14 @@ class ChatLane:
                 self.steer_queue.get_nowait()
         return dropped
 
+    def drop_waiting(self) -> None:
+        """Another replica runs the chat now: what waits is dropped, and so is the message being
+        accepted (its entry is read again by whoever holds the chat, here too once claimed again;
+        queued once accepted, it ran ahead of the older entries that take-up read)."""
+        self.drops += 1
+        self.inbox.clear()
+        self.clear_pending()
+
     def close(self) -> None:
         """Stopping: what waits is left to the next start (its inbox entries are not done), the
         running job may finish."""
@@ -161,11 +170,14 @@ class ChatLane:
             while True:
                 while self.inbox:
                     msg = self.inbox.popleft()
+                    drops = self.drops
                     try:
                         job = await self.host.accept(self, msg)
                     except Exception:
                         log.exception("accepting a message for %s failed", self.key)
                         job = None
+                    if drops != self.drops:
+                        job = None  # dropped with the chat's queue while it was being accepted
                     if job is not None:
                         with speaking(job.msg.reply_language):  # its notices are in its person's language
                             await self._route(job)

@@ -639,8 +639,7 @@ class GatewayRunner:
     def drop_queue(self, key: str) -> None:
         lane = self.lanes.get(key)
         if lane is not None:
-            lane.clear_pending()
-            lane.inbox.clear()
+            lane.drop_waiting()
 
     @contextlib.contextmanager
     def _fenced(self, key: str) -> Iterator[None]:

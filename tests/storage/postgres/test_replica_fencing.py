@@ -1,7 +1,8 @@
 """Gaps the replica protocol left, pinned on a real private Postgres with in-process runners
 (gateway.service.app.build_runner, the ChatAdapter, FakeOpenAI): a stale replica's command is
-refused at its commit like a turn, and a held chat's entry committed late with a lower id is
-still run when its wake-up was lost."""
+refused at its commit like a turn, a held chat's entry committed late with a lower id is still
+run when its wake-up was lost, and across a registry lost and regained (a Postgres restart) a
+chat's queue is neither lost nor overtaken by what the old lease had under way."""
 
 from __future__ import annotations
 

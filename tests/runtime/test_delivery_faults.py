@@ -62,6 +62,22 @@ def _gauge(metrics: str, name: str) -> float:
     return 0.0
 
 
+class Posts:
+    """Numbered messages posted to the webhook, each chat's in order, each until acknowledged:
+    `sent` the answers each chat expects, in order; `statuses` every response the posts got."""
+
+    def __init__(self, tg: FakeTelegram, http: aiohttp.ClientSession, url: str) -> None:
+        self.tg, self.http, self.url = tg, http, url
+        self.sent: dict[int, list[str]] = collections.defaultdict(list)
+        self.statuses: list[int] = []
+
+    async def chat(self, chat: int, first: int, count: int = 1) -> None:
+        for n in range(first, first + count):
+            update, text = update_for(self.tg, chat, n)
+            self.sent[chat].append("echo: " + text)
+            await post_until_acknowledged(self.http, self.url, update, self.statuses)
+
+
 def _assert_answered_once_in_order(
     tg: FakeTelegram, sent: dict[int, list[str]], home: Path | None, doubles_allowed: int = 0
 ) -> int:
@@ -108,21 +124,16 @@ async def test_sends_refused_for_20s_are_parked_then_delivered_in_order_without_
             )
             await daemon.start()
             await _until(lambda: _ready(http, daemon), 60)
-            statuses: list[int] = []
-            sent: dict[int, list[str]] = collections.defaultdict(list)
-
-            async def post(chat: int, n: int) -> None:
-                update, text = update_for(tg, chat, n)
-                sent[chat].append("echo: " + text)
-                await post_until_acknowledged(http, daemon.url(WEBHOOK), update, statuses)
+            posts = Posts(tg, http, daemon.url(WEBHOOK))
+            sent = posts.sent
 
             chats = [3000 + c for c in range(CHATS)]
-            await asyncio.gather(*(post(chat, 0) for chat in chats))
+            await asyncio.gather(*(posts.chat(chat, 0) for chat in chats))
             await wait_until(lambda: len(answers(tg)) == CHATS, 60)
 
             tg.fail("sendMessage", "server_error", times=1_000_000)  # Telegram failing, for a while
             for n in range(1, 4):
-                await asyncio.gather(*(post(chat, n) for chat in chats))
+                await asyncio.gather(*(posts.chat(chat, n) for chat in chats))
 
             async def parked() -> bool:
                 status, body = await _get(http, daemon.url("/metrics"))
@@ -132,7 +143,7 @@ async def test_sends_refused_for_20s_are_parked_then_delivered_in_order_without_
             await asyncio.sleep(0)
             tg.failures.pop("sendmessage")  # Telegram is back (~20 s on an idle machine)
             for n in range(4, 6):  # later messages must not overtake the parked replies
-                await asyncio.gather(*(post(chat, n) for chat in chats))
+                await asyncio.gather(*(posts.chat(chat, n) for chat in chats))
             await wait_until(lambda: settled(tmp_path), 120)
             _assert_answered_once_in_order(tg, sent, daemon.home)
             assert daemon.proc is not None and daemon.proc.returncode is None  # no restart was needed
@@ -179,19 +190,13 @@ async def test_a_full_filesystem_is_ridden_out_without_a_restart(tmp_path, small
             assert daemon.home == small_home
             await daemon.start()
             await _until(lambda: _ready(http, daemon), 60)
-            statuses: list[int] = []
-            sent: dict[int, list[str]] = collections.defaultdict(list)
+            posts = Posts(tg, http, daemon.url(WEBHOOK))
+            statuses, sent = posts.statuses, posts.sent
             chats = [4000 + c for c in range(CHATS)]
 
-            async def chat_poster(chat: int, first: int, count: int) -> None:
-                for n in range(first, first + count):
-                    update, text = update_for(tg, chat, n)
-                    sent[chat].append("echo: " + text)
-                    await post_until_acknowledged(http, daemon.url(WEBHOOK), update, statuses)
-
-            await asyncio.gather(*(chat_poster(chat, 0, 3) for chat in chats))
+            await asyncio.gather(*(posts.chat(chat, 0, 3) for chat in chats))
             filler = await asyncio.to_thread(fill, small_home)
-            posters = asyncio.gather(*(chat_poster(chat, 3, 8) for chat in chats))
+            posters = asyncio.gather(*(posts.chat(chat, 3, 8) for chat in chats))
 
             async def not_ready() -> bool:
                 return (await _get(http, daemon.url("/readyz")))[0] == 503
@@ -225,19 +230,13 @@ async def test_postgres_stopped_and_restarted_is_ridden_out_without_a_restart(tm
                 daemon = Daemon(tmp_path, llm, telegram_platform(tg), storage=storage, streaming="off")
                 await daemon.start()
                 await _until(lambda: _ready(http, daemon), 60)
-                statuses: list[int] = []
-                sent: dict[int, list[str]] = collections.defaultdict(list)
+                posts = Posts(tg, http, daemon.url(WEBHOOK))
+                statuses, sent = posts.statuses, posts.sent
                 chats = [5000 + c for c in range(CHATS)]
 
-                async def chat_poster(chat: int, first: int, count: int) -> None:
-                    for n in range(first, first + count):
-                        update, text = update_for(tg, chat, n)
-                        sent[chat].append("echo: " + text)
-                        await post_until_acknowledged(http, daemon.url(WEBHOOK), update, statuses)
-
-                await asyncio.gather(*(chat_poster(chat, 0, 3) for chat in chats))
+                await asyncio.gather(*(posts.chat(chat, 0, 3) for chat in chats))
                 await asyncio.to_thread(pg.halt)
-                posters = asyncio.gather(*(chat_poster(chat, 3, 6) for chat in chats))
+                posters = asyncio.gather(*(posts.chat(chat, 3, 6) for chat in chats))
 
                 async def not_ready() -> bool:
                     return (await _get(http, daemon.url("/readyz")))[0] == 503

@@ -799,10 +799,12 @@ def _package_bytes(name: str) -> int:
     return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
 
 
-def bench_cost(sizes: list[int], runs: int) -> None:
+def bench_cost(sizes: list[int], runs: int, keep: str | None = None) -> None:
     """The semantic stage's costs: query p50/p99 at each store size with synthetic window vectors
     (beside words only, same store, same queries), vector bytes per message, the local model's
-    embedding throughput on this machine, and the install size of the local-embeddings extra."""
+    embedding throughput on this machine, and the install size of the local-embeddings extra.
+    With `keep`, each store is kept in that directory (cost-N.db) and reused by later runs: the 1M
+    store takes 10-20 minutes to build."""
     from gateway.storage.vectors import WINDOW
 
     embedder = SyntheticEmbedder()
@@ -815,11 +817,21 @@ def bench_cost(sizes: list[int], runs: int) -> None:
     ]
     for n_messages in sizes:
         with tempfile.TemporaryDirectory() as tmp:
-            db = SessionDB(Path(tmp) / "cost.db")
+            path = Path(keep) / f"cost-{n_messages}.db" if keep else Path(tmp) / "cost.db"
+            reuse = path.exists()
+            db = SessionDB(path)
             try:
                 t0 = time.perf_counter()
-                _synthetic_store(db, n_messages)
-                windows, newest = _store_synthetic_vectors(db, embedder.model, WINDOW)
+                if reuse:
+                    windows, newest = db.read(
+                        lambda conn: (
+                            conn.execute("SELECT count(*) FROM message_vectors").fetchone()[0],
+                            conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0,
+                        )
+                    )
+                else:
+                    _synthetic_store(db, n_messages)
+                    windows, newest = _store_synthetic_vectors(db, embedder.model, WINDOW)
                 size = db.read(
                     lambda conn: conn.execute(
                         "SELECT coalesce(sum(length(vector)), 0) FROM message_vectors WHERE model = ?",
@@ -1093,6 +1105,7 @@ def main() -> None:
         metavar="N,M",
         help="the semantic stage's costs on synthetic stores of these sizes (e.g. 100000,1000000)",
     )
+    parser.add_argument("--cost-store", metavar="DIR", help="keep --cost's stores in DIR and reuse them")
     parser.add_argument("--speed-db", metavar="PATH", help="time recall on an existing store, opened read-only")
     parser.add_argument("--runs", type=int, default=30, help="runs per query for --speed-db")
     parser.add_argument("--query", action="append", help="a query for --speed-db (repeatable; default: four)")
@@ -1129,7 +1142,7 @@ def main() -> None:
     if args.needles:
         bench_needles(args.needles)
     if args.cost:
-        bench_cost([int(x) for x in args.cost.split(",") if x.strip()], args.runs)
+        bench_cost([int(x) for x in args.cost.split(",") if x.strip()], args.runs, args.cost_store)
     if args.drain:
         bench_drain(args.drain)
     if args.speed_db:

@@ -50,6 +50,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -306,14 +307,21 @@ class CachedEmbedder:
 EMBED_CACHE: str | None = None  # --embed-cache
 
 
-def _store_copy(db: SessionDB) -> SessionDB:
-    """A copy of the store in its own file: a store keeps one model's window vectors (a window's
-    row is replaced by whichever model embeds it), so each semantic ranker gets its own copy."""
-    path = Path(tempfile.mkdtemp(prefix="chinwag-bench-")) / "copy.db"
-    target = sqlite3.connect(path)
-    db.read(lambda conn: conn.backup(target))
-    target.close()
-    return SessionDB(path)
+class _StoreCopy(SessionDB):
+    """A copy of the store in a directory of its own, removed when closed: a store keeps one
+    model's window vectors (a window's row is replaced by whichever model embeds it), so each
+    semantic ranker gets its own copy."""
+
+    def __init__(self, db: SessionDB) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="chinwag-bench-"))
+        target = sqlite3.connect(self.directory / "copy.db")
+        db.read(lambda conn: conn.backup(target))
+        target.close()
+        super().__init__(self.directory / "copy.db")
+
+    def close(self) -> None:
+        super().close()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, tuple[object, SessionDB]], list]:
@@ -344,7 +352,7 @@ def semantic_rankers(db: SessionDB, wanted: list[str]) -> tuple[dict[str, tuple[
             embedder = make_embedder(settings)
         else:
             raise SystemExit(f"unknown --semantic provider {name!r} (local, endpoint)")
-        store = _store_copy(db)
+        store = _StoreCopy(db)
         closers.append(store)
         t = time.perf_counter()
         n = backfill(store, embedder)

@@ -225,20 +225,21 @@ def fuse(lexical: Mapping[str, float], semantic: Mapping[str, float], weights: R
 
 
 def nearest(
-    conn: Conn, query: QueryVector, sessions: Iterable[str] | None, limit: int, also: Iterable[str] = ()
+    conn: Conn, query: QueryVector, sessions: Iterable[str] | None, limit: int
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Over the windows of `sessions` (None: the newest `limit` windows of the store, and those of
-    the sessions `also`, the asker's newest), exact int8 dot
+    """Over the windows of `sessions` (None: the newest `limit` windows of the store), exact int8 dot
     products, no index (bench/recall.py --cost): session -> its best window's similarity, and
     session -> its margin: how far that best window stands out of the pool's windows, in their
     standard deviations, less what the best of as many windows drawn from the pool would reach by
     chance (sqrt(2 ln n), the expected maximum of n normal draws). Without that, a long session wins
     on its many windows: on LoCoMo-Plus dev (e5-small, the asker's sessions) the cue's one window is
     in the top 5 for 0.139 of triggers by best cosine, 0.264 by this margin."""
-    rows = stored_vectors.newest_vectors(conn, query.model, limit) if sessions is None else []
-    wanted = list(sessions) if sessions is not None else [sid for sid in also if sid not in {r[0] for r in rows}]
-    found = stored_vectors.session_vectors(conn, query.model, wanted) if wanted else {}
-    rows += [(sid, blob) for sid, blobs in found.items() for blob in blobs]
+    if sessions is None:
+        rows = stored_vectors.newest_vectors(conn, query.model, limit)
+    else:
+        wanted = list(sessions)
+        found = stored_vectors.session_vectors(conn, query.model, wanted) if wanted else {}
+        rows = [(sid, blob) for sid, blobs in found.items() for blob in blobs]
     dim = len(query.values)
     usable = [(sid, blob) for sid, blob in rows if len(blob) == dim]
     sims = _cosines(query, [blob for _, blob in usable]) if usable else []

@@ -46,7 +46,8 @@ class RankWeights:
     )
     # one standard deviation of standing out (semantic.nearest) against all the question's word informativeness, times
     # the share the words leave unexplained: LoCoMo-Plus dev any@5 scoped/pooled 0.204/0.095 at 0.5, 0.214/0.095 at 1-2
-    # (measured before entrants came only from outside the leaders; now 0.209/0.119 at 1.0)
+    # (measured before entrants came only from outside the leaders and pooled margins from the asker's own pool;
+    # now 0.209/0.214 at 1.0)
     # (at 0.3 ungated, LoCoMo dev MRR fell 0.005-0.007; gated at 1.0 it moves -0.001/-0.002, any@1 unchanged)
     margin_weight: float = 1.0
     passage_weight: float = 0.15  # a passage's meaning against its words, inside best(s) (flat over 0.05-0.2)

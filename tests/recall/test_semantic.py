@@ -432,3 +432,51 @@ def test_an_entrant_moves_up_only_past_the_sessions_it_beats_from_below():
     assert order == ["first", "second", "third", "near"]
     order = semantic.interleave(["first", "second", "third"], ["near"], lambda k, o: o != "first", lambda key: False)
     assert order == ["first", "near", "second", "third"]
+
+
+def test_a_session_without_meaning_keeps_what_its_words_earned(db, endpoint):
+    # the question's rarest word is only in s_words, whose window means nothing like the question (a negative
+    # margin); s_near says none of its words and means it exactly. Meaning brings s_near in, below the words'
+    # match: before, the negative margin was taken off the words' evidence and s_near passed it
+    question = "zebra story day night time"
+    query = [1.0, 0.0, 0.0]
+    vectors_by_word = {"striped": query, "zebra": [0.0, 1.0, 0.0]}
+
+    def embed(texts, model):
+        return [
+            query if t == question else next((v for w, v in vectors_by_word.items() if w in t), [0.5, 0.866, 0.0])
+            for t in texts
+        ]
+
+    endpoint.fake.embed = embed
+    for n in range(11):
+        add(db, f"s_{n:02d}", [f"a story of the day and the night, time {n}", "ok"], started=1.7e9 + 100 * n)
+    add(db, "s_words", ["the zebra", "ok"], started=1.6e9)
+    add(db, "s_near", ["I adore striped horses", "ok"], started=1.6e9 + 50)
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    assert "s_near" not in [h.session_id for h in find_sessions(db, question, embedder=None)]
+    hits = [h.session_id for h in find_sessions(db, question, embedder=embedder, person_id="tom")]
+    assert hits[:2] == ["s_words", "s_near"]
+
+
+def test_pooled_meaning_draws_on_the_askers_own_sessions(db, endpoint):
+    # an operator over everyone's chats who has their own: the paraphrase in another person's chat is found by
+    # its words only; against everyone's windows each of the asker's sessions stood out, and entrants overran words
+    for n in range(6):
+        add(db, f"s_{n}", [f"totally fine day number {n}", "totally"], started=1.7e9 + 100 * n)
+    add(db, "s_met", ["I met a wonderful woman at the cafe", "lovely"], started=1.6e9, user_id="ann")
+    embedder = endpoint.embedder()
+    backfill(db, embedder)
+    pooled = [
+        h.session_id for h in find_sessions(db, "totally spouse", embedder=embedder, person_id="tom", see_all=True)
+    ]
+    assert "s_met" not in pooled and pooled
+    by_words = [
+        h.session_id for h in find_sessions(db, "spouse woman", embedder=embedder, person_id="tom", see_all=True)
+    ]
+    assert by_words[0] == "s_met"
+    nobody = [
+        h.session_id for h in find_sessions(db, "totally spouse", embedder=embedder, person_id="eve", see_all=True)
+    ]
+    assert nobody[0] == "s_met"  # an asker with no conversations of their own: the store's newest windows

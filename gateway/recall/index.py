@@ -81,7 +81,9 @@ def index_step(
     due = None if waiting_since is None else waiting_since + quiet_seconds
     if not windows and upto == before:
         return Step(0, due)
-    blobs = [vectors.quantise(v) for v in embedder.embed([w.text for w in windows], "passage")] if windows else []
+    fit = getattr(embedder, "fit", None)  # an embedder with a token budget cuts the windows to it
+    texts = ["\n".join(fit(w.lines)) if fit else w.text for w in windows]
+    blobs = [vectors.quantise(v) for v in embedder.embed(texts, "passage")] if windows else []
     if len(blobs) != len(windows):
         raise ValueError(f"embedder returned {len(blobs)} vectors for {len(windows)} windows")
     if not db.write(vectors.store_op(model, windows, blobs, upto, before)):

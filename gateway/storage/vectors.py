@@ -44,8 +44,12 @@ class Window:
     session_id: str
     first_id: int
     last_id: int
-    text: str
+    lines: list[str]  # "role: content" of each message, the content cut to MESSAGE_CHARS
     size: int  # messages in it
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
 
 
 def quantise(vector: Sequence[float]) -> bytes:
@@ -85,8 +89,8 @@ def stored(conn: Conn, model: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def _window_text(rows: list[tuple[int, str, str, float]]) -> str:
-    return "\n".join(f"{role}: {(content or '')[:MESSAGE_CHARS]}" for _, role, content, _ in rows)
+def _window_lines(rows: list[tuple[int, str, str, float]]) -> list[str]:
+    return [f"{role}: {(content or '')[:MESSAGE_CHARS]}" for _, role, content, _ in rows]
 
 
 class Pending(NamedTuple):
@@ -137,7 +141,7 @@ def pending_windows(conn: Conn, model: str, max_messages: int, quiet_before: flo
                 fresh = [(int(i), r, c, float(t)) for i, r, c, t in earlier] + fresh
         for start in range(0, len(fresh), WINDOW):
             chunk = fresh[start : start + WINDOW]
-            window = Window(sid, chunk[0][0], chunk[-1][0], _window_text(chunk), len(chunk))
+            window = Window(sid, chunk[0][0], chunk[-1][0], _window_lines(chunk), len(chunk))
             newest = max(r[3] for r in chunk)
             if len(chunk) < WINDOW and quiet_before is not None and newest > quiet_before:
                 waiting.append(window)

@@ -133,28 +133,36 @@ class EndpointEmbedder:
 
 
 class FreeCores:
-    """How many engine threads the next call may use: the cores minus what everything else used
-    since the previous call (/proc/stat's busy time less the engine's own), each core counted when
-    more than half of it is free. Why half: the engine gives every thread an equal static share of
-    each step and waits for all of them, so a thread on a core free a fraction f of the time makes
-    the step take 1/(2f) of the one-thread time: worth it only when f > 1/2. Without /proc/stat
-    (not Linux), one thread."""
+    """How many engine threads the next call may use: the cores this process may run on, less what
+    everything else used of them since the previous call (their busy time in /proc/stat, less the
+    engine's own), a core counted when more than half of it is free. Why half: the engine gives
+    every thread an equal static share of each step and waits for all of them, so a thread on a
+    core free a fraction f of the time makes the step take 1/(2f) of the one-thread time: worth it
+    only when f > 1/2. Without /proc/stat (not Linux), one thread."""
 
-    def __init__(self, cores: int = 0, stat: str = "/proc/stat", clock: Callable[[], float] = time.monotonic) -> None:
-        if not cores:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-        self.cores, self.stat, self.clock = cores, stat, clock
+    def __init__(
+        self, cpus: Sequence[int] = (), stat: str = "/proc/stat", clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if not cpus:
+            cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+        self.lines, self.cores = {f"cpu{n}" for n in cpus}, len(cpus)
+        self.stat, self.clock = stat, clock
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self._last: tuple[float, float] | None = None  # (wall, busy CPU-seconds of the machine)
+        self._last: tuple[float, float] | None = None  # (wall, busy CPU-seconds of those cores)
         self._engine = 0.0  # CPU-seconds the engine used since then
 
     def _busy(self) -> float | None:
+        busy = 0
         try:
             with open(self.stat) as f:
-                fields = [int(x) for x in f.readline().split()[1:9]]  # user .. steal (guest is inside user)
+                for line in f:
+                    name, *values = line.split()
+                    if name in self.lines:
+                        fields = [int(x) for x in values[:8]]  # user .. steal (guest is inside user)
+                        busy += sum(fields) - fields[3] - fields[4]  # all but idle and iowait
         except (OSError, ValueError):
             return None
-        return (sum(fields) - fields[3] - fields[4]) / self._tick  # all but idle and iowait
+        return busy / self._tick
 
     def threads(self) -> int:
         """The thread count for the call about to start (1 on the first call: nothing measured yet)."""
@@ -164,7 +172,7 @@ class FreeCores:
         if busy is None or last is None or now - last[0] <= 0 or self.cores < 2:
             return 1
         others = max(0.0, busy - last[1] - engine) / (now - last[0])
-        return max(1, min(self.cores, round(self.cores - others)))
+        return max(1, min(self.cores, int(self.cores - others + 0.5)))  # the last core: free more than half
 
     def used(self, cpu_seconds: float) -> None:
         """The engine's CPU time in the call just made (not someone else's load)."""

@@ -39,33 +39,39 @@ def test_two_long_messages_share_what_the_short_ones_leave():
 
 
 class Machine:
-    """A /proc/stat file and a clock this test moves: `run(seconds, busy_cores)`."""
+    """A /proc/stat file and a clock this test moves: `run(seconds, busy_cores)` (busy time spread
+    over cpu0 and cpu1 as a scheduler would; cpu2 is another process's, never ours)."""
 
     TICK = 100  # USER_HZ on Linux
 
     def __init__(self, path) -> None:
-        self.path, self.now, self.busy, self.idle = path, 0.0, 0, 0
+        self.path, self.now = path, 0.0
+        self.busy, self.idle = [0, 0, 0], [0, 0, 0]
         self.write()
 
     def write(self) -> None:
-        # cpu user nice system idle iowait irq softirq steal guest guest_nice
-        self.path.write_text(f"cpu  {self.busy} 0 0 {self.idle} 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
+        # cpuN user nice system idle iowait irq softirq steal guest guest_nice
+        lines = [f"cpu  {sum(self.busy)} 0 0 {sum(self.idle)} 0 0 0 0 0 0"]
+        lines += [f"cpu{n} {self.busy[n]} 0 0 {self.idle[n]} 0 0 0 0 0 0" for n in range(3)]
+        self.path.write_text("\n".join([*lines, "intr 0", "procs_running 1"]) + "\n")
 
     def run(self, seconds: float, busy_cores: float, cores: int = 2) -> None:
         self.now += seconds
-        self.busy += round(seconds * busy_cores * self.TICK)
-        self.idle += round(seconds * (cores - busy_cores) * self.TICK)
+        for n in range(cores):
+            self.busy[n] += round(seconds * busy_cores / cores * self.TICK)
+            self.idle[n] += round(seconds * (1 - busy_cores / cores) * self.TICK)
+        self.busy[2] += round(seconds * self.TICK)  # a core this process may not use, always busy
         self.write()
 
 
 def test_one_thread_until_the_cores_were_looked_at(tmp_path):
     machine = Machine(tmp_path / "stat")
-    assert FreeCores(2, str(machine.path), lambda: machine.now).threads() == 1
+    assert FreeCores([0, 1], str(machine.path), lambda: machine.now).threads() == 1
 
 
 def test_a_second_thread_only_when_the_other_core_is_mostly_free(tmp_path):
     machine = Machine(tmp_path / "stat")
-    cores = FreeCores(2, str(machine.path), lambda: machine.now)
+    cores = FreeCores([0, 1], str(machine.path), lambda: machine.now)
     cores.threads()
     machine.run(1.0, busy_cores=1.0)  # the engine's one thread, nothing else
     cores.used(1.0)
@@ -82,13 +88,13 @@ def test_a_second_thread_only_when_the_other_core_is_mostly_free(tmp_path):
 
 
 def test_without_a_readable_stat_one_thread(tmp_path):
-    cores = FreeCores(2, str(tmp_path / "missing"))
+    cores = FreeCores([0, 1], str(tmp_path / "missing"))
     assert cores.threads() == 1 and cores.threads() == 1
 
 
 def test_one_core_means_one_thread(tmp_path):
     machine = Machine(tmp_path / "stat")
-    cores = FreeCores(1, str(machine.path), lambda: machine.now)
+    cores = FreeCores([0], str(machine.path), lambda: machine.now)
     cores.threads()
     machine.run(1.0, busy_cores=0.0, cores=1)
     assert cores.threads() == 1

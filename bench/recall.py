@@ -6,6 +6,7 @@
     python bench/recall.py --only en --speed 100000  # also time recall on a 100k-message store
     python bench/recall.py --only en --speed-db /tmp/big.db  # time recall on an existing store (read-only)
     python bench/recall.py --only en --needles 1000000  # answers planted in a 1M-message store: found?
+    python bench/recall.py --only none --drain 240  # the embedding backlog's drain rate, the daemon busy
 
     python bench/recall.py --split held --semantic local,endpoint   # held-out half, with the semantic stage
 
@@ -928,7 +929,7 @@ class CountingEmbedder:
         self.texts += len(texts)
         self.tokens += sum(self.local._e5.token_count(t) for t in texts)
         out = []
-        for start in range(0, len(texts), self.local.CALL):  # one call at a time, to see its threads
+        for start in range(0, len(texts), self.local.CALL):  # a call at a time, to see its threads
             out += self.local.embed(texts[start : start + self.local.CALL], kind)
             self.threads[self.local.last_threads] += 1
         return out
@@ -979,9 +980,10 @@ def bench_drain(n_messages: int, busy: tuple[float, ...] = DRAIN_BUSY, sessions:
     arrive at `rate` a second (a virtual clock) into `sessions` talking at once, and the indexer
     steps after each one (it keeps up); messages/s = messages / the seconds spent in its steps. The
     daemon's work is a second process burning a stated share of the cores (`busy`, in cores) for the
-    whole measure. Before: one engine thread, windows embedded whole; after: threads matched to the
-    free cores and windows cut to the token budget (gateway/embeddings.py). Open windows wait for
-    their session to go quiet in both (gateway/recall/index.py QUIET_SECONDS)."""
+    whole measure. Before: one engine thread, calls of 8 windows, windows embedded whole; after:
+    LocalEmbedder as it is (gateway/embeddings.py: threads matched to the free cores, calls of one,
+    the token budget). Open windows wait for their session to go quiet in both
+    (gateway/recall/index.py QUIET_SECONDS)."""
     from gateway.embeddings import LocalEmbedder
     from gateway.recall.index import QUIET_SECONDS, index_step
 
@@ -1003,11 +1005,19 @@ def bench_drain(n_messages: int, busy: tuple[float, ...] = DRAIN_BUSY, sessions:
         results = {}
         loads = [os.getloadavg()[0]]
         try:
-            for label, threads, budget in (
-                ("before: 1 engine thread, whole windows", 1, False),
-                (f"after: threads matched to free cores, windows cut to {LocalEmbedder.WINDOW_TOKENS} tokens", 0, True),
+            for label, threads, call, budget in (
+                ("before: 1 engine thread, calls of 8 windows, whole windows", 1, 8, False),
+                (
+                    f"after: threads matched to the free cores, calls of {LocalEmbedder.CALL}, "
+                    f"windows cut to {LocalEmbedder.WINDOW_TOKENS} tokens",
+                    LocalEmbedder.THREADS,
+                    LocalEmbedder.CALL,
+                    True,
+                ),
             ):
-                embedder = CountingEmbedder(LocalEmbedder(threads), budget)
+                local = LocalEmbedder(threads)
+                local.CALL = call
+                embedder = CountingEmbedder(local, budget)
                 with tempfile.TemporaryDirectory() as tmp, SessionDB(Path(tmp) / "drain.db") as db:
                     start, spent = 1.7e9, 0.0
                     for n in range(sessions):

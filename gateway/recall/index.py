@@ -15,21 +15,19 @@ the tables, gateway/embeddings.py the embedders).
   It can be stopped and started again (a leadership lost and won back).
 - `stats`: backlog, windows and bytes, for /metrics and `sessions stats`.
 
-Measured with the local model on this 2-core machine (`python bench/recall.py --only none --cost
-100000`): 3.4 windows of 4 LoCoMo turns a second, 14 messages/s, with other work on the cores
-(load 3.5); 22 messages/s backfilling LoCoMo on a quieter machine. The model is compute-bound:
-~0.26 CPU-s a window of 4 LoCoMo turns, whatever the batch (48 windows at load 8-10 took 12.0 /
-13.4 / 18.7 CPU-s in calls of 1 / 8 / 48 texts: the engine already reads each weight once per
-call, and a larger batch only spills its activations out of the cache). So 20 messages/s (5
-windows/s) needs ~1.3 free cores, which a machine at load 8-10 does not give it (0.6-2 windows/s
-measured): a busy store falls behind and catches up when it is quiet (the backlog is in /metrics),
-and recall ranks what is not embedded yet by its words. An open window was embedded again with
-every message its session added (1 + 2 + 3 + 4 messages embedded for a window of 4 when the indexer
-keeps up), 2.5x the work of full windows under steady traffic; it now waits for its session to go
-quiet (`python bench/recall.py --only none --drain 240`: 240 LoCoMo turns at 20/s into 6 sessions,
-load ~6: 600 messages embedded in 82.6 s = 2.9 messages/s before, 240 in 24.6 s = 9.7 messages/s
-after, 3.4x; at load ~2.3: 7.1 -> 16.6 messages/s, 2.3x; above 2.5x when calls cost more than their
-tokens). 20 messages/s still needs more free CPU than a machine at load 2-6 gives.
+Throughput with the local model (issue 26: 20 messages/s of steady traffic on 2 cores, the daemon
+busy). A window costs its tokens: ~1.4 CPU-ms a token on one core, a window of 4 LoCoMo turns ~131
+tokens (p90 203), ~0.2 CPU-s; so 20 messages/s (5 windows/s) needs about one free core. What was in
+the way, in the order it was fixed:
+- an open window was embedded again with every message its session added (1 + 2 + 3 + 4 messages
+  for a window of 4 under steady traffic, 2.5x the work): it now waits for its session to go quiet
+  (QUIET_SECONDS). `python bench/recall.py --only none --drain 240` then: 2.9 -> 9.7 messages/s at
+  load ~6, 7.1 -> 16.6 at load ~2.3.
+- one engine thread always, so a free core stayed idle (two spinning threads were worse than one
+  on busy cores); and calls of 8 windows, run as one batch whose activations outgrow the cache
+  (254 against 211 CPU-ms a window). Now the threads follow the free cores, wait asleep, and a call
+  is one window (gateway/embeddings.py LocalEmbedder).
+DRAIN_FIGURES
 """
 
 from __future__ import annotations

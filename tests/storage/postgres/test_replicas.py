@@ -171,3 +171,38 @@ async def test_a_replica_busy_in_every_worker_thread_keeps_its_registry(db, pg_d
     finally:
         await leases.stop()
         workers.shutdown()
+
+
+async def test_a_registry_lost_while_every_worker_thread_is_busy_is_regained_and_kept(db, pg_dsn):
+    """A Postgres restart under load: the registry session ends while the thread pool is full of
+    work waiting for connections. Registering again is the registry connection's alone: a pool
+    write between it and the first beat (releasing a fresh id's leases: it has none) queued behind
+    that work, the new session sat idle past idle_session_timeout, and was ended as soon as it was
+    announced (the fault test's log: "registered again as replica ...", then "lost its registry")."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gateway.runtime.leases import SharedLeases
+
+    loop = asyncio.get_running_loop()
+    workers = ThreadPoolExecutor(4)
+    loop.set_default_executor(workers)
+    leases, host = SharedLeases(db, pg_dsn), QuietHost()
+    await leases.start(host)
+    try:
+        lost = leases.replica_id
+        # every worker busy for longer than idle_session_timeout, as while the pool waits for a server
+        busy = asyncio.gather(*(loop.run_in_executor(None, time.sleep, 2 * leases.idle_seconds) for _ in range(4)))
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
+                (replicas.REPLICA_LOCKS,),
+            )
+        await wait_until(lambda: leases.replica_id not in ("", lost) or busy.done(), 30)
+        assert not busy.done(), "registered again only once the worker threads were free"
+        regained = leases.replica_id
+        await busy
+        await asyncio.sleep(leases.idle_seconds)  # past the idle limit after the workers: it beats
+        assert leases.replica_id == regained and regained in live_ids(db)
+    finally:
+        await leases.stop()
+        workers.shutdown()

@@ -1,20 +1,24 @@
 """On Postgres, `/readyz` follows the database (200 while it answers, 503 with the reason once the
-server is gone) and `chinwag doctor` checks the connection and the schema version, read-only."""
+server is gone), the pool connects again as soon as the server is back, and `chinwag doctor`
+checks the connection and the schema version, read-only."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+import time
 from pathlib import Path
 
 import aiohttp
 import psycopg
+import pytest
 
 from gateway.cli.doctor import run_doctor
 from gateway.service.http import OpsServer
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.schema import SCHEMA_VERSION
 from platforms.base import AdapterHealth
+from tests.fakes.loopback import wait_until_blocking
 from tests.storage.postgres.server import PrivatePostgres
 
 
@@ -41,6 +45,33 @@ async def test_readyz_leaves_the_rotation_when_postgres_goes_away() -> None:
         finally:
             await server.stop()
             await asyncio.to_thread(db.close)
+
+
+def test_the_pool_connects_again_when_asked_once_the_server_is_back() -> None:
+    """psycopg's pool retries a lost connection with a backoff doubling from 1 s for up to 5 minutes:
+    after an outage of N seconds its next try came up to N seconds after the server was back (8 s
+    down: 6-9 s more of refused work; 16 s: 15 s). Its tries give up after a few seconds here, and
+    the next request for a connection tries again at once."""
+    with PrivatePostgres() as pg:  # its own server: this test stops it
+        db = PostgresSessionDB(pg.create_database())
+        try:
+            pg.halt()
+            down = time.monotonic()
+            while time.monotonic() - down < 8.0:  # work asking for connections all the while
+                with pytest.raises(psycopg.OperationalError):
+                    db.ping(timeout=0.5)
+            pg.resume()
+            wait_until_blocking(lambda: _pings(db), 4.0)
+        finally:
+            db.close()
+
+
+def _pings(db: PostgresSessionDB) -> bool:
+    try:
+        db.ping(timeout=0.5)
+    except psycopg.OperationalError:
+        return False
+    return True
 
 
 def doctor(home: Path, dsn: str) -> tuple[int, str]:

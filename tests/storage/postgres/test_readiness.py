@@ -1,20 +1,24 @@
 """On Postgres, `/readyz` follows the database (200 while it answers, 503 with the reason once the
-server is gone), the pool connects again as soon as the server is back, and `chinwag doctor`
-checks the connection and the schema version, read-only."""
+server is gone), the pool connects again as soon as the server is back and waits only a moment
+for a connection while commits fail, and `chinwag doctor` checks the connection and the schema
+version, read-only."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+import threading
 import time
 from pathlib import Path
 
 import aiohttp
 import psycopg
+import psycopg_pool
 import pytest
 
 from gateway.cli.doctor import run_doctor
 from gateway.service.http import OpsServer
+from gateway.storage.health import StorageHealth
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.schema import SCHEMA_VERSION
 from platforms.base import AdapterHealth
@@ -102,3 +106,27 @@ def test_doctor_checks_the_postgres_connection_and_schema(tmp_path: Path, postgr
     assert f"has schema v0; it is migrated to v{SCHEMA_VERSION} on next start" in text
     with psycopg.connect(fresh) as conn:  # the doctor created nothing
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)
+
+
+async def test_while_commits_fail_a_request_waits_a_moment_for_a_connection_not_30_s(pg_dsn) -> None:
+    """A server that went away under load held every worker thread for psycopg's 30 s wait for a
+    connection, each webhook was refused only after it, and what queued behind (the poll, the
+    claims, /readyz's reads) waited on top. Once a commit has failed (gateway.storage.health) the
+    wait is short until one succeeds again."""
+    db = PostgresSessionDB(pg_dsn, max_size=1)
+    release = threading.Event()
+    holder = threading.Thread(target=db.read, args=(lambda conn: release.wait(),))  # the one connection
+    holder.start()
+    try:
+        health = StorageHealth(db)
+        health.failed(psycopg.OperationalError("server closed the connection unexpectedly"))
+        started = time.monotonic()
+        with pytest.raises(psycopg_pool.PoolTimeout):
+            await asyncio.to_thread(db.probe_commit)
+        assert time.monotonic() - started < 10.0
+        assert health.failing  # nor did the probe get one
+    finally:
+        release.set()
+        holder.join()
+    await asyncio.wait_for(health.recovered(), 30)  # the probe's commit once the connection is free
+    db.close()

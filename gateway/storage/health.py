@@ -69,6 +69,7 @@ class StorageHealth:
         if self.failing_since is None:
             self.failing_since = time.time()
             self._recovered.clear()
+            self.db.storage_failing(True)
             log.warning("storage cannot commit (%s); work waits and is retried until it can", self.error)
         if self._prober is None or self._prober.done():  # even with nobody waiting: /readyz must recover
             self._prober = asyncio.get_running_loop().create_task(self._probe(), name="storage probe")
@@ -114,5 +115,6 @@ class StorageHealth:
             spell = time.time() - (self.failing_since or time.time())
             log.info("storage commits again after %.0fs; taking up what waited", spell)
             self.failing_since, self.error = None, ""
+            self.db.storage_failing(False)
             self._recovered.set()
             return

@@ -11,7 +11,16 @@ storage runs on either. What differs is plumbing, each for a reason:
   snapshot, as SessionDB gives one WAL snapshot;
 - every connection is gateway/storage/postgres/connection.py's (`?` placeholders, sqlite3-shaped
   rows: a `Conn`, gateway/storage/conn.py), so `db.read(fn)` callers' plain SQL and the shared
-  reads of gateway/storage/queries.py run as written.
+  reads of gateway/storage/queries.py run as written;
+- a server that went away: the pool's retries of a lost connection give up after
+  RECONNECT_SECONDS, and the next request for a connection tries again at once. psycopg's default
+  retries with a backoff doubling from 1 s for 5 minutes, so after N seconds down its next try
+  came up to N seconds after the server was back (tests/storage/postgres/test_readiness.py: 8 s
+  down, 6-9 s more of refused work; 16 s down, 15 s). And while commits are known to fail
+  (gateway.storage.health says so: `storage_failing`), a request waits FAILING_WAIT_SECONDS for a
+  connection instead of the pool's 30 s: under load every worker thread sat in that wait, each
+  webhook was refused only after it, and what queued behind the threads (the lease poll, the
+  claims, /readyz's reads) waited on top.
 The public methods themselves are gateway/storage/base.py's `StorageFace`, shared with SQLite;
 this class supplies the mechanisms above, its dialect and upkeep.
 """
@@ -21,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Callable, TypeVar
+from contextlib import AbstractContextManager
+from typing import Any, Callable, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -47,6 +57,9 @@ MESSAGE_COLUMNS = ("id", "session_id", "role", "content", *MESSAGE_FIELDS, "acti
 _SELECT_MESSAGE = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 RETRIES = 5  # a write losing a deadlock or serialization race is run again this many times
 REBUILD_BATCH = 1000
+RECONNECT_SECONDS = 2.0  # a lost connection's retries (after 0 and 1 s) stop here: see the module doc
+POOL_WAIT_SECONDS = 30.0  # psycopg's default wait for a connection: a burst beyond the pool's size queues
+FAILING_WAIT_SECONDS = 1.0  # the wait while commits fail (see the module doc)
 
 
 class PostgresSessionDB(StorageFace):
@@ -71,6 +84,7 @@ class PostgresSessionDB(StorageFace):
             # would walk the primary key for a word that is not there (measured: 12 ms vs 0.3 ms)
             kwargs={"autocommit": True, "prepare_threshold": None},
             configure=configure,
+            reconnect_timeout=RECONNECT_SECONDS,
             open=True,
             name="chinwag-pg",
         )
@@ -79,6 +93,10 @@ class PostgresSessionDB(StorageFace):
         self._stats = threading.Lock()
         self.commits = 0
         self._closed = False
+        self._wait = POOL_WAIT_SECONDS
+
+    def storage_failing(self, failing: bool) -> None:
+        self._wait = FAILING_WAIT_SECONDS if failing else POOL_WAIT_SECONDS
 
     # -- plumbing --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -89,15 +107,18 @@ class PostgresSessionDB(StorageFace):
     def _point(self, fn: Callable[[Conn], T]) -> T:
         return self._run(fn)
 
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self._pool.connection(timeout=self._wait)
+
     def _run(self, fn: Callable[[Connection], T]) -> T:
         """fn on a pooled connection in autocommit (each statement its own snapshot)."""
-        with self._pool.connection() as raw:
+        with self._connection() as raw:
             return fn(Connection(raw))
 
     def read(self, fn: Callable[[Conn], T]) -> T:
         """Run fn(conn) in one read-only snapshot. The BEGIN says so itself: a SET TRANSACTION after
         it was a round trip of its own, one of six in a search."""
-        with self._pool.connection() as raw:
+        with self._connection() as raw:
             raw.isolation_level, raw.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
             try:
                 with raw.transaction():
@@ -123,7 +144,7 @@ class PostgresSessionDB(StorageFace):
         for attempt in range(RETRIES):
             events: Events = []
             try:
-                with self._pool.connection() as raw:
+                with self._connection() as raw:
                     with raw.transaction():
                         result = op(Connection(raw), events)
                 break

@@ -5,7 +5,8 @@ full") or a failing device ("disk I/O error"), Postgres restarted or unreachable
 reason to exit or to drop work: whoever met the fault marks it (`failed`), `/readyz` turns 503 with
 the reason, and work that needs a commit waits for `recovered()`. One prober per process tries a
 real commit with backoff (0.5 s doubling to 15 s) instead of every waiting chat hammering the
-database; its first success wakes every waiter.
+database; its first success wakes every waiter. Meanwhile the backend is told (`storage_failing`):
+Postgres then waits a moment for a pool connection, not 30 s (gateway/storage/postgres/db.py).
 
 The probe is a real write (`StorageFace.probe_commit`: a row rewritten in place), because reads
 succeed on a full disk: the issue's measurement had `/readyz` at 200 throughout a full-disk spell.

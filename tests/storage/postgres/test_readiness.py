@@ -51,6 +51,7 @@ async def test_readyz_leaves_the_rotation_when_postgres_goes_away() -> None:
             await asyncio.to_thread(db.close)
 
 
+@pytest.mark.slow  # an 8 s outage
 def test_the_pool_connects_again_when_asked_once_the_server_is_back() -> None:
     """psycopg's pool retries a lost connection with a backoff doubling from 1 s for up to 5 minutes:
     after an outage of N seconds its next try came up to N seconds after the server was back (8 s

@@ -94,10 +94,6 @@ class StorageFace:
     def wal_bytes(self) -> int:
         return 0
 
-    def storage_failing(self, failing: bool) -> None:
-        """Told by gateway.storage.health when commits start (True) and stop (False) failing: a
-        backend may stop waiting long for a database that is away (Postgres). SQLite: nothing."""
-
     def ping(self, timeout: float = 2.0) -> int:
         """The schema version; raises when the database cannot be read (`/readyz`)."""
         raise NotImplementedError

@@ -5,8 +5,7 @@ full") or a failing device ("disk I/O error"), Postgres restarted or unreachable
 reason to exit or to drop work: whoever met the fault marks it (`failed`), `/readyz` turns 503 with
 the reason, and work that needs a commit waits for `recovered()`. One prober per process tries a
 real commit with backoff (0.5 s doubling to 15 s) instead of every waiting chat hammering the
-database; its first success wakes every waiter. Meanwhile the backend is told (`storage_failing`):
-Postgres then waits a moment for a pool connection, not 30 s (gateway/storage/postgres/db.py).
+database; its first success wakes every waiter.
 
 The probe is a real write (`StorageFace.probe_commit`: a row rewritten in place), because reads
 succeed on a full disk: the issue's measurement had `/readyz` at 200 throughout a full-disk spell.
@@ -70,7 +69,6 @@ class StorageHealth:
         if self.failing_since is None:
             self.failing_since = time.time()
             self._recovered.clear()
-            self.db.storage_failing(True)
             log.warning("storage cannot commit (%s); work waits and is retried until it can", self.error)
         if self._prober is None or self._prober.done():  # even with nobody waiting: /readyz must recover
             self._prober = asyncio.get_running_loop().create_task(self._probe(), name="storage probe")
@@ -116,6 +114,5 @@ class StorageHealth:
             spell = time.time() - (self.failing_since or time.time())
             log.info("storage commits again after %.0fs; taking up what waited", spell)
             self.failing_since, self.error = None, ""
-            self.db.storage_failing(False)
             self._recovered.set()
             return

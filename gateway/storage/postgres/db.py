@@ -15,23 +15,22 @@ storage runs on either. What differs is plumbing, each for a reason:
 - a server that went away: the pool's retries of a lost connection give up after
   RECONNECT_SECONDS, and the next request for a connection tries again at once. psycopg's default
   retries with a backoff doubling from 1 s for 5 minutes, so after N seconds down its next try
-  came up to N seconds after the server was back (tests/storage/postgres/test_readiness.py: 8 s
-  down, 6-9 s more of refused work; 16 s down, 15 s). And while commits are known to fail
-  (gateway.storage.health says so: `storage_failing`), a request waits FAILING_WAIT_SECONDS for a
-  connection instead of the pool's 30 s: under load every worker thread sat in that wait, each
-  webhook was refused only after it, and what queued behind the threads (the lease poll, the
-  claims, /readyz's reads) waited on top.
-The public methods themselves are gateway/storage/base.py's `StorageFace`, shared with SQLite;
-this class supplies the mechanisms above, its dialect and upkeep.
+  came up to N seconds after the server was back (8 s down: 6-9 s more of refused work; 16 s
+  down, 15 s). Once those retries have given up (the server is unreachable) a request waits at
+  most a moment for a connection instead of psycopg's 30 s, until a connection is made again:
+  under load every worker thread sat in that wait while the server was down, each webhook was
+  refused only after it, and what queued behind the threads (the lease poll, the claims, the
+  storage probe) waited on top (tests/storage/postgres/test_readiness.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from contextlib import AbstractContextManager
-from typing import Any, Callable, TypeVar
+import time
+from typing import Any, Callable, Iterator, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -59,7 +58,7 @@ RETRIES = 5  # a write losing a deadlock or serialization race is run again this
 REBUILD_BATCH = 1000
 RECONNECT_SECONDS = 2.0  # a lost connection's retries (after 0 and 1 s) stop here: see the module doc
 POOL_WAIT_SECONDS = 30.0  # psycopg's default wait for a connection: a burst beyond the pool's size queues
-FAILING_WAIT_SECONDS = 1.0  # the wait while commits fail (see the module doc)
+WAIT_STEP_SECONDS = 1.0  # ...in steps, each ending the wait if the server is unreachable by then
 
 
 class PostgresSessionDB(StorageFace):
@@ -76,6 +75,7 @@ class PostgresSessionDB(StorageFace):
         self.path = redact_dsn(dsn)
         with psycopg.connect(dsn, autocommit=True) as setup:
             migrate(setup, where=self.path)
+        self.unreachable = False  # the pool's retries gave up, and no connection was made since
         self._pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=min_size,
@@ -83,8 +83,9 @@ class PostgresSessionDB(StorageFace):
             # no server-side prepared statements: a generic plan cannot know how rare a tsquery is, and
             # would walk the primary key for a word that is not there (measured: 12 ms vs 0.3 ms)
             kwargs={"autocommit": True, "prepare_threshold": None},
-            configure=configure,
+            configure=self._connected,
             reconnect_timeout=RECONNECT_SECONDS,
+            reconnect_failed=self._unreachable,
             open=True,
             name="chinwag-pg",
         )
@@ -93,10 +94,6 @@ class PostgresSessionDB(StorageFace):
         self._stats = threading.Lock()
         self.commits = 0
         self._closed = False
-        self._wait = POOL_WAIT_SECONDS
-
-    def storage_failing(self, failing: bool) -> None:
-        self._wait = FAILING_WAIT_SECONDS if failing else POOL_WAIT_SECONDS
 
     # -- plumbing --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -107,8 +104,34 @@ class PostgresSessionDB(StorageFace):
     def _point(self, fn: Callable[[Conn], T]) -> T:
         return self._run(fn)
 
-    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return self._pool.connection(timeout=self._wait)
+    def _connected(self, raw: psycopg.Connection[Any]) -> None:
+        configure(raw)
+        if self.unreachable:
+            self.unreachable = False
+            log.info("the database at %s answers again", self.path)
+
+    def _unreachable(self, pool: psycopg_pool.ConnectionPool) -> None:
+        if not self.unreachable:
+            self.unreachable = True
+            log.warning("the database at %s cannot be reached; requests for a connection fail fast", self.path)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection, as the pool's `connection()`; the wait for one ends early once the
+        server is unreachable (see the module doc)."""
+        deadline = time.monotonic() + POOL_WAIT_SECONDS
+        while True:
+            try:
+                raw = self._pool.getconn(timeout=min(WAIT_STEP_SECONDS, max(0.01, deadline - time.monotonic())))
+                break
+            except psycopg_pool.PoolTimeout:
+                if self.unreachable or time.monotonic() >= deadline:
+                    raise
+        try:
+            with raw:
+                yield raw
+        finally:
+            self._pool.putconn(raw)
 
     def _run(self, fn: Callable[[Connection], T]) -> T:
         """fn on a pooled connection in autocommit (each statement its own snapshot)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,14 +22,17 @@ async def test_the_probe_notices_storage_is_back_while_every_worker_thread_is_bu
     try:
         health = StorageHealth(db)
 
+        released = threading.Event()
+
         def work() -> float:  # what a worker does while the database is down: wait
-            time.sleep(10.0)
+            released.wait(30.0)
             return time.monotonic()
 
         busy = asyncio.gather(*(loop.run_in_executor(None, work) for _ in range(4)))
         health.failed(sqlite3.OperationalError("database or disk is full"))  # and it commits again at once
         await health.recovered()
         recovered_at = time.monotonic()
+        released.set()
         assert recovered_at < min(await busy), "the probe waited for a worker thread"
     finally:
         db.close()

@@ -7,6 +7,7 @@ one replica's at a time."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import psycopg
@@ -190,18 +191,21 @@ async def test_a_registry_lost_while_every_worker_thread_is_busy_is_regained_and
     await leases.start(host)
     try:
         lost = leases.replica_id
-        # every worker busy for longer than idle_session_timeout, as while the pool waits for a server
-        busy = asyncio.gather(*(loop.run_in_executor(None, time.sleep, 2 * leases.idle_seconds) for _ in range(4)))
+        # every worker busy until released (at most 30 s), as while the pool waits for a server
+        released = threading.Event()
+        busy = asyncio.gather(*(loop.run_in_executor(None, released.wait, 30.0) for _ in range(4)))
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
                 (replicas.REPLICA_LOCKS,),
             )
-        await wait_until(lambda: leases.replica_id not in ("", lost) or busy.done(), 30)
+        await wait_until(lambda: leases.replica_id not in ("", lost) or busy.done(), 60)
         assert not busy.done(), "registered again only once the worker threads were free"
         regained = leases.replica_id
+        await asyncio.sleep(leases.idle_seconds + leases.heartbeat)  # past the idle limit, workers still busy
+        assert not busy.done()
+        released.set()
         await busy
-        await asyncio.sleep(leases.idle_seconds)  # past the idle limit after the workers: it beats
         assert leases.replica_id == regained and regained in live_ids(db)
     finally:
         await leases.stop()

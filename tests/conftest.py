@@ -12,6 +12,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "sqlite_only(reason): tests SQLite's own machinery; runs on SQLite alone")
 
 
+def pytest_collection_modifyitems(items):
+    """The slow tests (daemons killed and restarted, replicas, a browser, a real model, the image)
+    run one after another in one xdist worker: two at once on a 2-core machine starve each other's
+    daemons of CPU past their waits. The quick tests run in the other worker beside them."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group("slow"))
+
+
 def pytest_generate_tests(metafunc):
     """`backend` over both databases for the storage suites (`pytestmark = pytest.mark.both_backends`),
     as Starlette parametrizes its `anyio_backend`; a test marked sqlite_only says why it is not."""

@@ -12,6 +12,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "sqlite_only(reason): tests SQLite's own machinery; runs on SQLite alone")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group into the test's id (else no group)
 def pytest_collection_modifyitems(items):
     """The slow tests (daemons killed and restarted, replicas, a browser, a real model, the image)
     run one after another in one xdist worker: two at once on a 2-core machine starve each other's

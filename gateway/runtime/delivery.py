@@ -241,7 +241,9 @@ class Outbox:
     after `send_attempts` failed sends its head is parked: logged, counted (`outbox_parked` in
     /metrics and the console) and retried every `parked_retry_seconds` until the platform takes it.
     The record of a part already sent is retried until it commits (storage faults), since giving
-    up on it would send that part again at the next start."""
+    up on it would send that part again at the next start. A row handed over again while it is
+    being sent or queued (a job that met a storage fault asks for its entry's unsent replies) is
+    left to that delivery: queued twice, it was sent twice (tests/runtime/test_outbox_handover.py)."""
 
     def __init__(
         self,
@@ -262,6 +264,7 @@ class Outbox:
         self._retries: dict[tuple, asyncio.Task] = {}
         self.parked: set[int] = set()  # outbox row ids given up for now (retried slowly)
         self._sending: set[asyncio.Task] = set()  # deliveries under way (a stop lets them finish)
+        self._handed: set[int] = set()  # outbox row ids being sent or queued: handed over again, ignored
 
     @staticmethod
     def reply_op(
@@ -337,8 +340,11 @@ class Outbox:
         `key`: the chat whose lease must still be held here (replicas): if another replica took it
         over, that one sends it. Shielded: a cancel of the caller (a /stop, the end of a stop's
         grace) must not cut a reply between its parts; `settle` waits for it."""
+        if row_id in self._handed:  # queued or being sent already: handed over twice, it went twice
+            return False
         item = _Unsent(row_id, source, text, reply_to, send_key, list(shown), key)
         chat = _chat(source)
+        self._handed.add(row_id)
         queue = self._queues.get(chat)
         if queue is not None:
             queue.append(item)
@@ -346,8 +352,13 @@ class Outbox:
         task = asyncio.ensure_future(self._send(item))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
-        outcome = await asyncio.shield(task)
+        try:
+            outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:  # the send goes on; not queued if it fails (the next start sends it)
+            task.add_done_callback(lambda _: self._handed.discard(row_id))
+            raise
         if outcome != "failed":
+            self._handed.discard(row_id)
             return outcome == "sent"
         if chat not in self._queues:  # (another reply of the chat may have failed meanwhile)
             self._queues[chat] = deque()
@@ -418,6 +429,7 @@ class Outbox:
                     failures += 1
                     continue
                 queue.popleft()
+                self._handed.discard(item.row_id)
                 if item.row_id in self.parked:
                     self.parked.discard(item.row_id)
                     log.info("parked reply %s delivered", item.row_id)
@@ -427,6 +439,7 @@ class Outbox:
             self._retries.pop(chat, None)
             for item in queue:  # stopped (cancelled) with replies left: they stay in the outbox for the next start
                 self.parked.discard(item.row_id)
+                self._handed.discard(item.row_id)
 
     async def stop(self) -> None:
         """Stop retrying; what is still queued stays in the outbox (the next start sends it)."""

@@ -30,6 +30,7 @@ from gateway.commands import parse_command
 from gateway.runtime.conversations import ConversationCache
 from gateway.runtime.delivery import Inbox, Outbox
 from gateway.runtime.leases import ChatLeases
+from gateway.storage.health import storage_fault
 from platforms.base import InboundMessage, PlatformAdapter
 
 log = logging.getLogger(__name__)
@@ -227,13 +228,19 @@ class SharedIntake(Intake):
             self.host.spawn(self._arrived(key))
 
     async def _arrived(self, key: str) -> None:
-        """An entry of `key` was admitted here."""
-        if self.leases.holds(key):
-            await self.take_up(key, False)
-        elif await self.leases.claim(key):
-            await self.take_up(key, True)
-        else:
-            await self.leases.nudge(key)
+        """An entry of `key` was admitted here. Storage failing now is left to the lease poll: it
+        takes up a held chat's entries it has not seen, and claims a chat nobody live holds."""
+        try:
+            if self.leases.holds(key):
+                await self.take_up(key, False)
+            elif await self.leases.claim(key):
+                await self.take_up(key, True)
+            else:
+                await self.leases.nudge(key)
+        except Exception as exc:
+            if not storage_fault(exc):
+                raise
+            log.info("chat %s: an entry admitted here waits for the lease poll (%s)", key, " ".join(str(exc).split()))
 
     async def take_up(self, key: str, fresh: bool) -> None:
         """LeaseHost: read the chat's unfinished entries into its lane, in inbox order, skipping

@@ -349,11 +349,11 @@ class SharedLeases:
         while True:
             try:
                 started = time.monotonic()
-                replica = await self.registry.open()
-                # The same id comes back, and its beat would renew the leases it held before the
-                # loss, which it no longer knows it holds: nobody could claim those chats again.
-                await self.db.awrite(self._sql.op_release_all(replica))
-                self.replica_id = replica
+                # A fresh id (Registry.open): the old one's leases are claimable once its lock is
+                # gone, so nothing is released here. Nothing here waits for the pool either: the
+                # new session must beat within idle_session_timeout, and under a Postgres restart
+                # the worker threads are full of work waiting for connections.
+                self.replica_id = await self.registry.open()
                 self._alive_until = started + self.idle_seconds
                 log.info("registered again as replica %s", self.replica_id)
                 return

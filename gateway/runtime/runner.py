@@ -650,7 +650,12 @@ class GatewayRunner:
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._side.add(task)
-        task.add_done_callback(self._side.discard)
+        task.add_done_callback(self._side_done)
+
+    def _side_done(self, task: asyncio.Task) -> None:
+        self._side.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # else "never retrieved", at collection
+            log.error("%r failed", task.get_coro(), exc_info=task.exception())
 
 
 def stopped_by_text(name: str) -> str:

@@ -9,6 +9,10 @@ database; its first success wakes every waiter.
 
 The probe is a real write (`StorageFace.probe_commit`: a row rewritten in place), because reads
 succeed on a full disk: the issue's measurement had `/readyz` at 200 throughout a full-disk spell.
+It runs on a thread of its own, never the event loop's worker threads: while Postgres is down
+those fill with work waiting up to 30 s each for a connection, and a probe queued behind them
+did not even try until one of them gave up (tests/storage/test_health.py). Its thread runs with an empty context, so the
+probe is never fenced by a chat's job (gateway.storage.fence).
 """
 
 from __future__ import annotations
@@ -17,9 +21,8 @@ import asyncio
 import logging
 import sqlite3
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, TypeVar
-
-from gateway.storage import fence
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ class StorageHealth:
         self.failing_since: float | None = None  # wall clock of the first failure of this spell
         self.error = ""
         self._prober: asyncio.Task | None = None
+        self._probe_thread = ThreadPoolExecutor(1, thread_name_prefix="storage-probe")  # started at first use
         self._recovered = asyncio.Event()
         self._recovered.set()
 
@@ -101,8 +105,7 @@ class StorageHealth:
             await asyncio.sleep(delay)
             delay = min(PROBE_CAP_SECONDS, delay * 2)
             try:
-                with fence.unfenced():
-                    await asyncio.to_thread(self.db.probe_commit)
+                await asyncio.get_running_loop().run_in_executor(self._probe_thread, self.db.probe_commit)
             except Exception as exc:
                 if not storage_fault(exc):
                     log.exception("storage probe failed")

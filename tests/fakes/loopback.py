@@ -15,6 +15,8 @@ from typing import Any, Callable, NamedTuple
 
 from aiohttp import web
 
+SHUTDOWN_SECONDS = 0.5
+
 
 class Served(NamedTuple):
     runner: web.AppRunner
@@ -29,8 +31,11 @@ class Served(NamedTuple):
 
 
 async def serve(app: web.Application, port: int = 0, **runner_options: Any) -> Served:
-    """Start `app` on 127.0.0.1 (`port` 0: any free port) and report the port it got."""
-    runner = web.AppRunner(app, **runner_options)
+    """Start `app` on 127.0.0.1 (`port` 0: any free port) and report the port it got. Closing it
+    waits SHUTDOWN_SECONDS for requests still being answered, not aiohttp's 60 s: a fake holding a
+    reply a test never releases (a model answer hanging past a SIGTERM) kept its test a minute
+    longer (tests/runtime/test_delivery_sigterm.py, 66 s to 6 s)."""
+    runner = web.AppRunner(app, **{"shutdown_timeout": SHUTDOWN_SECONDS, **runner_options})
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()

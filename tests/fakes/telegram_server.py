@@ -225,7 +225,7 @@ class FakeTelegram:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
-        self._served = await serve(app, port, shutdown_timeout=0.5, access_log=None)
+        self._served = await serve(app, port, access_log=None)
         self.port = self._served.port
         self._client = aiohttp.ClientSession()
         return self

@@ -11,17 +11,26 @@ storage runs on either. What differs is plumbing, each for a reason:
   snapshot, as SessionDB gives one WAL snapshot;
 - every connection is gateway/storage/postgres/connection.py's (`?` placeholders, sqlite3-shaped
   rows: a `Conn`, gateway/storage/conn.py), so `db.read(fn)` callers' plain SQL and the shared
-  reads of gateway/storage/queries.py run as written.
-The public methods themselves are gateway/storage/base.py's `StorageFace`, shared with SQLite;
-this class supplies the mechanisms above, its dialect and upkeep.
+  reads of gateway/storage/queries.py run as written;
+- a server that went away: the pool's retries of a lost connection give up after
+  RECONNECT_SECONDS, and the next request for a connection tries again at once. psycopg's default
+  retries with a backoff doubling from 1 s for 5 minutes, so after N seconds down its next try
+  came up to N seconds after the server was back (8 s down: 6-9 s more of refused work; 16 s
+  down, 15 s). Once those retries have given up (the server is unreachable) a request waits at
+  most a moment for a connection instead of psycopg's 30 s, until a connection is made again:
+  under load every worker thread sat in that wait while the server was down, each webhook was
+  refused only after it, and what queued behind the threads (the lease poll, the claims, the
+  storage probe) waited on top (tests/storage/postgres/test_readiness.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from typing import Callable, TypeVar
+import time
+from typing import Any, Callable, Iterator, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -47,6 +56,9 @@ MESSAGE_COLUMNS = ("id", "session_id", "role", "content", *MESSAGE_FIELDS, "acti
 _SELECT_MESSAGE = f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages"
 RETRIES = 5  # a write losing a deadlock or serialization race is run again this many times
 REBUILD_BATCH = 1000
+RECONNECT_SECONDS = 2.0  # a lost connection's retries (after 0 and 1 s) stop here: see the module doc
+POOL_WAIT_SECONDS = 30.0  # psycopg's default wait for a connection: a burst beyond the pool's size queues
+WAIT_STEP_SECONDS = 1.0  # ...in steps, each ending the wait if the server is unreachable by then
 
 
 class PostgresSessionDB(StorageFace):
@@ -63,6 +75,7 @@ class PostgresSessionDB(StorageFace):
         self.path = redact_dsn(dsn)
         with psycopg.connect(dsn, autocommit=True) as setup:
             migrate(setup, where=self.path)
+        self.unreachable = False  # the pool's retries gave up, and no connection was made since
         self._pool = psycopg_pool.ConnectionPool(
             dsn,
             min_size=min_size,
@@ -70,7 +83,9 @@ class PostgresSessionDB(StorageFace):
             # no server-side prepared statements: a generic plan cannot know how rare a tsquery is, and
             # would walk the primary key for a word that is not there (measured: 12 ms vs 0.3 ms)
             kwargs={"autocommit": True, "prepare_threshold": None},
-            configure=configure,
+            configure=self._connected,
+            reconnect_timeout=RECONNECT_SECONDS,
+            reconnect_failed=self._unreachable,
             open=True,
             name="chinwag-pg",
         )
@@ -89,15 +104,44 @@ class PostgresSessionDB(StorageFace):
     def _point(self, fn: Callable[[Conn], T]) -> T:
         return self._run(fn)
 
+    def _connected(self, raw: psycopg.Connection[Any]) -> None:
+        configure(raw)
+        if self.unreachable:
+            self.unreachable = False
+            log.info("the database at %s answers again", self.path)
+
+    def _unreachable(self, pool: psycopg_pool.ConnectionPool) -> None:
+        if not self.unreachable:
+            self.unreachable = True
+            log.warning("the database at %s cannot be reached; requests for a connection fail fast", self.path)
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection, as the pool's `connection()`; the wait for one ends early once the
+        server is unreachable (see the module doc)."""
+        deadline = time.monotonic() + POOL_WAIT_SECONDS
+        while True:
+            try:
+                raw = self._pool.getconn(timeout=min(WAIT_STEP_SECONDS, max(0.01, deadline - time.monotonic())))
+                break
+            except psycopg_pool.PoolTimeout:
+                if self.unreachable or time.monotonic() >= deadline:
+                    raise
+        try:
+            with raw:
+                yield raw
+        finally:
+            self._pool.putconn(raw)
+
     def _run(self, fn: Callable[[Connection], T]) -> T:
         """fn on a pooled connection in autocommit (each statement its own snapshot)."""
-        with self._pool.connection() as raw:
+        with self._connection() as raw:
             return fn(Connection(raw))
 
     def read(self, fn: Callable[[Conn], T]) -> T:
         """Run fn(conn) in one read-only snapshot. The BEGIN says so itself: a SET TRANSACTION after
         it was a round trip of its own, one of six in a search."""
-        with self._pool.connection() as raw:
+        with self._connection() as raw:
             raw.isolation_level, raw.read_only = psycopg.IsolationLevel.REPEATABLE_READ, True
             try:
                 with raw.transaction():
@@ -123,7 +167,7 @@ class PostgresSessionDB(StorageFace):
         for attempt in range(RETRIES):
             events: Events = []
             try:
-                with self._pool.connection() as raw:
+                with self._connection() as raw:
                     with raw.transaction():
                         result = op(Connection(raw), events)
                 break

@@ -163,6 +163,15 @@ class PrivatePostgres:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
         return self.dsn(name)
 
+    def drop_database(self, dsn: str) -> None:
+        """Drop a database `create_database` made, its sessions ended first (a test's pool or daemon
+        may still hold some)."""
+        import psycopg
+
+        name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
     def stop(self) -> None:
         if self.data.exists() and (self.data / "postmaster.pid").exists():
             subprocess.run(

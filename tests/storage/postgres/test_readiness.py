@@ -1,20 +1,24 @@
 """On Postgres, `/readyz` follows the database (200 while it answers, 503 with the reason once the
-server is gone) and `chinwag doctor` checks the connection and the schema version, read-only."""
+server is gone), while it is gone requests fail fast and once it is back the pool connects again
+at once, and `chinwag doctor` checks the connection and the schema version, read-only."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+import time
 from pathlib import Path
 
 import aiohttp
 import psycopg
+import pytest
 
 from gateway.cli.doctor import run_doctor
 from gateway.service.http import OpsServer
 from gateway.storage.postgres.db import PostgresSessionDB
 from gateway.storage.postgres.schema import SCHEMA_VERSION
 from platforms.base import AdapterHealth
+from tests.fakes.loopback import wait_until_blocking
 from tests.storage.postgres.server import PrivatePostgres
 
 
@@ -41,6 +45,38 @@ async def test_readyz_leaves_the_rotation_when_postgres_goes_away() -> None:
         finally:
             await server.stop()
             await asyncio.to_thread(db.close)
+
+
+@pytest.mark.slow  # an 8 s outage
+def test_while_the_server_is_down_requests_fail_fast_and_connect_again_once_it_is_back() -> None:
+    """psycopg's pool waits up to 30 s for a connection, and retries a lost one with a backoff
+    doubling from 1 s for 5 minutes. Under load every worker thread sat in that wait while the
+    server was down (each webhook refused only after it, the lease poll and the probe queued
+    behind), and its next try came up to N seconds after an outage of N seconds (8 s down: 6-9 s
+    more of refused work). Here a request gives up within a moment once the retries have, and the
+    next request after the server is back connects at once."""
+    with PrivatePostgres() as pg:  # its own server: this test stops it
+        db = PostgresSessionDB(pg.create_database())
+        try:
+            pg.halt()
+            down = time.monotonic()
+            while time.monotonic() - down < 8.0:  # work asking for connections all the while
+                asked = time.monotonic()
+                with pytest.raises(psycopg.OperationalError):
+                    db.probe_commit()
+                assert time.monotonic() - asked < 10.0  # not the pool's 30 s
+            pg.resume()
+            wait_until_blocking(lambda: _commits(db), 4.0)
+        finally:
+            db.close()
+
+
+def _commits(db: PostgresSessionDB) -> bool:
+    try:
+        db.probe_commit()
+    except psycopg.OperationalError:
+        return False
+    return True
 
 
 def doctor(home: Path, dsn: str) -> tuple[int, str]:

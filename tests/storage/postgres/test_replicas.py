@@ -7,6 +7,7 @@ one replica's at a time."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import psycopg
@@ -148,26 +149,60 @@ class QuietHost:
         self.lost.append(key)
 
 
-async def test_a_replica_busy_in_every_worker_thread_keeps_its_registry(db, pg_dsn):
-    """Measured in bench/scaleout.py: with 200 chats at once the reads and writes queued in the
-    thread pool held back the heartbeat past idle_session_timeout, and the replica lost its
-    registry and its chats. The heartbeat and the renewal run on the registry connection itself."""
+@pytest.fixture
+async def on_four_workers(db, pg_dsn):
+    """A replica's leases, started, with the loop's worker threads cut to four (the tests fill them)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from gateway.runtime.leases import SharedLeases
 
-    loop = asyncio.get_running_loop()
     workers = ThreadPoolExecutor(4)
-    loop.set_default_executor(workers)
+    asyncio.get_running_loop().set_default_executor(workers)
     leases, host = SharedLeases(db, pg_dsn), QuietHost()
     await leases.start(host)
     try:
-        replica_id = leases.replica_id
-        assert await leases.claim("chat-busy")
-        busy = [loop.run_in_executor(None, time.sleep, 4.0) for _ in range(4)]  # every worker, past the 3 s
-        await asyncio.gather(*busy)
-        assert leases.replica_id == replica_id and replica_id in live_ids(db)
-        assert leases.holds("chat-busy") and host.lost == []
+        yield leases, host
     finally:
         await leases.stop()
         workers.shutdown()
+
+
+async def test_a_replica_busy_in_every_worker_thread_keeps_its_registry(db, on_four_workers):
+    """Measured in bench/scaleout.py: with 200 chats at once the reads and writes queued in the
+    thread pool held back the heartbeat past idle_session_timeout, and the replica lost its
+    registry and its chats. The heartbeat and the renewal run on the registry connection itself."""
+    leases, host = on_four_workers
+    loop = asyncio.get_running_loop()
+    replica_id = leases.replica_id
+    assert await leases.claim("chat-busy")
+    busy = [loop.run_in_executor(None, time.sleep, 4.0) for _ in range(4)]  # every worker, past the 3 s
+    await asyncio.gather(*busy)
+    assert leases.replica_id == replica_id and replica_id in live_ids(db)
+    assert leases.holds("chat-busy") and host.lost == []
+
+
+async def test_a_registry_lost_while_every_worker_thread_is_busy_is_regained_and_kept(db, pg_dsn, on_four_workers):
+    """A Postgres restart under load: the registry session ends while the thread pool is full of
+    work waiting for connections. Registering again is the registry connection's alone: a pool
+    write between it and the first beat (releasing a fresh id's leases: it has none) queued behind
+    that work, the new session sat idle past idle_session_timeout, and was ended as soon as it was
+    announced (the fault test's log: "registered again as replica ...", then "lost its registry")."""
+    leases, _ = on_four_workers
+    loop = asyncio.get_running_loop()
+    lost = leases.replica_id
+    # every worker busy until released (at most 30 s), as while the pool waits for a server
+    released = threading.Event()
+    busy = asyncio.gather(*(loop.run_in_executor(None, released.wait, 30.0) for _ in range(4)))
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s",
+            (replicas.REPLICA_LOCKS,),
+        )
+    await wait_until(lambda: leases.replica_id not in ("", lost) or busy.done(), 60)
+    assert not busy.done(), "registered again only once the worker threads were free"
+    regained = leases.replica_id
+    await asyncio.sleep(leases.idle_seconds + leases.heartbeat)  # past the idle limit, workers still busy
+    assert not busy.done()
+    released.set()
+    await busy
+    assert leases.replica_id == regained and regained in live_ids(db)

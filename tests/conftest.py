@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 
 from gateway.db import SessionDB, new_session_id
@@ -28,6 +30,15 @@ def pytest_generate_tests(metafunc):
     marked = metafunc.definition.get_closest_marker
     if "backend" in metafunc.fixturenames and marked("both_backends") and not marked("sqlite_only"):
         metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_daemon_left_running():
+    """A `chinwag run` a failing test left running is killed at its teardown (tests/fakes/daemon.py)."""
+    yield
+    daemons = sys.modules.get("tests.fakes.daemon")
+    if daemons is not None:
+        daemons.kill_leftovers()
 
 
 @pytest.fixture

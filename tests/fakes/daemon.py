@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import sqlite3
@@ -29,6 +30,23 @@ from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import FakeOpenAI
 
 MakeRequest = Callable[[], tuple[bytes, dict[str, str]]]
+
+
+_started: list[asyncio.subprocess.Process] = []  # every daemon started in this test process
+
+
+def kill_leftovers() -> int:
+    """SIGKILL every daemon a test started and left running, and say how many: a failing test
+    never reaches its own stop, and its daemon would take CPU from the tests after it."""
+    left = [proc for proc in _started if proc.returncode is None]
+    for proc in left:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+            os.waitpid(proc.pid, 0)  # reaped here: the loop that started it is gone
+        except (ProcessLookupError, ChildProcessError):  # it ended, or asyncio's watcher reaped it
+            pass
+    _started.clear()
+    return len(left)
 
 
 class Daemon:
@@ -84,6 +102,7 @@ class Daemon:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=stderr,
             )
+        _started.append(self.proc)
 
     async def kill(self) -> None:
         assert self.proc is not None

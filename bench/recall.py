@@ -935,8 +935,9 @@ class CountingEmbedder:
         return out
 
 
-def _burn(duty: float, stop: Any, used: Any) -> None:
+def _burn(duty: float, ready: Any, stop: Any, used: Any) -> None:
     """A busy daemon: `duty` of one core, 10 ms at a time; `used` gets the share of a core it got."""
+    ready.wait()  # every burner started (spawn imports this module first)
     period, started, cpu = 0.01, time.perf_counter(), time.process_time()
     while not stop.is_set():
         until = time.perf_counter() + duty * period
@@ -955,11 +956,12 @@ class BusyDaemon:
         context = multiprocessing.get_context("spawn")
         duties = [1.0] * int(cores) + ([cores - int(cores)] if cores > int(cores) else [])
         self.stop = context.Event()
+        ready = context.Barrier(len(duties) + 1)
         self.used = [context.Value("d", 0.0) for _ in duties]
-        self.procs = [context.Process(target=_burn, args=(d, self.stop, u)) for d, u in zip(duties, self.used)]
+        self.procs = [context.Process(target=_burn, args=(d, ready, self.stop, u)) for d, u in zip(duties, self.used)]
         for proc in self.procs:
             proc.start()
-        time.sleep(1.0)  # started (spawn imports this module)
+        ready.wait()  # the drain is timed once every burner runs
 
     def close(self) -> float:
         """Stop; the cores the daemon got."""

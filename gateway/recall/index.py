@@ -29,11 +29,10 @@ the way, in the order it was fixed:
   is one window (gateway/embeddings.py LocalEmbedder).
 `python bench/recall.py --only none --drain 240` now runs a second process burning a stated share
 of the cores beside the indexer (the daemon busy: 0.25 core, its own work at 20 messages/s with
-room; 1 core, the worst its neighbours leave). On a quiet machine (load ~1.1), with the windows
-then cut to 128 tokens: 17.5 -> 25.5 messages/s beside 0.25 core (2 threads on 58 of 60 calls),
-17.6 -> 22.3 beside a whole core (1 thread). With whole windows (WINDOW_TOKENS 256 cuts none of
-these) a lone thread drains ~17.6, and the target is met only while a second core is mostly free
-(~1.55x). Cutting to 128 tokens would meet it on one core but loses LoCoMo-Plus cues
+room; 1 core, the worst its neighbours leave). On a quiet machine (load 0.9-1.6), whole windows
+(WINDOW_TOKENS 256 cuts none of these): 24.8 messages/s beside 0.25 core (2 threads on every
+call) against 20.2 with one thread in calls of 8 (1.23x); 20.3 beside a whole core (1 thread,
+the same as before). Cutting to 128 tokens feeds ~15 % fewer tokens but loses LoCoMo-Plus cues
 (gateway/embeddings.py WINDOW_TOKENS). At load 2.5-4 (other jobs on the machine) both drain
 9-17 messages/s and the ratio is noise. A store that falls behind catches up when it is quieter
 (the backlog is in /metrics), and recall ranks what is not embedded yet by its words.

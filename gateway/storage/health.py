@@ -11,8 +11,8 @@ The probe is a real write (`StorageFace.probe_commit`: a row rewritten in place)
 succeed on a full disk: the issue's measurement had `/readyz` at 200 throughout a full-disk spell.
 It runs on a thread of its own, never the event loop's worker threads: while Postgres is down
 those fill with work waiting up to 30 s each for a connection, and a probe queued behind them
-did not even try until one of them gave up (tests/storage/test_health.py). Its thread runs with an empty context, so the
-probe is never fenced by a chat's job (gateway.storage.fence).
+did not even try until one of them gave up (tests/storage/test_health.py). Its thread runs with
+an empty context, so the probe is never fenced by a chat's job (gateway.storage.fence).
 """
 
 from __future__ import annotations
